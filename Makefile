@@ -1,0 +1,37 @@
+# The two commands of the README: `make demo` and `make test`. Each sets up everything it needs
+# on a fresh Debian/Ubuntu machine with Python 3.11+ (venv, package, mosquitto), then runs.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test bench setup mosquitto clean
+
+setup: $(STAMP) mosquitto
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "broker-mqtt needs Python 3.11 or newer")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+# mosquitto is the embedded broker: installed from the distribution when it is missing.
+mosquitto:
+	@if command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ]; then :; else \
+	  echo "installing mosquitto with apt-get"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto; \
+	fi
+
+demo: setup
+	$(BIN)/broker-mqtt demo
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python bench/pubsub.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info bench/results

@@ -1,0 +1,75 @@
+"""Exceptions raised by broker_mqtt.
+
+Every error says whose fault it is: :class:`UsageError` subclasses mean the caller asked for
+something the library cannot do (a bad topic, a payload too large); :class:`TransportError`
+subclasses mean the broker or the network failed. Malformed data from the wire raises
+:class:`broker_mqtt.codec.DecodeError` (re-exported here) and is never fatal to a receive loop.
+"""
+
+from __future__ import annotations
+
+from .codec import DecodeError, EncodeError
+
+__all__ = [
+    "BrokerMQTTError",
+    "UsageError",
+    "TopicError",
+    "PayloadTooLarge",
+    "TransportError",
+    "BrokerUnavailable",
+    "PublishQueueFull",
+    "MosquittoNotFound",
+    "DecodeError",
+    "EncodeError",
+]
+
+
+class BrokerMQTTError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class UsageError(BrokerMQTTError, ValueError):
+    """The caller asked for something invalid; nothing was sent or changed."""
+
+
+class TopicError(UsageError):
+    """A topic or topic prefix that cannot be carried over MQTT (see docs/wire-format.md §2)."""
+
+
+class PayloadTooLarge(UsageError):
+    """A message would exceed the broker's maximum packet size; it was not queued."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"message of {size} bytes exceeds the broker's maximum packet size of {limit} bytes "
+            f"(less the PUBLISH header); split the payload or raise max_packet_size on the broker"
+        )
+        self.size = size
+        self.limit = limit
+
+
+class TransportError(BrokerMQTTError):
+    """The broker connection failed or is unavailable."""
+
+
+class BrokerUnavailable(TransportError):
+    """The broker could not be reached (at start, or within a caller's timeout)."""
+
+
+class PublishQueueFull(TransportError):
+    """The broker is unreachable and the outgoing queue reached its bound.
+
+    The message was not queued. Messages accepted before this error stay queued and are sent,
+    in order, once the connection is back.
+    """
+
+
+class MosquittoNotFound(BrokerMQTTError, FileNotFoundError):
+    """The embedded broker needs the ``mosquitto`` program, which is not installed."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the embedded broker needs mosquitto, which was not found on PATH or in /usr/sbin. "
+            "Install it (Debian/Ubuntu: `sudo apt-get install mosquitto`; `make demo` and "
+            "`make test` do this for you), or pass broker='mqtt://host:port' to use another broker."
+        )

@@ -1,0 +1,125 @@
+"""What an endpoint hands to the application: received messages, peers and status events.
+
+Status events follow Zeek Broker's names (peer_added, peer_lost, peer_removed, error) and are
+frozen, slotted dataclasses; dispatch on them with ``match``.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from . import codec
+
+__all__ = [
+    "Message",
+    "PeerInfo",
+    "StatusEvent",
+    "PeerAdded",
+    "PeerLost",
+    "PeerRemoved",
+    "ConnectionLost",
+    "ConnectionRestored",
+    "ErrorCode",
+    "ErrorEvent",
+]
+
+_MISSING: Any = object()
+
+
+class Message:
+    """A data message received by a subscriber.
+
+    ``data`` is decoded from the packed payload on first access and cached; subscribers decode
+    it before yielding, so a message a subscriber sees always has valid ``data``.
+    """
+
+    __slots__ = ("topic", "payload", "_sender", "_data")
+
+    def __init__(self, topic: str, sender: bytes, payload: bytes) -> None:
+        self.topic = topic
+        self.payload = payload
+        self._sender = sender
+        self._data = _MISSING
+
+    @property
+    def sender(self) -> uuid.UUID:
+        """The id of the endpoint that published the message."""
+        return uuid.UUID(bytes=self._sender)
+
+    @property
+    def data(self) -> Any:
+        """The decoded value; raises :class:`~broker_mqtt.codec.DecodeError` if malformed."""
+        if self._data is _MISSING:
+            self._data = codec.decode(self.payload)
+        return self._data
+
+    def __repr__(self) -> str:
+        shown = "<undecoded>" if self._data is _MISSING else repr(self._data)
+        return f"Message(topic={self.topic!r}, sender={self.sender}, data={shown})"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerInfo:
+    """Another endpoint as announced by its presence message."""
+
+    id: uuid.UUID
+    name: str
+    topics: tuple[str, ...]  #: the topic prefixes it subscribes to
+
+
+@dataclass(frozen=True, slots=True)
+class PeerAdded:
+    """A peer announced itself (its subscriptions are active at the broker)."""
+
+    peer: PeerInfo
+
+
+@dataclass(frozen=True, slots=True)
+class PeerLost:
+    """A peer vanished without saying goodbye (its MQTT last will fired)."""
+
+    peer: PeerInfo
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRemoved:
+    """A peer left cleanly."""
+
+    peer: PeerInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLost:
+    """This endpoint lost its broker connection; it reconnects with backoff."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRestored:
+    """This endpoint is connected again; subscriptions and presence were restored."""
+
+    attempt: int
+
+
+class ErrorCode(enum.Enum):
+    MALFORMED_MESSAGE = "malformed_message"  #: a PUBLISH on our topics that is not node messages
+    MALFORMED_PAYLOAD = "malformed_payload"  #: a node message whose payload does not decode
+    PUBLISH_REJECTED = "publish_rejected"  #: the broker refused a PUBLISH (e.g. ACL)
+    EVENTS_DROPPED = "events_dropped"  #: a status consumer fell too far behind
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    """Something went wrong that did not stop the endpoint: bad input, a refused publish."""
+
+    code: ErrorCode
+    message: str
+    topic: str | None = None
+    sender: uuid.UUID | None = None
+
+
+StatusEvent = PeerAdded | PeerLost | PeerRemoved | ConnectionLost | ConnectionRestored | ErrorEvent

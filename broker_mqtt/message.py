@@ -1,0 +1,149 @@
+"""Node messages: the one envelope every message on our MQTT topics travels in.
+
+Wire form (docs/wire-format.md §3): a CBOR array of seven items ::
+
+    [version, kind, sender, receivers, ttl, topic, payload]
+
+``version`` is :data:`FORMAT_VERSION`; ``kind`` a :class:`Kind`; ``sender`` the 16 bytes of the
+sender's UUID; ``receivers`` null (everyone subscribed) or an array of 16-byte UUIDs; ``ttl`` a
+hop count; ``topic`` the broker topic as published; ``payload`` a CBOR byte string holding the
+value encoded by :mod:`broker_mqtt.codec`. The payload stays packed: forwarding never decodes
+it and a receiver decodes it once, only for a local subscriber that wants it.
+
+One MQTT PUBLISH carries one or more node messages back to back (an RFC 8742 CBOR sequence).
+:func:`decode_batch` returns every message decoded before the first malformed one together with
+the error, so one bad item never discards the good items in front of it.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+from dataclasses import dataclass
+
+import cbor2
+
+from .codec import DecodeError
+
+__all__ = ["FORMAT_VERSION", "DEFAULT_TTL", "Kind", "NodeMessage", "NodeEncoder", "encode_node", "decode_batch"]
+
+FORMAT_VERSION = 1
+DEFAULT_TTL = 16
+_UUID_LEN = 16
+
+
+class Kind(enum.IntEnum):
+    """What a node message carries."""
+
+    DATA = 0  #: a value published on a topic
+    COMMAND = 1  #: a store or channel command
+    CONTROL = 2  #: presence and other endpoint-to-endpoint control traffic
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMessage:
+    """A decoded envelope; ``payload`` is still packed CBOR."""
+
+    kind: Kind
+    sender: bytes
+    receivers: tuple[bytes, ...] | None
+    ttl: int
+    topic: str
+    payload: bytes
+
+    def to_bytes(self) -> bytes:
+        return encode_node(self.kind, self.sender, self.receivers, self.ttl, self.topic, self.payload)
+
+
+def encode_node(
+    kind: int,
+    sender: bytes,
+    receivers: tuple[bytes, ...] | list[bytes] | None,
+    ttl: int,
+    topic: str,
+    payload: bytes,
+) -> bytes:
+    """Encode one node message. The caller has validated ``topic`` and packed ``payload``."""
+    return cbor2.dumps(
+        [FORMAT_VERSION, kind, sender, None if receivers is None else list(receivers), ttl, topic, payload]
+    )
+
+
+class NodeEncoder:
+    """Encodes node messages of one sender fast: the constant head of the array is built once.
+
+    Produces exactly the bytes of :func:`encode_node` (a test pins this).
+    """
+
+    __slots__ = ("_heads", "_topics", "sender")
+
+    def __init__(self, sender: bytes) -> None:
+        self.sender = sender
+        self._heads: dict[tuple[int, tuple[bytes, ...] | None, int], bytes] = {}
+        self._topics: dict[str, bytes] = {}
+
+    def encode(self, kind: int, topic: str, payload: bytes, receivers: tuple[bytes, ...] | None = None,
+               ttl: int = DEFAULT_TTL) -> bytes:
+        key = (kind, receivers, ttl)
+        head = self._heads.get(key)
+        if head is None:
+            # 0x87 = array of 7; then version, kind, sender, receivers, ttl, each as CBOR.
+            head = b"\x87" + b"".join(
+                cbor2.dumps(x) for x in (FORMAT_VERSION, kind, self.sender,
+                                         None if receivers is None else list(receivers), ttl)
+            )
+            self._heads[key] = head
+        enc_topic = self._topics.get(topic)
+        if enc_topic is None:
+            enc_topic = cbor2.dumps(topic)
+            if len(self._topics) < 10_000:
+                self._topics[topic] = enc_topic
+        return head + enc_topic + cbor2.dumps(payload)
+
+
+def _check(item: object, offset: int) -> NodeMessage:
+    if not isinstance(item, list) or len(item) != 7:
+        raise DecodeError(f"node message at byte {offset} is not a 7-item array")
+    version, kind, sender, receivers, ttl, topic, payload = item
+    if version != FORMAT_VERSION:
+        raise DecodeError(f"node message at byte {offset} has format version {version!r}, expected 1")
+    if type(kind) is not int or kind not in (0, 1, 2):
+        raise DecodeError(f"node message at byte {offset} has unknown kind {kind!r}")
+    if type(sender) is not bytes or len(sender) != _UUID_LEN:
+        raise DecodeError(f"node message at byte {offset} has a malformed sender id")
+    if receivers is not None:
+        if not isinstance(receivers, list) or not all(
+            type(r) is bytes and len(r) == _UUID_LEN for r in receivers
+        ):
+            raise DecodeError(f"node message at byte {offset} has malformed receiver ids")
+        receivers = tuple(receivers)
+    if type(ttl) is not int or ttl < 0:
+        raise DecodeError(f"node message at byte {offset} has a malformed ttl {ttl!r}")
+    if type(topic) is not str:
+        raise DecodeError(f"node message at byte {offset} has a non-string topic")
+    if type(payload) is not bytes:
+        raise DecodeError(f"node message at byte {offset} has a payload that is not a byte string")
+    return NodeMessage(Kind(kind), sender, receivers, ttl, topic, payload)
+
+
+def decode_batch(data: bytes) -> tuple[list[NodeMessage], DecodeError | None]:
+    """Decode a PUBLISH payload: the messages before the first malformed one, and that error.
+
+    Never raises for malformed input; an empty payload is an error (no message).
+    """
+    end = len(data)
+    if end == 0:
+        return [], DecodeError("empty payload: no node message")
+    fp = io.BytesIO(data)
+    decoder = cbor2.CBORDecoder(fp, read_size=1)
+    out: list[NodeMessage] = []
+    offset = 0
+    try:
+        while offset < end:
+            out.append(_check(decoder.decode(), offset))
+            offset = fp.tell()
+    except DecodeError as exc:
+        return out, exc
+    except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+        return out, DecodeError(f"malformed CBOR at byte {offset}: {exc}")
+    return out, None

@@ -1,0 +1,112 @@
+"""Broker topics and how they map onto MQTT topics (docs/wire-format.md §2).
+
+A broker topic is a ``/``-separated path such as ``/sensors/temp/1`` or ``zeek/events``. One
+leading ``/`` is insignificant (``/a/b`` and ``a/b`` name the same topic); every level must be
+non-empty and must not hold the MQTT wildcards ``+`` or ``#`` or a NUL character. Such topics are
+*rejected* with :class:`TopicError`, never escaped, so that what a subscriber sees is exactly what
+was published.
+
+Subscriptions use Zeek Broker's prefix semantics *by level*: a subscription to ``/sensors``
+receives ``/sensors`` and ``/sensors/temp/1`` but not ``/sensorsX``. The MQTT filter for prefix
+``P`` is ``<ns>/d/P/#`` (``#`` also matches the parent level itself), and the prefix ``/`` (or
+the empty string) subscribes to every data topic.
+
+Layout under a namespace ``ns`` (default ``bm``)::
+
+    ns/d/<topic>        data: batches of node messages published on <topic>
+    ns/u/<endpoint-id>  unicast: node messages for one endpoint
+    ns/p/<endpoint-id>  presence: retained announcement; empty retained payload = lost
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .errors import TopicError
+
+__all__ = ["TopicLayout", "validate_topic", "validate_prefix", "prefix_matches"]
+
+_MAX_TOPIC_BYTES = 60_000  # MQTT topics are at most 65,535 bytes of UTF-8, namespace included
+
+
+def _split(topic: str, *, what: str, allow_root: bool) -> tuple[str, ...]:
+    if not isinstance(topic, str):
+        raise TopicError(f"{what} must be a str, not {type(topic).__name__}")
+    body = topic[1:] if topic.startswith("/") else topic
+    if body == "":
+        if allow_root:
+            return ()
+        raise TopicError(f"{what} {topic!r} is empty")
+    if len(body.encode("utf-8", "surrogatepass")) > _MAX_TOPIC_BYTES:
+        raise TopicError(f"{what} is longer than {_MAX_TOPIC_BYTES} bytes")
+    levels = tuple(body.split("/"))
+    for level in levels:
+        if level == "":
+            raise TopicError(f"{what} {topic!r} has an empty level ('//' or a trailing '/')")
+        if "+" in level or "#" in level:
+            raise TopicError(f"{what} {topic!r} contains an MQTT wildcard ('+' or '#')")
+        if "\0" in level:
+            raise TopicError(f"{what} {topic!r} contains a NUL character")
+    try:
+        body.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TopicError(f"{what} {topic!r} is not valid UTF-8 (lone surrogate)") from None
+    return levels
+
+
+@lru_cache(maxsize=4096)
+def validate_topic(topic: str) -> tuple[str, ...]:
+    """Return the levels of a publishable topic; raise :class:`TopicError` if MQTT cannot carry it."""
+    return _split(topic, what="topic", allow_root=False)
+
+
+@lru_cache(maxsize=4096)
+def validate_prefix(prefix: str) -> tuple[str, ...]:
+    """Return the levels of a subscription prefix (``()`` for ``/``, i.e. everything)."""
+    return _split(prefix, what="topic prefix", allow_root=True)
+
+
+def prefix_matches(prefix: tuple[str, ...], topic: tuple[str, ...]) -> bool:
+    """True when ``topic`` lies under ``prefix`` (level-wise, Zeek Broker's prefix semantics)."""
+    return topic[: len(prefix)] == prefix
+
+
+def covers(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """True when every topic under prefix ``b`` is also under prefix ``a``."""
+    return prefix_matches(a, b)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLayout:
+    """The MQTT topics of one namespace. ``namespace`` must itself be a valid topic."""
+
+    namespace: str = "bm"
+
+    def __post_init__(self) -> None:
+        validate_topic(self.namespace)
+        if self.namespace.startswith(("/", "$")):
+            raise TopicError("namespace must not start with '/' or '$'")
+
+    def data(self, topic: str) -> str:
+        """MQTT topic that carries messages published on broker ``topic``."""
+        return self.namespace + "/d/" + "/".join(validate_topic(topic))
+
+    def data_filter(self, prefix: str) -> str:
+        """MQTT filter that receives every topic under broker ``prefix``."""
+        levels = validate_prefix(prefix)
+        return self.namespace + "/d/" + "".join(level + "/" for level in levels) + "#"
+
+    def unicast(self, endpoint_id: str) -> str:
+        return f"{self.namespace}/u/{endpoint_id}"
+
+    def presence(self, endpoint_id: str) -> str:
+        return f"{self.namespace}/p/{endpoint_id}"
+
+    def presence_filter(self) -> str:
+        return f"{self.namespace}/p/+"
+
+    def presence_id(self, mqtt_topic: str) -> str | None:
+        """The endpoint id of a presence topic, or None if ``mqtt_topic`` is not one."""
+        head = f"{self.namespace}/p/"
+        return mqtt_topic[len(head):] if mqtt_topic.startswith(head) else None

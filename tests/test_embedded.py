@@ -1,0 +1,68 @@
+"""The embedded mosquitto: config, clean stop, clear error when missing, no orphans."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker_mqtt import EmbeddedBroker, MosquittoNotFound
+from broker_mqtt import embedded as embedded_module
+
+pytestmark = pytest.mark.mosquitto
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in state  # a zombie has exited
+
+
+def test_config_and_clean_stop() -> None:
+    broker = EmbeddedBroker()
+    with broker:
+        text = broker.config_text()
+        for line in ("set_tcp_nodelay true", "max_queued_messages 0", f"listener {broker.port} 127.0.0.1"):
+            assert line in text
+        with socket.create_connection((broker.host, broker.port), 1):
+            pass
+        pid = broker.pid
+        assert pid is not None and _alive(pid)
+    assert not _alive(pid)
+    with pytest.raises(OSError), socket.create_connection((broker.host, broker.port), 0.5):
+        pass
+
+
+def test_missing_mosquitto_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(embedded_module.shutil, "which", lambda name: None)
+    monkeypatch.setattr(embedded_module.os, "access", lambda path, mode: False)
+    with pytest.raises(MosquittoNotFound, match="apt-get install mosquitto"):
+        EmbeddedBroker().start()
+
+
+def test_no_orphan_when_the_parent_is_killed() -> None:
+    code = (
+        "from broker_mqtt import EmbeddedBroker; import time\n"
+        "b = EmbeddedBroker(); b.start(); print(b.pid, flush=True); time.sleep(60)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    parent.stdout.close()
+    assert _alive(pid)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), "mosquitto outlived its parent"

@@ -1,0 +1,233 @@
+"""Endpoint against a real mosquitto: pub/sub, prefixes, subscription ids, unicast, peers, bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import uuid
+from collections import Counter
+
+import anyio
+import cbor2
+import pytest
+
+from broker_mqtt import (
+    EmbeddedBroker,
+    Endpoint,
+    ErrorCode,
+    ErrorEvent,
+    Message,
+    PayloadTooLarge,
+    PeerAdded,
+    PeerLost,
+    PeerRemoved,
+    Subscription,
+    TopicError,
+    UsageError,
+)
+from broker_mqtt.message import Kind, NodeEncoder
+
+pytestmark = [pytest.mark.anyio, pytest.mark.mosquitto]
+
+
+async def take(sub: Subscription, n: int, timeout: float = 5) -> list[Message]:
+    out: list[Message] = []
+    with anyio.fail_after(timeout):
+        async for msg in sub:
+            out.append(msg)
+            if len(out) == n:
+                break
+    return out
+
+
+async def nothing_more(sub: Subscription, wait: float = 0.3) -> None:
+    with anyio.move_on_after(wait):
+        msg = await sub.get()
+        pytest.fail(f"unexpected message {msg!r}")
+
+
+async def test_publish_subscribe_prefix_semantics(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        async with b.subscribe("/sensors") as sub:
+            value = {"c": 21.5, "at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC), "ip": ipaddress.ip_address("::1")}
+            await a.publish("/sensors/temp/1", value)
+            await a.publish("/sensorsX", "not for /sensors")
+            await a.publish("/sensors", "the prefix itself")
+            got = await take(sub, 2)
+            assert [(m.topic, m.sender) for m in got] == [("/sensors/temp/1", a.id), ("/sensors", a.id)]
+            assert got[0].data == value
+            await nothing_more(sub)
+
+
+async def test_order_is_kept_per_publisher(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        async with b.subscribe("/seq") as sub:
+            for i in range(5000):
+                await a.publish("/seq", i)
+            assert [m.data for m in await take(sub, 5000)] == list(range(5000))
+
+
+async def test_own_messages_only_when_asked(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as a:
+        async with a.subscribe("/x") as plain, a.subscribe("/x", local=True) as mine:
+            await a.publish("/x/1", 1)
+            assert [m.data for m in await take(mine, 1)] == [1]
+            await nothing_more(plain)
+
+
+async def test_overlapping_filters_never_deliver_twice(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        async with (
+            b.subscribe("/a", "/a/b", "/a/b/c") as wide,
+            b.subscribe("/a/b") as narrow,
+            b.subscribe("/a/b") as narrow_twin,
+        ):
+            await a.publish("/a/b/c/d", "deep")
+            await a.publish("/a/z", "side")
+            assert [m.data for m in await take(wide, 2)] == ["deep", "side"]
+            assert [m.data for m in await take(narrow, 1)] == ["deep"]
+            assert [m.data for m in await take(narrow_twin, 1)] == ["deep"]
+            for sub in (wide, narrow, narrow_twin):
+                await nothing_more(sub, 0.2)
+
+
+async def test_mosquitto_sends_a_copy_per_subscription_and_ids_tell_them_apart(
+    broker: EmbeddedBroker, namespace: str
+) -> None:
+    """The raw layer sees both copies (one per subscription id); subscribers see one each."""
+    async with Endpoint(broker, namespace=namespace) as a:
+        async with a.subscribe_raw(f"{namespace}/d/#") as r1, a.subscribe_raw(f"{namespace}/d/k/#") as r2:
+            await a.publish("/k/1", 1)
+            with anyio.fail_after(5):
+                m1, m2 = await r1.__anext__(), await r2.__anext__()
+            assert m1.topic == m2.topic == f"{namespace}/d/k/1"
+
+
+async def test_unicast_reaches_one_endpoint(broker: EmbeddedBroker, namespace: str) -> None:
+    async with (
+        Endpoint(broker, namespace=namespace) as a,
+        Endpoint(broker, namespace=namespace) as b,
+        Endpoint(broker, namespace=namespace) as c,
+    ):
+        async with b.subscribe("/direct") as sb, c.subscribe("/direct") as sc:
+            await a.unicast(b.id, "/direct/hi", "only b")
+            assert [m.data for m in await take(sb, 1)] == ["only b"]
+            await nothing_more(sc)
+
+
+async def test_peers_added_removed_and_await_peer(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace, name="watcher") as a:
+        assert await a.await_peer(uuid.uuid4(), timeout=0.2) is False
+        async with a.status() as events:
+            async with Endpoint(broker, namespace=namespace, name="visitor") as b:
+                async with b.subscribe("/v"):
+                    assert await a.await_peer(b.id, timeout=5)
+                    with anyio.fail_after(5):
+                        while not any(p.id == b.id and p.topics == ("/v",) for p in a.peers()):
+                            await anyio.sleep(0.01)
+            with anyio.fail_after(5):
+                seen = []
+                async for event in events:
+                    if isinstance(event, (PeerAdded, PeerRemoved)):
+                        seen.append(type(event))
+                    if PeerRemoved in seen:
+                        break
+            assert seen == [PeerAdded, PeerRemoved]
+            assert b.id not in {p.id for p in a.peers()}
+
+
+async def test_peer_killed_for_real_is_lost(broker: EmbeddedBroker, namespace: str, node_process: type) -> None:
+    async with Endpoint(broker, namespace=namespace) as a, a.status() as events:
+        node = node_process(broker.url, namespace)
+        assert await a.await_peer(node.id, timeout=10)
+        node.kill()  # SIGKILL: no goodbye, the broker fires the last will
+        with anyio.fail_after(10):
+            async for event in events:
+                if isinstance(event, PeerLost):
+                    assert event.peer.id == node.id
+                    break
+        assert node.id not in {p.id for p in a.peers()}
+
+
+async def test_a_node_in_another_process_round_trips(broker: EmbeddedBroker, namespace: str, node_process: type) -> None:
+    async with Endpoint(broker, namespace=namespace) as a:
+        node = node_process(broker.url, namespace, "echo")
+        assert await a.await_peer(node.id, timeout=10)
+        async with a.subscribe("/echo/out") as sub:
+            for i in range(100):
+                await a.publish("/echo/in", {"i": i, "s": {1, 2}})
+            got = await take(sub, 100, timeout=10)
+        assert [m.data["i"] for m in got] == list(range(100))
+        assert all(m.sender == node.id for m in got)
+        node.terminate()
+
+
+async def test_malformed_input_is_reported_and_never_stops_the_loop(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        async with b.status() as events, b.subscribe("/in") as sub:
+            enc = NodeEncoder(uuid.uuid4().bytes)
+            hostile = [
+                b"\xff\xfe not cbor",
+                cbor2.dumps({"t": "ping"}),
+                cbor2.dumps([99, 0, uuid.uuid4().bytes, None, 16, "/in", b""]),  # wrong version
+                enc.encode(Kind.DATA, "/in", b"\xff\xff"),  # payload that does not decode
+                enc.encode(Kind.DATA, "/elsewhere", cbor2.dumps(1)),  # topic lies about itself
+            ]
+            for payload in hostile:
+                await a.publish_raw(f"{namespace}/d/in", payload)
+            await a.publish_raw(f"{namespace}/p/not-a-uuid", b"x")
+            await a.publish("/in", "still alive")
+            assert [m.data for m in await take(sub, 1)] == ["still alive"]
+            codes: Counter[ErrorCode] = Counter()
+            with anyio.fail_after(5):
+                async for event in events:
+                    if isinstance(event, ErrorEvent):
+                        codes[event.code] += 1
+                    if sum(codes.values()) == 6:
+                        break
+            assert codes == {ErrorCode.MALFORMED_MESSAGE: 5, ErrorCode.MALFORMED_PAYLOAD: 1}
+            assert b.statistics().malformed >= 4
+
+
+async def test_bad_topics_and_values_fail_at_the_caller(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as a:
+        published = a.statistics().published
+        for bad in ["/a/+", "/a/#", "a//b", ""]:
+            with pytest.raises(TopicError):
+                await a.publish(bad, 1)
+        with pytest.raises(TopicError):
+            a.subscribe("/a/#")
+        with pytest.raises(UsageError):
+            a.subscribe()
+        with pytest.raises(TypeError):  # EncodeError is a TypeError
+            await a.publish("/ok", object())
+        assert a.statistics().published == published  # nothing was queued
+
+
+async def test_payload_larger_than_the_broker_allows() -> None:
+    with EmbeddedBroker(max_packet_size=64 * 1024) as small:
+        async with Endpoint(small) as a, Endpoint(small) as b, b.subscribe("/big") as sub:
+            with pytest.raises(PayloadTooLarge) as info:
+                await a.publish("/big", b"x" * 100_000)
+            assert info.value.limit == 64 * 1024
+            for _ in range(20):  # many messages just under the limit still go, batched under it
+                await a.publish("/big", b"y" * 30_000)
+            assert len(await take(sub, 20)) == 20
+
+
+async def test_closing_leaves_nothing_running(broker: EmbeddedBroker, namespace: str) -> None:
+    import asyncio
+
+    before = len(asyncio.all_tasks())
+    async with Endpoint(broker, namespace=namespace) as a, a.subscribe("/x"), a.status():
+        await a.publish("/x", 1)
+        assert len(asyncio.all_tasks()) > before
+    await anyio.sleep(0.05)
+    assert len(asyncio.all_tasks()) == before
+
+
+async def test_endpoint_without_url_uses_a_shared_embedded_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BROKER_MQTT_URL", raising=False)
+    async with Endpoint() as a, Endpoint() as b, b.subscribe("/hello") as sub:
+        await a.publish("/hello", "embedded")
+        assert [m.data for m in await take(sub, 1)] == ["embedded"]

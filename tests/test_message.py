@@ -1,0 +1,66 @@
+import os
+
+import cbor2
+import pytest
+
+from broker_mqtt.codec import DecodeError
+from broker_mqtt.message import FORMAT_VERSION, Kind, NodeEncoder, NodeMessage, decode_batch, encode_node
+
+SENDER = os.urandom(16)
+
+
+def test_round_trip_and_fast_encoder_agree() -> None:
+    enc = NodeEncoder(SENDER)
+    payload = cbor2.dumps([1, "test"])
+    receivers = (os.urandom(16), os.urandom(16))
+    for kind in Kind:
+        for rcv in (None, receivers):
+            wire = enc.encode(kind, "/a/b", payload, rcv)
+            assert wire == encode_node(kind, SENDER, rcv, 16, "/a/b", payload)
+            (msg,), err = decode_batch(wire)
+            assert err is None
+            assert msg == NodeMessage(kind, SENDER, rcv, 16, "/a/b", payload)
+
+
+def test_batch_is_a_cbor_sequence() -> None:
+    enc = NodeEncoder(SENDER)
+    wire = b"".join(enc.encode(Kind.DATA, f"/t/{i}", cbor2.dumps(i)) for i in range(100))
+    msgs, err = decode_batch(wire)
+    assert err is None
+    assert [cbor2.loads(m.payload) for m in msgs] == list(range(100))
+
+
+def test_good_messages_before_a_bad_one_survive() -> None:
+    enc = NodeEncoder(SENDER)
+    good = enc.encode(Kind.DATA, "/t", cbor2.dumps(1)) * 3
+    msgs, err = decode_batch(good + b"\xff\x00garbage")
+    assert len(msgs) == 3 and isinstance(err, DecodeError)
+
+
+def test_every_truncation_is_a_decode_error_never_a_crash() -> None:
+    wire = NodeEncoder(SENDER).encode(Kind.DATA, "/topic", cbor2.dumps({"k": [1, 2, 3]}))
+    for cut in range(len(wire)):
+        msgs, err = decode_batch(wire[:cut])
+        assert msgs == [] and isinstance(err, DecodeError)
+
+
+@pytest.mark.parametrize(
+    ("item", "words"),
+    [
+        ([2, 0, SENDER, None, 16, "/t", b""], "format version"),
+        ([FORMAT_VERSION, 9, SENDER, None, 16, "/t", b""], "unknown kind"),
+        ([FORMAT_VERSION, 0, b"short", None, 16, "/t", b""], "sender"),
+        ([FORMAT_VERSION, 0, SENDER, [b"x"], 16, "/t", b""], "receiver"),
+        ([FORMAT_VERSION, 0, SENDER, None, -1, "/t", b""], "ttl"),
+        ([FORMAT_VERSION, 0, SENDER, None, 16, 5, b""], "topic"),
+        ([FORMAT_VERSION, 0, SENDER, None, 16, "/t", "str"], "payload"),
+        ({"not": "an array"}, "7-item array"),
+    ],
+)
+def test_malformed_envelopes_are_named(item: object, words: str) -> None:
+    msgs, err = decode_batch(cbor2.dumps(item))
+    assert msgs == [] and err is not None and words in str(err)
+
+
+def test_empty_payload_is_an_error() -> None:
+    assert decode_batch(b"")[1] is not None

@@ -1,0 +1,43 @@
+from broker_mqtt.outbox import Outbox
+
+
+def test_coalesces_per_topic_and_keeps_order() -> None:
+    box = Outbox(max_batch_bytes=10)
+    for i in range(5):
+        box.add("a", 1, bytes([i]) * 3)
+    box.add("b", 1, b"x")
+    batches = []
+    while (b := box.take()) is not None:
+        batches.append(b)
+        box.done(b)
+    a = [bytes(b.data) for b in batches if b.topic == "a"]
+    assert b"".join(a) == b"".join(bytes([i]) * 3 for i in range(5))
+    assert all(len(x) <= 10 for x in a) and len(a) == 2
+    assert box.pending_messages == 0 and box.pending_bytes == 0
+
+
+def test_bounds_count_in_flight_until_done() -> None:
+    box = Outbox(max_pending_messages=2)
+    box.add("a", 1, b"1")
+    box.add("a", 1, b"2")
+    assert box.full
+    batch = box.take()
+    assert batch is not None and box.full  # in flight still counts
+    box.done(batch)
+    assert not box.full
+
+
+def test_retry_goes_first_and_raw_messages_are_not_coalesced() -> None:
+    box = Outbox()
+    box.add("a", 1, b"1")
+    first = box.take()
+    assert first is not None
+    box.add("a", 1, b"2")
+    box.retry(first)
+    box.add("r", 1, b"raw1", coalesce=False)
+    box.add("r", 1, b"raw2", coalesce=False)
+    order = []
+    while (b := box.take()) is not None:
+        order.append(bytes(b.data))
+    assert order.index(b"1") < order.index(b"2")
+    assert b"raw1" in order and b"raw2" in order  # two PUBLISHes, never merged
