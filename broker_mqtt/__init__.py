@@ -21,6 +21,7 @@ from .errors import (
     TransportError,
     UsageError,
 )
+from .message import Kind
 from .events import (
     ConnectionLost,
     ConnectionRestored,
@@ -50,6 +51,7 @@ __all__ = [
     "EnumValue",
     "ErrorCode",
     "ErrorEvent",
+    "Kind",
     "Message",
     "MosquittoNotFound",
     "PayloadTooLarge",

@@ -188,10 +188,13 @@ class Subscription(_Stream):
     buffer is full the endpoint's receiver waits for this subscriber (nothing is dropped).
     """
 
-    def __init__(self, endpoint: Endpoint, prefixes: tuple[str, ...], *, local: bool, buffer: int) -> None:
+    def __init__(
+        self, endpoint: Endpoint, prefixes: tuple[str, ...], *, local: bool, buffer: int, kind: Kind = Kind.DATA
+    ) -> None:
         super().__init__(endpoint, buffer)
         self.prefixes = prefixes
         self.local = local
+        self.kind = kind
 
     async def __aenter__(self) -> Self:
         await self._endpoint._add_subscriber(self)
@@ -547,9 +550,32 @@ class Endpoint:
 
     async def unicast(self, peer: uuid.UUID, topic: str, value: Any, *, qos: int | None = None) -> None:
         """Send ``value`` on ``topic`` to the endpoint ``peer`` only (its subscribers of ``topic``)."""
+        await self.send_node(Kind.DATA, topic, value, receivers=(peer,), qos=qos)
+
+    async def send_node(
+        self,
+        kind: Kind,
+        topic: str,
+        value: Any,
+        *,
+        receivers: tuple[uuid.UUID, ...] | None = None,
+        qos: int | None = None,
+    ) -> None:
+        """Send a node message of any kind (stores and channels use :attr:`Kind.COMMAND`).
+
+        With one receiver it goes to that endpoint's unicast topic; with none, or several, it is
+        published on ``topic`` (several receivers: only they accept it). Subscribers created
+        with ``subscribe(..., kind=k)`` receive only messages of kind ``k``.
+        """
         validate_topic(topic)
-        data = self._encoder.encode(Kind.DATA, topic, codec.encode(value), (peer.bytes,))
-        await self._enqueue(self.layout.unicast(peer.hex), self.qos if qos is None else qos, data)
+        data = self._encoder.encode(
+            kind, topic, codec.encode(value), None if receivers is None else tuple(r.bytes for r in receivers)
+        )
+        qos = self.qos if qos is None else qos
+        if receivers is not None and len(receivers) == 1:
+            await self._enqueue(self.layout.unicast(receivers[0].hex), qos, data)
+        else:
+            await self._enqueue(self._data_topic(topic), qos, data)
 
     async def publish_raw(self, mqtt_topic: str, payload: bytes, *, qos: int = 1, retain: bool = False) -> None:
         """Publish bare bytes on an MQTT topic, one PUBLISH per call (no envelope, no coalescing)."""
@@ -677,8 +703,6 @@ class Endpoint:
         expected = topic[len(self._data_head):] if filters is not None else None
         batches: dict[_Stream, list[Message]] = {}
         for nm in messages:
-            if nm.kind is not Kind.DATA:
-                continue
             if nm.receivers is not None and me not in nm.receivers:
                 continue
             node_topic = nm.topic
@@ -698,10 +722,11 @@ class Endpoint:
                     self._stats.malformed += 1
                     continue
             own = nm.sender == me
+            kind = nm.kind
             msg = Message(node_topic, nm.sender, nm.payload)
             for f in targets:
                 for sub in f.subscribers:
-                    if own and not sub.local:  # type: ignore[attr-defined]
+                    if sub.kind is not kind or (own and not sub.local):  # type: ignore[attr-defined]
                         continue
                     batch = batches.get(sub)
                     if batch is None:
@@ -770,18 +795,21 @@ class Endpoint:
             self._enqueue_nowait(self._presence_topic, 1, self._presence_payload("hello"), retain=True)
 
     # -- subscribing --------------------------------------------------------------------------
-    def subscribe(self, *prefixes: str, local: bool = False, buffer: int | None = None) -> Subscription:
+    def subscribe(
+        self, *prefixes: str, local: bool = False, buffer: int | None = None, kind: Kind = Kind.DATA
+    ) -> Subscription:
         """Subscribe to topic prefixes; use as ``async with ep.subscribe("/a", "/b") as sub``.
 
         ``local=True`` also delivers this endpoint's own publications. ``buffer`` bounds the
-        PUBLISH batches held for this subscriber (default ``subscriber_buffer``).
+        PUBLISH batches held for this subscriber (default ``subscriber_buffer``). ``kind``
+        selects which node messages it gets (data by default; stores use command).
         Raises :class:`TopicError` at once for prefixes MQTT cannot carry.
         """
         if not prefixes:
             raise UsageError("subscribe needs at least one topic prefix")
         for p in prefixes:
             validate_prefix(p)
-        return Subscription(self, prefixes, local=local, buffer=buffer or self._subscriber_buffer)
+        return Subscription(self, prefixes, local=local, buffer=buffer or self._subscriber_buffer, kind=kind)
 
     def subscribe_raw(self, *mqtt_filters: str, buffer: int | None = None) -> RawSubscription:
         """Receive bare PUBLISHes on MQTT filters outside the data layout (own messages included)."""
@@ -803,6 +831,26 @@ class Endpoint:
             await self._apply(self._table.remove(sub))
             if isinstance(sub, Subscription):
                 self._announce()
+
+    # -- services that live as long as the endpoint (stores) ---------------------------------------
+    async def start_service(self, fn: Any, *args: Any) -> Any:
+        """Run ``await fn(*args, task_status=...)`` in the endpoint's task group; return what it
+        passes to ``task_status.started()``. It is cancelled when the endpoint closes."""
+        if self._tg is None:
+            raise UsageError("the endpoint is not open: use it as `async with Endpoint(...) as ep`")
+        return await self._tg.start(fn, *args)
+
+    async def attach_master(self, name: str, **options: Any) -> Any:
+        """Attach the master of data store ``name`` (see broker_mqtt.store and docs/stores.md)."""
+        from .store.attached import attach_master
+
+        return await attach_master(self, name, **options)
+
+    async def attach_clone(self, name: str, **options: Any) -> Any:
+        """Attach a clone of data store ``name`` (see broker_mqtt.store and docs/stores.md)."""
+        from .store.attached import attach_clone
+
+        return await attach_clone(self, name, **options)
 
     # -- status and peers ---------------------------------------------------------------------
     def status(self, *, buffer: int | None = None) -> _StatusStream:

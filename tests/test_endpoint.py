@@ -231,3 +231,14 @@ async def test_endpoint_without_url_uses_a_shared_embedded_broker(monkeypatch: p
     async with Endpoint() as a, Endpoint() as b, b.subscribe("/hello") as sub:
         await a.publish("/hello", "embedded")
         assert [m.data for m in await take(sub, 1)] == ["embedded"]
+
+
+async def test_command_messages_reach_command_subscribers_only(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        async with b.subscribe("/s") as data, b.subscribe("/s", kind=Kind.COMMAND) as commands:
+            await a.send_node(Kind.COMMAND, "/s/cmd", {"op": "put"})
+            await a.send_node(Kind.COMMAND, "/s/one", "unicast", receivers=(b.id,))
+            await a.publish("/s/data", "plain")
+            assert [m.data for m in await take(commands, 2)] == [{"op": "put"}, "unicast"]
+            assert [m.data for m in await take(data, 1)] == ["plain"]
+            await nothing_more(data)

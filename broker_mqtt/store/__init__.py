@@ -1,0 +1,84 @@
+"""Zeek Broker data stores over MQTT: one master, many clones (sans-io core; ``docs/stores.md``).
+
+- :mod:`.backend`: where a replica keeps its data (memory, SQLite);
+- :mod:`.commands`: the commands and control messages and their wire form;
+- :mod:`.master`, :mod:`.clone`: the replica state machines, wired with ``broker_mqtt.channel``;
+- :mod:`.errors`: the store errors.
+"""
+
+from .backend import Backend, Entry, MemoryBackend, SQLiteBackend
+from .clone import (
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_WRITE_BUFFER,
+    Clone,
+    CloneEvent,
+    CloneState,
+    PutUniqueAnswered,
+    RequestError,
+    Synced,
+    WentStale,
+)
+from .commands import (
+    Append,
+    AttachClone,
+    BroadcastCommand,
+    Clear,
+    Command,
+    CommandKind,
+    ControlMessage,
+    Decrement,
+    Erase,
+    Expire,
+    Increment,
+    InsertInto,
+    Pop,
+    Push,
+    Put,
+    PutUnique,
+    PutUniqueResult,
+    RemoveFrom,
+    RequestFailed,
+    WriteCommand,
+    decode_broadcast,
+    decode_command,
+    decode_control,
+    snapshot_from_wire,
+    snapshot_to_wire,
+)
+from .errors import (
+    BackendError,
+    ErrorCode,
+    MasterExists,
+    NoSuchKey,
+    Stale,
+    StoreDecodeError,
+    StoreError,
+    StoreProtocolError,
+    Timeout,
+    TypeClash,
+    WriteBufferFull,
+    error_from_wire,
+)
+from .master import (
+    CloneAttached,
+    CloneLost,
+    Envelope,
+    Master,
+    MasterEvent,
+    RemoteWriteFailed,
+    WritesLost,
+    apply_write,
+)
+
+__all__ = [
+    "Append", "AttachClone", "Backend", "BackendError", "BroadcastCommand", "Clear", "Clone",
+    "CloneAttached", "CloneEvent", "CloneLost", "CloneState", "Command", "CommandKind", "ControlMessage",
+    "DEFAULT_REQUEST_TIMEOUT", "DEFAULT_WRITE_BUFFER", "Decrement", "Entry", "Envelope", "Erase",
+    "ErrorCode", "Expire", "Increment", "InsertInto", "Master", "MasterEvent", "MasterExists",
+    "MemoryBackend", "NoSuchKey", "Pop", "Push", "Put", "PutUnique", "PutUniqueAnswered",
+    "PutUniqueResult", "RemoteWriteFailed", "RemoveFrom", "RequestError", "RequestFailed",
+    "SQLiteBackend", "Stale", "StoreDecodeError", "StoreError", "StoreProtocolError", "Synced",
+    "Timeout", "TypeClash", "WentStale", "WriteBufferFull", "WriteCommand", "WritesLost",
+    "apply_write", "decode_broadcast", "decode_command", "decode_control", "error_from_wire",
+    "snapshot_from_wire", "snapshot_to_wire",
+]

@@ -1,0 +1,307 @@
+"""Storage backends of a data store: where a master (or clone) keeps its key/value pairs.
+
+A backend is a dumb, synchronous map ``key -> (value, expiry)``: it enforces no store semantics
+(types, put_unique, ...; those live in ``master.py``). Keys and values are any CBOR-encodable data;
+both backends compare keys by their CBOR encoding (so ``1`` and ``1.0`` are different keys, a list
+and a tuple the same) and hand out fresh copies (mutating a returned value changes nothing stored).
+``expiry`` is an absolute time in the caller's clock (``None``: never); for a persistent backend use
+a clock that survives restarts (wall-clock seconds). Every mutation accepts ``seq=``: the sequence
+number of the command being applied, recorded atomically with the change (``last_seq``), so a
+restarted replica knows how far it got.
+
+``SQLiteBackend`` runs in WAL mode with ``synchronous=FULL``: once a mutating call returns, the
+change survives a process kill or power loss. Any failure raises :class:`BackendError`, and the
+transaction is rolled back (the backend is unchanged).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import cbor2
+
+from .errors import BackendError, NoSuchKey
+
+__all__ = ["Entry", "Backend", "MemoryBackend", "SQLiteBackend"]
+
+
+def _pack(obj: Any) -> bytes:
+    """Encode a key or value (to become ``broker_mqtt.codec.encode``)."""
+    try:
+        return cbor2.dumps(obj, canonical=True)
+    except (cbor2.CBOREncodeError, TypeError, ValueError) as exc:
+        raise BackendError(f"cannot encode {obj!r}: {exc}") from exc
+
+
+def _unpack(data: bytes) -> Any:
+    """Decode a key or value (to become ``broker_mqtt.codec.decode``)."""
+    try:
+        return cbor2.loads(data)
+    except (cbor2.CBORDecodeError, TypeError, ValueError) as exc:
+        raise BackendError(f"cannot decode stored data: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    key: Any
+    value: Any
+    expiry: float | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The operations every backend offers. Not thread-safe; one user at a time."""
+
+    @property
+    def last_seq(self) -> int:
+        """Sequence number recorded with the latest mutation (0 if none)."""
+        ...
+
+    def get(self, key: Any) -> Any:
+        """Return the value; raise NoSuchKey."""
+        ...
+
+    def get_entry(self, key: Any) -> Entry | None: ...
+
+    def exists(self, key: Any) -> bool: ...
+
+    def keys(self) -> list[Any]: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Entry]:
+        """A snapshot of all entries (taken at the call; later changes do not show)."""
+        ...
+
+    def snapshot(self) -> list[Entry]: ...
+
+    def next_expiry(self) -> float | None:
+        """The earliest expiry of any entry."""
+        ...
+
+    def put(self, key: Any, value: Any, expiry: float | None = None, *, seq: int | None = None) -> None: ...
+
+    def erase(self, key: Any, *, seq: int | None = None) -> bool:
+        """Remove the key; return whether it existed."""
+        ...
+
+    def clear(self, *, seq: int | None = None) -> None: ...
+
+    def expire(self, now: float, *, seq: int | None = None) -> list[Any]:
+        """Remove and return every key whose expiry is <= now."""
+        ...
+
+    def replace_all(self, entries: list[Entry], *, seq: int | None = None) -> None:
+        """Atomically replace the whole content (a clone loading a snapshot)."""
+        ...
+
+    def set_last_seq(self, seq: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class MemoryBackend:
+    """A dict of encoded keys; fast, gone when the process ends."""
+
+    def __init__(self) -> None:
+        self._data: dict[bytes, tuple[bytes, float | None]] = {}
+        self._last_seq = 0
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
+    def _note(self, seq: int | None) -> None:
+        if seq is not None:
+            self._last_seq = seq
+
+    def get(self, key: Any) -> Any:
+        item = self._data.get(_pack(key))
+        if item is None:
+            raise NoSuchKey(key)
+        return _unpack(item[0])
+
+    def get_entry(self, key: Any) -> Entry | None:
+        item = self._data.get(_pack(key))
+        return None if item is None else Entry(key, _unpack(item[0]), item[1])
+
+    def exists(self, key: Any) -> bool:
+        return _pack(key) in self._data
+
+    def keys(self) -> list[Any]:
+        return [_unpack(k) for k in self._data]
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.snapshot())
+
+    def snapshot(self) -> list[Entry]:
+        return [Entry(_unpack(k), _unpack(v), e) for k, (v, e) in self._data.items()]
+
+    def next_expiry(self) -> float | None:
+        return min((e for _, e in self._data.values() if e is not None), default=None)
+
+    def put(self, key: Any, value: Any, expiry: float | None = None, *, seq: int | None = None) -> None:
+        k, v = _pack(key), _pack(value)
+        self._data[k] = (v, expiry)
+        self._note(seq)
+
+    def erase(self, key: Any, *, seq: int | None = None) -> bool:
+        existed = self._data.pop(_pack(key), None) is not None
+        self._note(seq)
+        return existed
+
+    def clear(self, *, seq: int | None = None) -> None:
+        self._data.clear()
+        self._note(seq)
+
+    def expire(self, now: float, *, seq: int | None = None) -> list[Any]:
+        gone = [k for k, (_, e) in self._data.items() if e is not None and e <= now]
+        for k in gone:
+            del self._data[k]
+        self._note(seq)
+        return [_unpack(k) for k in gone]
+
+    def replace_all(self, entries: list[Entry], *, seq: int | None = None) -> None:
+        data = {_pack(e.key): (_pack(e.value), e.expiry) for e in entries}
+        self._data = data
+        self._note(seq)
+
+    def set_last_seq(self, seq: int) -> None:
+        self._last_seq = seq
+
+    def close(self) -> None:
+        pass
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (k BLOB PRIMARY KEY, v BLOB NOT NULL, expiry REAL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS entries_expiry ON entries (expiry) WHERE expiry IS NOT NULL;
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+"""
+
+
+class SQLiteBackend:
+    """A SQLite file (stdlib ``sqlite3``); WAL mode, ``synchronous=FULL``, one transaction per call.
+
+    Opening creates the file and schema if needed; reopening continues where the last process
+    stopped (entries, expiries and ``last_seq``). Blocks on disk I/O: the async layer should call
+    it from a worker thread (the connection allows that, but never concurrently).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            row = self._db.execute("SELECT value FROM meta WHERE name = 'last_seq'").fetchone()
+        except sqlite3.Error as exc:
+            raise BackendError(f"cannot open {self.path}: {exc}") from exc
+        self._last_seq = row[0] if row else 0
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise BackendError(f"{self.path}: {exc}") from exc
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
+    def get(self, key: Any) -> Any:
+        rows = self._query("SELECT v FROM entries WHERE k = ?", (_pack(key),))
+        if not rows:
+            raise NoSuchKey(key)
+        return _unpack(rows[0][0])
+
+    def get_entry(self, key: Any) -> Entry | None:
+        rows = self._query("SELECT v, expiry FROM entries WHERE k = ?", (_pack(key),))
+        return Entry(key, _unpack(rows[0][0]), rows[0][1]) if rows else None
+
+    def exists(self, key: Any) -> bool:
+        return bool(self._query("SELECT 1 FROM entries WHERE k = ?", (_pack(key),)))
+
+    def keys(self) -> list[Any]:
+        return [_unpack(k) for (k,) in self._query("SELECT k FROM entries")]
+
+    def __len__(self) -> int:
+        return int(self._query("SELECT count(*) FROM entries")[0][0])
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.snapshot())
+
+    def snapshot(self) -> list[Entry]:
+        rows = self._query("SELECT k, v, expiry FROM entries")
+        return [Entry(_unpack(k), _unpack(v), e) for k, v, e in rows]
+
+    def next_expiry(self) -> float | None:
+        value = self._query("SELECT min(expiry) FROM entries WHERE expiry IS NOT NULL")[0][0]
+        return None if value is None else float(value)
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def _transaction(self, statements: list[tuple[str, Any]], seq: int | None) -> list[Any]:
+        """Run statements atomically (plus the last_seq update); return the first one's rows."""
+        if seq is not None:
+            statements = [*statements, ("INSERT INTO meta (name, value) VALUES ('last_seq', ?) "
+                                        "ON CONFLICT (name) DO UPDATE SET value = excluded.value", (seq,))]
+        first: list[Any] = []
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for i, (sql, args) in enumerate(statements):
+                    many = isinstance(args, list)
+                    cur = self._db.executemany(sql, args) if many else self._db.execute(sql, args)
+                    if i == 0:
+                        first = cur.fetchall() if cur.description else [cur.rowcount]
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise BackendError(f"{self.path}: {exc}") from exc
+        if seq is not None:
+            self._last_seq = seq
+        return first
+
+    def put(self, key: Any, value: Any, expiry: float | None = None, *, seq: int | None = None) -> None:
+        self._transaction([("INSERT OR REPLACE INTO entries (k, v, expiry) VALUES (?, ?, ?)",
+                            (_pack(key), _pack(value), expiry))], seq)
+
+    def erase(self, key: Any, *, seq: int | None = None) -> bool:
+        [count] = self._transaction([("DELETE FROM entries WHERE k = ?", (_pack(key),))], seq)
+        return bool(count)
+
+    def clear(self, *, seq: int | None = None) -> None:
+        self._transaction([("DELETE FROM entries", ())], seq)
+
+    def expire(self, now: float, *, seq: int | None = None) -> list[Any]:
+        rows = self._transaction([("DELETE FROM entries WHERE expiry IS NOT NULL AND expiry <= ? RETURNING k",
+                                   (now,))], seq)
+        return [_unpack(k) for (k,) in rows]
+
+    def replace_all(self, entries: list[Entry], *, seq: int | None = None) -> None:
+        rows = [(_pack(e.key), _pack(e.value), e.expiry) for e in entries]
+        self._transaction([("DELETE FROM entries", ()),
+                           ("INSERT OR REPLACE INTO entries (k, v, expiry) VALUES (?, ?, ?)", rows)], seq)
+
+    def set_last_seq(self, seq: int) -> None:
+        self._transaction([], seq)
+
+    def close(self) -> None:
+        """Close the file; the backend is unusable afterwards. Idempotent."""
+        try:
+            self._db.close()
+        except sqlite3.Error as exc:  # pragma: no cover
+            raise BackendError(f"{self.path}: {exc}") from exc

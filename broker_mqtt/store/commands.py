@@ -1,0 +1,355 @@
+"""Store commands and control messages, and their one wire form (``docs/stores.md`` § 2).
+
+Commands are the payload of the store channels (Zeek Broker's ``internal_command`` actions):
+
+* writers (a clone's writer channel, or the master's own handle) send any :data:`WriteCommand`;
+* the master applies them in order and broadcasts to its clones only the canonical effects
+  :class:`Put`, :class:`Erase`, :class:`Clear` and :class:`Expire` (an ``Increment`` travels on as
+  the ``Put`` of the resulting value), so every clone converges on the master's state whatever the
+  type rules are.
+
+The answers to a clone's ``PutUnique``, :class:`PutUniqueResult` or :class:`RequestFailed`, also
+travel on the master's channel, right after the ``Put`` they caused: reliable, and a clone sees its
+write before the answer (other clones ignore answers that are not theirs). The one control message
+outside the channels is :class:`AttachClone` (a clone looking for its master, Broker's
+``attach_clone_command``). ``expiry`` fields are relative durations in seconds (``None``: never).
+
+Wire form: a list ``[kind, field, ...]`` with the fields in declaration order; ``decode_command`` /
+``decode_control`` are the only decoders, and raise :class:`StoreDecodeError` on malformed input.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from .backend import Entry
+from .errors import StoreDecodeError, StoreError, error_from_wire
+
+__all__ = [
+    "CommandKind",
+    "Put",
+    "PutUnique",
+    "Erase",
+    "Clear",
+    "Increment",
+    "Decrement",
+    "Append",
+    "InsertInto",
+    "RemoveFrom",
+    "Push",
+    "Pop",
+    "Expire",
+    "PutUniqueResult",
+    "RequestFailed",
+    "AttachClone",
+    "Command",
+    "WriteCommand",
+    "BroadcastCommand",
+    "ControlMessage",
+    "decode_command",
+    "decode_control",
+    "decode_broadcast",
+    "snapshot_to_wire",
+    "snapshot_from_wire",
+]
+
+
+class CommandKind(enum.Enum):
+    PUT = "put"
+    PUT_UNIQUE = "put_unique"
+    ERASE = "erase"
+    CLEAR = "clear"
+    INCREMENT = "increment"
+    DECREMENT = "decrement"
+    APPEND = "append"
+    INSERT_INTO = "insert_into"
+    REMOVE_FROM = "remove_from"
+    PUSH = "push"
+    POP = "pop"
+    EXPIRE = "expire"
+    PUT_UNIQUE_RESULT = "put_unique_result"
+    REQUEST_FAILED = "request_failed"
+    ATTACH_CLONE = "attach_clone"
+
+
+# -- field validators: raise StoreDecodeError, return the (converted) value --------------------------
+
+def _any(value: Any) -> Any:
+    return value
+
+
+def _expiry(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise StoreDecodeError(f"expiry must be None or a duration >= 0, got {value!r}")
+    return value
+
+
+def _number(value: Any) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StoreDecodeError(f"amount must be a number, got {value!r}")
+    return value
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise StoreDecodeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _uint(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StoreDecodeError(f"expected an integer >= 0, got {value!r}")
+    return value
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise StoreDecodeError(f"expected a boolean, got {value!r}")
+    return value
+
+
+def _error(value: Any) -> StoreError:
+    return error_from_wire(value)
+
+
+class _Wire:
+    """Mixin: ``[kind, *fields]`` encoding; subclasses declare ``KIND`` and ``_CHECKS``."""
+
+    __slots__ = ()
+    KIND: ClassVar[CommandKind]
+    _CHECKS: ClassVar[tuple[Callable[[Any], Any], ...]]
+
+    def to_wire(self) -> list[Any]:
+        # ignore: mypy cannot see that every _Wire subclass is a dataclass
+        values = [getattr(self, f.name) for f in fields(self)]  # type: ignore[arg-type]
+        return [self.KIND.value, *(v.to_wire() if isinstance(v, StoreError) else v for v in values)]
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> Any:
+        """Decode this class's wire form; raise StoreDecodeError if malformed or another kind."""
+        msg = _decode(wire, _ALL)
+        if not isinstance(msg, cls):
+            raise StoreDecodeError(f"expected {cls.__name__}, got {type(msg).__name__}")
+        return msg
+
+
+def _cmd(kind: CommandKind, *checks: Callable[[Any], Any]) -> Callable[[type], type]:
+    def wrap(cls: type) -> type:
+        # ignore: the class attributes are declared on _Wire, which mypy does not know cls to be
+        cls.KIND = kind  # type: ignore[attr-defined]
+        cls._CHECKS = checks  # type: ignore[attr-defined]
+        return cls
+
+    return wrap
+
+
+@_cmd(CommandKind.PUT, _any, _any, _expiry)
+@dataclass(frozen=True, slots=True)
+class Put(_Wire):
+    """Set ``key`` to ``value`` (and its expiry)."""
+
+    key: Any
+    value: Any
+    expiry: float | None = None
+
+
+@_cmd(CommandKind.PUT_UNIQUE, _any, _any, _expiry, _str, _uint)
+@dataclass(frozen=True, slots=True)
+class PutUnique(_Wire):
+    """Put only if ``key`` does not exist; the master answers ``who`` with a PutUniqueResult."""
+
+    key: Any
+    value: Any
+    expiry: float | None
+    who: str
+    request_id: int
+
+
+@_cmd(CommandKind.ERASE, _any)
+@dataclass(frozen=True, slots=True)
+class Erase(_Wire):
+    """Remove ``key``; erasing a missing key is not an error."""
+
+    key: Any
+
+
+@_cmd(CommandKind.CLEAR)
+@dataclass(frozen=True, slots=True)
+class Clear(_Wire):
+    """Remove every key."""
+
+
+@_cmd(CommandKind.INCREMENT, _any, _number, _expiry)
+@dataclass(frozen=True, slots=True)
+class Increment(_Wire):
+    """Add ``amount`` to a number (int to int, float to float); a missing key counts as 0."""
+
+    key: Any
+    amount: int | float
+    expiry: float | None = None
+
+
+@_cmd(CommandKind.DECREMENT, _any, _number, _expiry)
+@dataclass(frozen=True, slots=True)
+class Decrement(_Wire):
+    """Subtract ``amount`` from a number; a missing key counts as 0."""
+
+    key: Any
+    amount: int | float
+    expiry: float | None = None
+
+
+@_cmd(CommandKind.APPEND, _any, _any, _expiry)
+@dataclass(frozen=True, slots=True)
+class Append(_Wire):
+    """Append a str to a str or bytes to bytes; a missing key counts as empty."""
+
+    key: Any
+    value: str | bytes
+    expiry: float | None = None
+
+
+@_cmd(CommandKind.INSERT_INTO, _any, _any, _any, _expiry)
+@dataclass(frozen=True, slots=True)
+class InsertInto(_Wire):
+    """Add ``index`` to a set, or map ``index`` to ``value`` in a table (dict).
+
+    A missing key becomes a set if ``value`` is None, else a table.
+    """
+
+    key: Any
+    index: Any
+    value: Any = None
+    expiry: float | None = None
+
+
+@_cmd(CommandKind.REMOVE_FROM, _any, _any, _expiry)
+@dataclass(frozen=True, slots=True)
+class RemoveFrom(_Wire):
+    """Remove ``index`` from a set or table (absent index: no change); the key must exist."""
+
+    key: Any
+    index: Any
+    expiry: float | None = None
+
+
+@_cmd(CommandKind.PUSH, _any, _any, _expiry)
+@dataclass(frozen=True, slots=True)
+class Push(_Wire):
+    """Append ``value`` to a vector (list); a missing key counts as empty."""
+
+    key: Any
+    value: Any
+    expiry: float | None = None
+
+
+@_cmd(CommandKind.POP, _any, _expiry)
+@dataclass(frozen=True, slots=True)
+class Pop(_Wire):
+    """Remove a vector's last element (an empty vector stays empty); the key must exist."""
+
+    key: Any
+    expiry: float | None = None
+
+
+@_cmd(CommandKind.EXPIRE, _any)
+@dataclass(frozen=True, slots=True)
+class Expire(_Wire):
+    """Master → clones: ``key`` expired and is gone."""
+
+    key: Any
+
+
+@_cmd(CommandKind.PUT_UNIQUE_RESULT, _str, _uint, _bool)
+@dataclass(frozen=True, slots=True)
+class PutUniqueResult(_Wire):
+    """Master → clones (on its channel): whether ``who``'s PutUnique ``request_id`` inserted."""
+
+    who: str
+    request_id: int
+    inserted: bool
+
+
+@_cmd(CommandKind.REQUEST_FAILED, _str, _uint, _error)
+@dataclass(frozen=True, slots=True)
+class RequestFailed(_Wire):
+    """Master → clones (on its channel): ``who``'s request ``request_id`` failed with ``error``."""
+
+    who: str
+    request_id: int
+    error: StoreError
+
+
+@_cmd(CommandKind.ATTACH_CLONE, _str, _uint)
+@dataclass(frozen=True, slots=True)
+class AttachClone(_Wire):
+    """Clone → master: please (re)start my channel with a fresh snapshot.
+
+    ``attempt`` grows with every new attach by this clone; the master ignores repeats of an attempt
+    it already answered (its handshake is repeated by the channel anyway).
+    """
+
+    clone: str
+    attempt: int
+
+
+WriteCommand = Put | PutUnique | Erase | Clear | Increment | Decrement | Append | InsertInto | RemoveFrom \
+    | Push | Pop
+BroadcastCommand = Put | Erase | Clear | Expire
+Command = WriteCommand | Expire
+ControlMessage = AttachClone
+
+_COMMANDS = {cls.KIND: cls for cls in (Put, PutUnique, Erase, Clear, Increment, Decrement, Append,
+                                       InsertInto, RemoveFrom, Push, Pop, Expire)}
+_CONTROL = {cls.KIND: cls for cls in (AttachClone,)}
+_RESULTS = {cls.KIND: cls for cls in (PutUniqueResult, RequestFailed)}
+_ALL = {**_COMMANDS, **_CONTROL, **_RESULTS}
+_BROADCAST = {cls.KIND: cls for cls in (Put, Erase, Clear, Expire, PutUniqueResult, RequestFailed)}
+
+
+def _decode(wire: Any, table: Mapping[CommandKind, type]) -> Any:
+    if not isinstance(wire, (list, tuple)) or not wire:
+        raise StoreDecodeError(f"a store message is a non-empty list, got {wire!r}")
+    try:
+        cls = table[CommandKind(wire[0])]
+    except (ValueError, TypeError, KeyError):
+        raise StoreDecodeError(f"unexpected store message kind {wire[0]!r}") from None
+    checks = cls._CHECKS  # type: ignore[attr-defined]  # every table value is a _Wire subclass
+    if len(wire) != len(checks) + 1:
+        raise StoreDecodeError(f"{wire[0]} has {len(checks) + 1} elements, got {len(wire)}")
+    return cls(*(check(v) for check, v in zip(checks, wire[1:], strict=True)))
+
+
+def decode_command(wire: Any) -> Command:
+    """Decode a channel payload; raise StoreDecodeError if malformed."""
+    command: Command = _decode(wire, _COMMANDS)
+    return command
+
+
+def decode_broadcast(wire: Any) -> BroadcastCommand | PutUniqueResult | RequestFailed:
+    """Decode a payload of the master's channel; raise StoreDecodeError if malformed or not allowed."""
+    msg: BroadcastCommand | PutUniqueResult | RequestFailed = _decode(wire, _BROADCAST)
+    return msg
+
+
+def decode_control(wire: Any) -> ControlMessage:
+    """Decode a control message; raise StoreDecodeError if malformed."""
+    msg: ControlMessage = _decode(wire, _CONTROL)
+    return msg
+
+
+def snapshot_to_wire(entries: list[Entry]) -> list[list[Any]]:
+    """The greeting of a clone handshake: ``[[key, value], ...]`` (clones keep no expiries)."""
+    return [[e.key, e.value] for e in entries]
+
+
+def snapshot_from_wire(wire: Any) -> list[Entry]:
+    if not isinstance(wire, (list, tuple)) or not all(
+            isinstance(item, (list, tuple)) and len(item) == 2 for item in wire):
+        raise StoreDecodeError(f"a snapshot is a list of [key, value], got {wire!r:.200}")
+    return [Entry(k, v) for k, v in wire]

@@ -1,0 +1,123 @@
+"""Errors of the data store layer (Zeek Broker's ``ec::no_such_key``, ``ec::type_clash``, ...).
+
+Every error is a :class:`StoreError`. Each carries an :class:`ErrorCode` so that it can travel on the
+wire (``to_wire``/``error_from_wire``) and be re-raised on the other side with the same class.
+Whose fault: ``NoSuchKey``/``TypeClash`` are the caller's (the operation does not fit the data);
+``Stale``/``Timeout`` are the network's; ``MasterExists`` is a deployment mistake; ``BackendError``
+is the storage's. After any of them the store's state is unchanged (operations are atomic).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+__all__ = [
+    "ErrorCode",
+    "StoreError",
+    "NoSuchKey",
+    "TypeClash",
+    "Stale",
+    "WriteBufferFull",
+    "Timeout",
+    "MasterExists",
+    "BackendError",
+    "StoreProtocolError",
+    "StoreDecodeError",
+    "error_from_wire",
+]
+
+
+class ErrorCode(enum.Enum):
+    NO_SUCH_KEY = "no_such_key"
+    TYPE_CLASH = "type_clash"
+    STALE = "stale"
+    WRITE_BUFFER_FULL = "write_buffer_full"
+    TIMEOUT = "timeout"
+    MASTER_EXISTS = "master_exists"
+    BACKEND_FAILURE = "backend_failure"
+    PROTOCOL = "protocol"
+
+
+class StoreError(Exception):
+    """Base class of all store errors."""
+
+    code = ErrorCode.PROTOCOL
+
+    def to_wire(self) -> list[Any]:
+        return [self.code.value, str(self)]
+
+
+class NoSuchKey(StoreError):
+    """The key does not exist (or expired). ``key`` is None when rebuilt from the wire."""
+
+    code = ErrorCode.NO_SUCH_KEY
+
+    def __init__(self, key: Any, message: str | None = None) -> None:
+        super().__init__(message or f"no such key: {key!r}")
+        self.key = key
+
+
+class TypeClash(StoreError, TypeError):
+    """The operation does not apply to the stored value's type (e.g. increment a string)."""
+
+    code = ErrorCode.TYPE_CLASH
+
+
+class Stale(StoreError):
+    """A clone is not synchronised with its master (never was, or lost it)."""
+
+    code = ErrorCode.STALE
+
+
+class WriteBufferFull(Stale):
+    """A clone already holds its maximum of writes the master has not acknowledged."""
+
+    code = ErrorCode.WRITE_BUFFER_FULL
+
+
+class Timeout(StoreError, TimeoutError):
+    """A request got no answer in time; it may or may not have taken effect."""
+
+    code = ErrorCode.TIMEOUT
+
+
+class MasterExists(StoreError):
+    """A master for this store name already exists."""
+
+    code = ErrorCode.MASTER_EXISTS
+
+
+class BackendError(StoreError):
+    """The storage backend failed (I/O error, corrupt file, unserialisable value)."""
+
+    code = ErrorCode.BACKEND_FAILURE
+
+
+class StoreProtocolError(StoreError):
+    """A peer sent a well-formed message that makes no sense here, or malformed store data."""
+
+    code = ErrorCode.PROTOCOL
+
+
+class StoreDecodeError(StoreProtocolError):
+    """Malformed wire data for a store command, control message or snapshot (the sender's fault)."""
+
+
+_BY_CODE: dict[ErrorCode, type[StoreError]] = {
+    cls.code: cls for cls in (TypeClash, Stale, WriteBufferFull, Timeout, MasterExists, BackendError,
+                              StoreProtocolError)
+}
+
+
+def error_from_wire(wire: Any) -> StoreError:
+    """Rebuild an error from ``StoreError.to_wire()``; malformed input gives StoreProtocolError."""
+    if not (isinstance(wire, (list, tuple)) and len(wire) == 2 and isinstance(wire[1], str)):
+        return StoreProtocolError(f"malformed error {wire!r}")
+    try:
+        code = ErrorCode(wire[0])
+    except ValueError:
+        return StoreProtocolError(f"unknown error code {wire[0]!r}: {wire[1]}")
+    if code is ErrorCode.NO_SUCH_KEY:
+        return NoSuchKey(None, wire[1])
+    return _BY_CODE[code](wire[1])

@@ -1,0 +1,173 @@
+"""Backends: the same contract for MemoryBackend and SQLiteBackend; SQLite durability."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker_mqtt.store import Backend, BackendError, Entry, MemoryBackend, NoSuchKey, SQLiteBackend
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    b: Backend = MemoryBackend() if request.param == "memory" else SQLiteBackend(tmp_path / "s.db")
+    yield b
+    b.close()
+
+
+def test_is_a_backend(backend: Backend) -> None:
+    assert isinstance(backend, Backend)
+
+
+def test_put_get_exists_keys(backend: Backend) -> None:
+    assert len(backend) == 0 and backend.keys() == [] and not backend.exists("a")
+    with pytest.raises(NoSuchKey) as err:
+        backend.get("a")
+    assert err.value.key == "a"
+    backend.put("a", 1)
+    backend.put(["compound", 2], {"x": [1, 2.5, b"raw", None]})
+    backend.put("a", "replaced")
+    assert backend.get("a") == "replaced"
+    assert backend.get(["compound", 2]) == {"x": [1, 2.5, b"raw", None]}
+    assert backend.exists(("compound", 2))  # keys compare by encoding: tuple == list
+    assert not backend.exists(1.0) and not backend.exists(True)
+    assert sorted(map(str, backend.keys())) == sorted(map(str, ["a", ["compound", 2]]))
+    assert len(backend) == 2
+
+
+def test_sets_and_copies(backend: Backend) -> None:
+    backend.put("s", {1, 2, 3})
+    value = backend.get("s")
+    assert value == {1, 2, 3}
+    value.add(4)  # a copy: the stored value does not change
+    assert backend.get("s") == {1, 2, 3}
+
+
+def test_erase_clear(backend: Backend) -> None:
+    backend.put("a", 1)
+    backend.put("b", 2)
+    assert backend.erase("a") is True
+    assert backend.erase("a") is False
+    assert backend.keys() == ["b"]
+    backend.clear()
+    assert len(backend) == 0
+
+
+def test_expire_and_next_expiry(backend: Backend) -> None:
+    assert backend.next_expiry() is None
+    backend.put("forever", 1)
+    backend.put("soon", 2, 10.0)
+    backend.put("later", 3, 20.0)
+    assert backend.next_expiry() == 10.0
+    assert backend.get_entry("soon") == Entry("soon", 2, 10.0)
+    assert backend.expire(9.9) == []
+    assert backend.expire(10.0) == ["soon"]
+    assert backend.next_expiry() == 20.0
+    backend.put("later", 4)  # a write without expiry makes it permanent
+    assert backend.next_expiry() is None
+    assert backend.expire(100.0) == []
+    assert sorted(backend.keys()) == ["forever", "later"]
+
+
+def test_snapshot_iteration_replace_all(backend: Backend) -> None:
+    backend.put("a", 1, 5.0)
+    backend.put("b", [2])
+    assert sorted(backend.snapshot(), key=lambda e: e.key) == [Entry("a", 1, 5.0), Entry("b", [2])]
+    assert sorted(e.key for e in backend) == ["a", "b"]
+    backend.replace_all([Entry("c", 3), Entry("d", 4)], seq=7)
+    assert sorted(backend.keys()) == ["c", "d"] and backend.last_seq == 7
+
+
+def test_last_seq_recorded_with_mutations(backend: Backend) -> None:
+    assert backend.last_seq == 0
+    backend.put("a", 1, seq=1)
+    backend.put("b", 1)  # without seq: unchanged
+    assert backend.last_seq == 1
+    backend.erase("a", seq=2)
+    backend.clear(seq=3)
+    backend.expire(0.0, seq=4)
+    assert backend.last_seq == 4
+    backend.set_last_seq(9)
+    assert backend.last_seq == 9
+
+
+def test_unencodable_value_is_backend_error(backend: Backend) -> None:
+    with pytest.raises(BackendError):
+        backend.put("a", object())
+    assert not backend.exists("a")
+
+
+def test_sqlite_persists_across_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    b = SQLiteBackend(path)
+    b.put("a", {"n": 1}, 50.0, seq=1)
+    b.put(("k", 1), {1, 2}, seq=2)
+    b.erase("nothing", seq=3)
+    b.close()
+    b = SQLiteBackend(path)
+    try:
+        assert b.last_seq == 3
+        assert b.get_entry("a") == Entry("a", {"n": 1}, 50.0)
+        assert b.get(["k", 1]) == {1, 2}
+        assert b.expire(50.0) == ["a"]
+    finally:
+        b.close()
+
+
+def test_sqlite_is_wal_and_synchronous_full(tmp_path: Path) -> None:
+    b = SQLiteBackend(tmp_path / "w.db")
+    b.close()
+    db = sqlite3.connect(tmp_path / "w.db")
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        db.close()
+    b = SQLiteBackend(tmp_path / "w.db")
+    try:
+        assert b._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        b.close()
+
+
+def test_sqlite_corrupt_file_is_backend_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(BackendError):
+        SQLiteBackend(path)
+
+
+def test_sqlite_acknowledged_writes_survive_kill_9(tmp_path: Path) -> None:
+    path = tmp_path / "k.db"
+    script = textwrap.dedent(f"""
+        import sys, time
+        from broker_mqtt.store import SQLiteBackend
+        b = SQLiteBackend({str(path)!r})
+        for i in range(50):
+            b.put(i, "v" * i, seq=i + 1)
+            print(i, flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        acked = [int(proc.stdout.readline()) for _ in range(50)]
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    b = SQLiteBackend(path)
+    try:
+        assert sorted(b.keys()) == acked and b.last_seq == 50
+        assert b.get(49) == "v" * 49
+    finally:
+        b.close()

@@ -1,0 +1,65 @@
+"""The broker-mqtt command line, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from broker_mqtt import EmbeddedBroker
+
+pytestmark = pytest.mark.mosquitto
+
+CLI = [sys.executable, "-m", "broker_mqtt"]
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_help_everywhere() -> None:
+    for cmd in ([], ["demo"], ["pub"], ["sub"]):
+        out = run(*cmd, "--help")
+        assert out.returncode == 0 and "Usage" in out.stdout
+
+
+def test_demo_shows_peers_and_a_real_kill() -> None:
+    out = run("demo", "--duration", "3", timeout=90)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "PeerLost" in out.stdout and "PeerRemoved" in out.stdout
+    assert "result: OK" in out.stdout
+
+
+def test_pub_sub_round_trip(broker: EmbeddedBroker) -> None:
+    sub = subprocess.Popen([*CLI, "sub", "--broker", broker.url, "--namespace", "clitest", "--json",
+                            "--count", "1", "/cli"], stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while sub.poll() is None and time.monotonic() < deadline:
+            assert run("pub", "--broker", broker.url, "--namespace", "clitest", "/cli/x", '{"n": 1}').returncode == 0
+            try:
+                out, _ = sub.communicate(timeout=1)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        assert sub.returncode == 0
+        assert json.loads(out.strip().splitlines()[0])["data"] == {"n": 1}
+    finally:
+        sub.kill()
+        sub.wait()
+        if sub.stdout:
+            sub.stdout.close()
+
+
+def test_unreachable_broker_exit_code() -> None:
+    out = run("pub", "--broker", "mqtt://127.0.0.1:1", "/x", "1", timeout=60)
+    assert out.returncode == 3
+    assert "could not connect" in out.stderr
+
+
+def test_usage_errors() -> None:
+    assert run("pub", "--broker", "mqtt://127.0.0.1:1", "/x/#", "1").returncode == 2
+    assert run("pub", "--broker", "mqtt://127.0.0.1:1", "/x", "{not json").returncode == 2

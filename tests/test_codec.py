@@ -1,0 +1,300 @@
+"""Tests for broker_mqtt.codec and broker_mqtt.data: round-trips, wire forms, malformed input."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import cbor2
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker_mqtt.codec import PROJECT_TAGS, DecodeError, EncodeError, decode, decode_sequence, encode
+from broker_mqtt.data import Count, EnumValue, Port, PortProtocol
+
+# The composite strategies below have long reprs; hypothesis warns when it renders one.
+pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
+
+# --- strategies -----------------------------------------------------------------------------
+
+counts = st.integers(0, 2**64 - 1).map(Count)
+ports = st.builds(Port, st.integers(0, 65535), st.sampled_from(PortProtocol))
+enums = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)?", fullmatch=True).map(EnumValue)
+addresses = st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6))
+
+
+def _network(address: ipaddress.IPv4Address | ipaddress.IPv6Address, prefix: int) -> Any:
+    return ipaddress.ip_network((address, prefix), strict=False)
+
+
+subnets = st.one_of(st.builds(_network, st.ip_addresses(v=4), st.integers(0, 32)),
+                    st.builds(_network, st.ip_addresses(v=6), st.integers(0, 128)))
+offsets = st.integers(-1439, 1439).map(lambda m: timezone(timedelta(minutes=m)))
+timestamps = st.datetimes(timezones=offsets)
+timespans = st.timedeltas()
+
+hashable_leaves = st.one_of(
+    st.none(), st.booleans(), counts, st.integers(), st.floats(allow_nan=False), st.text(), st.binary(),
+    addresses, subnets, ports, timestamps, timespans, enums,
+)
+hashables = st.deferred(lambda: st.recursive(
+    hashable_leaves,
+    lambda inner: st.one_of(st.tuples(inner, inner), st.lists(inner, max_size=3).map(tuple),
+                            st.frozensets(inner, max_size=3)),
+    max_leaves=8,
+))
+leaves = st.one_of(hashable_leaves, st.floats())
+values = st.deferred(lambda: st.recursive(
+    leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(hashables, inner, max_size=4),
+        st.sets(hashables, max_size=4),
+        st.frozensets(hashables, max_size=4),
+        st.tuples(inner, inner),
+    ),
+    max_leaves=20,
+))
+
+
+def expected(v: Any, hashed: bool = False) -> Any:
+    """What decode(encode(v)) must return: tuples become lists except in keys and set members."""
+    if isinstance(v, (list, tuple)):
+        items = [expected(x, hashed) for x in v]
+        return tuple(items) if hashed else items
+    if isinstance(v, dict):
+        return {expected(k, True): expected(x) for k, x in v.items()}
+    if isinstance(v, (set, frozenset)):
+        members = {expected(x, True) for x in v}
+        return frozenset(members) if hashed else members
+    return v
+
+
+def same(a: Any, b: Any) -> bool:
+    """Type-strict structural equality (1 != 1.0 != True, tuple != list, offsets must match)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(k, next(j for j in b if j == k)) and same(a[k], b[k])
+                                            for k in a)
+    if isinstance(a, (set, frozenset)):
+        return a == b and all(any(same(x, y) for y in b) for x in a)
+    if isinstance(a, datetime):
+        return a == b and a.utcoffset() == b.utcoffset()
+    return bool(a == b)
+
+
+def roundtrip(v: Any) -> Any:
+    out = decode(encode(v))
+    assert same(out, expected(v)), (v, out)
+    return out
+
+
+# --- round-trips ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", [
+    st.none(), st.booleans(), counts, st.integers(), st.floats(), st.text(), st.binary(), addresses,
+    subnets, ports, timestamps, timespans, enums,
+], ids=lambda s: repr(s)[:40])
+@settings(deadline=None)
+@given(data=st.data())
+def test_roundtrip_each_type(strategy: st.SearchStrategy[Any], data: st.DataObject) -> None:
+    roundtrip(data.draw(strategy))
+
+
+@settings(max_examples=300, deadline=None)
+@given(values)
+def test_roundtrip_nested(v: Any) -> None:
+    roundtrip(v)
+
+
+@settings(deadline=None)
+@given(st.dictionaries(hashables, values, max_size=5))
+def test_roundtrip_tables_with_composite_keys(v: dict[Any, Any]) -> None:
+    roundtrip(v)
+
+
+def test_nested_structures_explicitly() -> None:
+    v = {
+        (1, "a"): [{Count(1): {frozenset({1, 2}), frozenset()}}],
+        frozenset({(1, 2), (3, 4)}): {ipaddress.ip_address("::1"): Port(53, PortProtocol.UDP)},
+        Count(7): [{"x": timedelta(microseconds=-1)}, {EnumValue("Conn::LOG"): None}],
+    }
+    out = roundtrip(v)
+    assert isinstance(out[(1, "a")], list)
+    inner = out[(1, "a")][0][Count(1)]
+    assert isinstance(inner, set) and all(isinstance(m, frozenset) for m in inner)
+
+
+def test_tuple_rule() -> None:
+    assert decode(encode((1, 2))) == [1, 2]
+    assert decode(encode([(1, 2)])) == [[1, 2]]
+    assert decode(encode({(1, 2): (3, 4)})) == {(1, 2): [3, 4]}
+    assert decode(encode({(1, (2, 3))})) == {(1, (2, 3))}
+
+
+def test_timestamp_keeps_offset_and_microseconds() -> None:
+    ts = datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-9, minutes=-30)))
+    out = decode(encode(ts))
+    assert out == ts and out.utcoffset() == ts.utcoffset() and out.microsecond == 999999
+
+
+def test_count_is_distinct_from_integer() -> None:
+    out = decode(encode({Count(5): "count", 5: "integer"}))
+    assert out == {Count(5): "count", 5: "integer"}
+    assert int(Count(5)) == 5 and [10, 11, 12][Count(1)] == 11
+
+
+# --- wire forms -----------------------------------------------------------------------------
+
+def _tag_of(b: bytes) -> int:
+    item = cbor2.loads(b, tag_hook=lambda tag, immutable: tag, semantic_decoders={
+        t: (lambda t: lambda v, imm: cbor2.CBORTag(t, v))(t) for t in (0, 52, 54, 258)})
+    assert isinstance(item, cbor2.CBORTag)
+    return item.tag
+
+
+@pytest.mark.parametrize(("value", "tag", "prefix"), [
+    (ipaddress.ip_address("192.0.2.1"), 52, "d83444c0000201"),
+    (ipaddress.ip_address("2001:db8::1"), 54, "d83650"),
+    (ipaddress.ip_network("192.0.2.0/24"), 52, "d834821818"),
+    (ipaddress.ip_network("2001:db8::/32"), 54, "d836821820"),
+    ({1}, 258, "d9010281"),
+    (frozenset({1}), 258, "d9010281"),
+    (datetime(2020, 1, 1, tzinfo=timezone.utc), 0, "c0"),
+])
+def test_standard_tags(value: Any, tag: int, prefix: str) -> None:
+    b = encode(value)
+    assert b.hex().startswith(prefix)
+    assert _tag_of(b) == tag
+
+
+@pytest.mark.parametrize(("value", "hexed"), [
+    (Count(1), "d9da0201"),
+    (Port(443, PortProtocol.TCP), "d9da03821901bb01"),
+    (timedelta(seconds=1, microseconds=5), "d9da041a000f4245"),
+    (timedelta(microseconds=-1), "d9da0420"),
+    (EnumValue("A"), "d9da056141"),
+])
+def test_project_tag_layout(value: Any, hexed: str) -> None:
+    assert encode(value).hex() == hexed
+    assert decode(bytes.fromhex(hexed)) == value
+
+
+def test_project_tags_table() -> None:
+    assert sorted(PROJECT_TAGS) == [55810, 55811, 55812, 55813]
+
+
+# --- malformed input ------------------------------------------------------------------------
+
+@settings(deadline=None)
+@given(values)
+def test_every_truncation_raises_decode_error(v: Any) -> None:
+    b = encode(v)
+    for n in range(len(b)):
+        with pytest.raises(DecodeError):
+            decode(b[:n])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=64))
+def test_garbage_is_decode_error_or_value(b: bytes) -> None:
+    try:
+        decode(b)
+    except DecodeError:
+        pass
+
+
+@settings(deadline=None)
+@given(values, st.binary(min_size=1, max_size=8))
+def test_trailing_bytes(v: Any, tail: bytes) -> None:
+    with pytest.raises(DecodeError, match="trailing bytes"):
+        decode(encode(v) + tail)
+
+
+@pytest.mark.parametrize("hexed", [
+    "d9da0163616263",          # tag 55809: not ours
+    "d9da0263616263",          # count holding a string
+    "d9da0220",                # negative count
+    "d9da0363616263",          # port holding a string
+    "d9da03821a0001000001",    # port number 65536
+    "d9da0382185009",          # unknown protocol code
+    "d9da04f93c00",            # timespan holding a float
+    "d9da0560",                # empty enum name
+    "d9da0501",                # enum holding an int
+    "d81e820102",              # rational: outside the model
+    "d8184101",                # embedded CBOR: unknown tag
+    "d9010201",                # set tag holding an int
+    "d83401",                  # address tag holding an int
+])
+def test_bad_tags(hexed: str) -> None:
+    with pytest.raises(DecodeError):
+        decode(bytes.fromhex(hexed))
+
+
+def test_decode_error_messages() -> None:
+    with pytest.raises(DecodeError, match="unknown CBOR tag 55809"):
+        decode(bytes.fromhex("d9da0101"))
+    with pytest.raises(DecodeError, match="truncated"):
+        decode(b"\x82\x01")
+    with pytest.raises(DecodeError, match="empty"):
+        decode(b"")
+    with pytest.raises(DecodeError, match="at byte 2"):
+        decode_sequence(b"\x01\x02\x82\x01")
+
+
+def test_decode_accepts_buffers() -> None:
+    b = encode([1, "x", Count(2)])
+    assert decode(bytearray(b)) == decode(memoryview(b)) == [1, "x", Count(2)]
+    # 0xf7 inside the data takes the exact path
+    assert decode(encode([247, b"\xf7"])) == [247, b"\xf7"]
+
+
+# --- encode errors and helper types ---------------------------------------------------------
+
+@pytest.mark.parametrize("value", [
+    datetime(2020, 1, 1), [datetime(2020, 1, 1)], object(), {"k": object()}, {1: [2, {3}, object()]},
+])
+def test_encode_error(value: Any) -> None:
+    with pytest.raises(EncodeError):
+        encode(value)
+
+
+def test_encode_error_names_type() -> None:
+    class Gadget:
+        pass
+    with pytest.raises(EncodeError, match="Gadget"):
+        encode([Gadget()])
+    with pytest.raises(EncodeError, match="naive datetime"):
+        encode({"ts": datetime(2020, 1, 1)})
+
+
+def test_helper_validation() -> None:
+    with pytest.raises(ValueError):
+        Count(-1)
+    with pytest.raises(ValueError):
+        Count(2**64)
+    with pytest.raises(TypeError):
+        Count(True)
+    with pytest.raises(ValueError):
+        Port(65536, PortProtocol.TCP)
+    with pytest.raises(TypeError):
+        Port(80, "tcp")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        EnumValue("")
+    assert str(Port(80, PortProtocol.TCP)) == "80/tcp"
+
+
+@settings(deadline=None)
+@given(st.lists(values, max_size=5))
+def test_decode_sequence(items: list[Any]) -> None:
+    data = b"".join(encode(v) for v in items)
+    out = decode_sequence(data)
+    assert len(out) == len(items) and all(same(o, expected(v)) for o, v in zip(out, items))
