@@ -64,3 +64,17 @@ def test_malformed_envelopes_are_named(item: object, words: str) -> None:
 
 def test_empty_payload_is_an_error() -> None:
     assert decode_batch(b"")[1] is not None
+
+
+def test_fast_path_never_accepts_what_the_exact_path_would_refuse() -> None:
+    """A stray break byte, trailing bytes, or a non-canonical foreign encoding fall back to the
+    exact decoder, which keeps the good prefix and names the error."""
+    enc = NodeEncoder(SENDER)
+    good = enc.encode(Kind.DATA, "/t", cbor2.dumps(1))
+    for tail in (b"\xff", b"\xff\xf7", b"\x00", b"\xff\xff\x01"):
+        msgs, err = decode_batch(good * 2 + tail)
+        assert len(msgs) == 2 and err is not None
+    # 1 encoded on two bytes (0x18 0x01) instead of one: valid CBOR, not canonical.
+    foreign = b"\x87\x18\x01" + good[2:]
+    (msg,), err = decode_batch(foreign)
+    assert err is None and msg.kind is Kind.DATA
