@@ -74,7 +74,8 @@ class EmbeddedBroker:
     """A mosquitto child process on a free loopback port.
 
     ``max_packet_size`` (bytes) is announced to clients in CONNACK; larger packets are refused.
-    ``extra_config`` lines are appended verbatim (e.g. a bridge for split tests).
+    ``password_file`` (made with ``mosquitto_passwd``) turns anonymous access off.
+    ``extra_config`` lines are appended verbatim (e.g. a TLS listener, a bridge for split tests).
     """
 
     def __init__(
@@ -83,12 +84,14 @@ class EmbeddedBroker:
         port: int | None = None,
         max_packet_size: int = 16 * 1024 * 1024,
         extra_config: str = "",
+        password_file: str | None = None,
         start_timeout: float = 10.0,
     ) -> None:
         self.host = "127.0.0.1"
         self.port = port or _free_port()
         self.max_packet_size = max_packet_size
         self.extra_config = extra_config
+        self.password_file = password_file
         self.start_timeout = start_timeout
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -110,7 +113,8 @@ class EmbeddedBroker:
         return "\n".join(
             [
                 f"listener {self.port} {self.host}",
-                "allow_anonymous true",
+                "allow_anonymous true" if self.password_file is None else "allow_anonymous false",
+                f"password_file {self.password_file}" if self.password_file else "",
                 "set_tcp_nodelay true",
                 "max_queued_messages 0",
                 "max_queued_bytes 0",

@@ -35,6 +35,7 @@ from typing import Any, Self
 
 import aiomqtt
 import anyio
+from aiomqtt.exceptions import MqttConnectError
 from anyio.abc import TaskGroup, TaskStatus
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -467,8 +468,13 @@ class Endpoint:
             except* (aiomqtt.MqttError, OSError) as group:
                 reason = "; ".join(str(e) for e in group.exceptions)
                 self._last_error = reason
-                if first and any(isinstance(e, aiomqtt.MqttCodeError) and _refused(e) for e in group.exceptions):
+                if first and any(_refused(e) for e in group.exceptions):
                     raise BrokerUnavailable(f"the broker at {self._url} refused the connection: {reason}") from None
+                if first and "CERTIFICATE_VERIFY_FAILED" in reason:
+                    raise BrokerUnavailable(
+                        f"TLS: the certificate of {self._url} did not verify ({reason}); "
+                        "check TLSOptions.ca_file and the broker's host name"
+                    ) from None
             finally:
                 was_connected = self._client is not None
                 self._client = None
@@ -892,11 +898,11 @@ class Endpoint:
         return f"<Endpoint {self.name} {self.id} {'connected' if self.connected else 'disconnected'}>"
 
 
-def _refused(exc: aiomqtt.MqttCodeError) -> bool:
+def _refused(exc: BaseException) -> bool:
     """A CONNACK refusal that retrying will not fix (bad credentials, not authorized, banned)."""
     rc = getattr(exc, "rc", None)
     value = getattr(rc, "value", rc)
-    return isinstance(exc, aiomqtt.MqttConnectError) and value in (0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C, 4, 5)
+    return isinstance(exc, MqttConnectError) and value in (0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C, 4, 5)
 
 
 def _disconnect_ending_session(client: aiomqtt.Client) -> None:

@@ -1,0 +1,98 @@
+"""asyncactor over the real embedded mosquitto: rotation, exclusivity, failover after a real kill."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import cbor2
+import pytest
+
+from asyncactor import Actor, DetagEvent, TagEvent, UntagEvent
+from asyncactor.mqtt import MQTTTransport
+from broker_mqtt import EmbeddedBroker, Endpoint, TopicError
+
+pytestmark = [pytest.mark.anyio, pytest.mark.mosquitto]
+
+CFG = {"cycle": 1.0, "gap": 0.25}
+
+
+async def test_three_actors_rotate_and_never_overlap(broker: EmbeddedBroker, namespace: str) -> None:
+    """Tenures (Tag .. Untag/Detag) of different nodes never overlap, and the tag moves around."""
+    tenures: list[tuple[str, float, float]] = []
+
+    async def run(name: str) -> None:
+        async with Endpoint(broker, namespace=namespace, name=name) as ep:
+            async with Actor(MQTTTransport(ep, f"{namespace}/actor"), name=name, cfg=CFG, value=1) as actor:
+                start = None
+                async for event in actor:
+                    now = anyio.current_time()
+                    if isinstance(event, TagEvent):
+                        start = now
+                    elif isinstance(event, (UntagEvent, DetagEvent)) and start is not None:
+                        tenures.append((name, start, now))
+                        start = None
+
+    with anyio.move_on_after(10):
+        async with anyio.create_task_group() as tg:
+            for name in ("a", "b", "c"):
+                tg.start_soon(run, name)
+    tenures.sort(key=lambda t: t[1])
+    assert len(tenures) >= 5, tenures
+    assert len({name for name, _, _ in tenures}) >= 2, "the tag never moved"
+    for (n1, _, end1), (n2, start2, _) in zip(tenures, tenures[1:], strict=False):
+        assert start2 >= end1 - 0.01, f"{n1} and {n2} were 'it' at the same time"
+
+
+async def test_own_messages_come_back_exactly_once_and_bare(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as ep, Endpoint(broker, namespace=namespace) as spy:
+        transport = MQTTTransport(ep, f"{namespace}/actor")
+        async with transport.monitor() as msgs, spy.subscribe_raw(f"{namespace}/actor") as raw:
+            await transport.send({"t": "init", "node": "x"})
+            with anyio.fail_after(5):
+                assert await msgs.__anext__() == {"t": "init", "node": "x"}
+                bare = await raw.__anext__()
+            assert cbor2.loads(bare.payload) == {"t": "init", "node": "x"}  # no envelope
+            with anyio.move_on_after(0.3):
+                pytest.fail(f"echoed twice: {await msgs.__anext__()}")
+        with pytest.raises(TopicError):
+            MQTTTransport(ep, "a/+/b")
+
+
+async def test_sticky_failover_after_a_real_kill(broker: EmbeddedBroker, namespace: str) -> None:
+    """The "it" node's process is SIGKILLed; a survivor takes the tag within a few cycles."""
+    here = Path(__file__).parent
+    proc = subprocess.Popen(
+        [sys.executable, str(here / "actor_node.py"), broker.url, namespace, "victim",
+         str(CFG["cycle"]), str(CFG["gap"]), "sticky"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(here.parent)},
+    )
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        line = ""
+        with anyio.fail_after(15):
+            while not line.startswith("TAG"):
+                line = await anyio.to_thread.run_sync(proc.stdout.readline)
+        async with Endpoint(broker, namespace=namespace, name="survivor") as ep:
+            transport = MQTTTransport(ep, f"{namespace}/actor")
+            async with Actor(transport, name="survivor", cfg=CFG, value=1, sticky=True) as actor:
+                await anyio.sleep(3 * CFG["cycle"])
+                assert not actor.is_it, "sticky: the living 'it' keeps the tag"
+                proc.kill()
+                killed = time.monotonic()
+                with anyio.fail_after(10):
+                    async for event in actor:
+                        if isinstance(event, TagEvent):
+                            break
+                took = time.monotonic() - killed
+                # The protocol bound is cycle + gap; scheduling on a busy 2-core CI box adds slack.
+                assert took < 2 * (CFG["cycle"] + CFG["gap"]), took
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
