@@ -698,7 +698,7 @@ class Endpoint:
                         await sub._deliver([item])
 
     async def _on_node_messages(self, topic: str, payload: bytes, filters: list[Filter[_Stream]] | None) -> None:
-        """Deliver the data messages of one PUBLISH; ``filters`` None means unicast (match by topic)."""
+        """Deliver the node messages of one PUBLISH; ``filters`` None means unicast (match by topic)."""
         messages, error = decode_batch(payload)
         if error is not None:
             self._stats.malformed += 1
@@ -706,43 +706,50 @@ class Endpoint:
         if not messages:
             return
         me = self._id_bytes
-        expected = topic[len(self._data_head):] if filters is not None else None
-        batches: dict[_Stream, list[Message]] = {}
-        for nm in messages:
-            if nm.receivers is not None and me not in nm.receivers:
+        if filters is not None:
+            # Every message of a data PUBLISH matched the same filters: flatten them once.
+            expected = topic[len(self._data_head):]
+            expected_slash = "/" + expected
+            flat = [(sub, sub.kind, sub.local, []) for f in filters for sub in f.subscribers]  # type: ignore[attr-defined]
+        received = 0
+        for kind, sender, receivers, _ttl, node_topic, packed in messages:
+            if receivers is not None and me not in receivers:
                 continue
-            node_topic = nm.topic
-            if expected is not None and (node_topic[1:] if node_topic[:1] == "/" else node_topic) != expected:
+            if filters is None:
+                try:
+                    flat = [
+                        (sub, sub.kind, sub.local, [])  # type: ignore[attr-defined]
+                        for f in self._table.match(validate_topic(node_topic))
+                        for sub in f.subscribers
+                    ]
+                except UsageError:
+                    self._stats.malformed += 1
+                    continue
+            elif node_topic != expected and node_topic != expected_slash:
                 self._stats.malformed += 1
                 self._report(
                     ErrorEvent(ErrorCode.MALFORMED_MESSAGE, f"node message topic {node_topic!r} "
                                f"does not match its MQTT topic {topic!r}", topic=topic)
                 )
                 continue
-            self._stats.received += 1
-            targets = filters
-            if targets is None:
-                try:
-                    targets = self._table.match(validate_topic(node_topic))
-                except UsageError:
-                    self._stats.malformed += 1
-                    continue
-            own = nm.sender == me
-            kind = nm.kind
-            msg = Message(node_topic, nm.sender, nm.payload)
-            for f in targets:
-                for sub in f.subscribers:
-                    if sub.kind is not kind or (own and not sub.local):  # type: ignore[attr-defined]
-                        continue
-                    batch = batches.get(sub)
-                    if batch is None:
-                        batches[sub] = [msg]
-                    else:
-                        batch.append(msg)
-        for sub, batch in batches.items():
-            self._stats.delivered += len(batch)
-            if not sub._deliver_nowait(batch):
-                await sub._deliver(batch)
+            received += 1
+            own = sender == me
+            msg = Message(node_topic, sender, packed)
+            for _sub, sub_kind, local, batch in flat:
+                if sub_kind is kind and (local or not own):
+                    batch.append(msg)
+            if filters is None:
+                await self._hand_over(flat)
+        self._stats.received += received
+        if filters is not None:
+            await self._hand_over(flat)
+
+    async def _hand_over(self, flat: list[tuple[_Stream, Kind, bool, list[Message]]]) -> None:
+        for sub, _kind, _local, batch in flat:
+            if batch:
+                self._stats.delivered += len(batch)
+                if not sub._deliver_nowait(batch):
+                    await sub._deliver(batch)
 
     def _on_presence(self, topic: str, payload: bytes) -> None:
         hex_id = self.layout.presence_id(topic)
