@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench setup mosquitto clean
+.PHONY: demo test bench check setup mosquitto clean
 
 setup: $(STAMP) mosquitto
 
@@ -29,6 +29,10 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+check: setup
+	$(BIN)/python -m pip install -q ruff
+	$(BIN)/ruff check broker_mqtt asyncactor bench tests
 
 bench: setup
 	$(BIN)/python bench/pubsub.py

@@ -21,7 +21,6 @@ from .errors import (
     TransportError,
     UsageError,
 )
-from .message import Kind
 from .events import (
     ConnectionLost,
     ConnectionRestored,
@@ -34,6 +33,7 @@ from .events import (
     PeerRemoved,
     StatusEvent,
 )
+from .message import Kind
 
 __all__ = [
     "__version__",

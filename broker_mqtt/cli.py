@@ -7,7 +7,6 @@ expected); 2 usage errors (click's own); 3 the broker is unreachable or refused 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,8 +22,8 @@ from . import __version__
 from .embedded import EmbeddedBroker
 from .endpoint import Endpoint
 from .errors import BrokerUnavailable, MosquittoNotFound, UsageError
-from .topics import validate_prefix, validate_topic
 from .events import ConnectionLost, ConnectionRestored, ErrorEvent, PeerAdded, PeerLost, PeerRemoved
+from .topics import validate_prefix, validate_topic
 
 EXIT_CHECK_FAILED = 1
 EXIT_UNREACHABLE = 3

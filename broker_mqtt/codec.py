@@ -34,8 +34,9 @@ they decode as ``tuple`` (cbor2 decodes keys and set members immutably; sets the
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable, Final
+from typing import Any, Final
 
 import cbor2
 

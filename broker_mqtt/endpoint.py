@@ -45,7 +45,7 @@ from . import codec
 from .broker_url import BrokerURL, TLSOptions
 from .dispatch import Filter, Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
 from .embedded import EmbeddedBroker
-from .errors import BrokerUnavailable, PayloadTooLarge, PublishQueueFull, TransportError, UsageError
+from .errors import BrokerUnavailable, PayloadTooLarge, PublishQueueFull, UsageError
 from .events import (
     ConnectionLost,
     ConnectionRestored,
@@ -426,7 +426,9 @@ class Endpoint:
         )
         # aiomqtt drops CONNACK properties and PUBACK reason codes; we need both.
         paho = client._client
-        on_connect, on_publish = paho.on_connect, paho.on_publish
+        # paho types its callback slots as Optional; aiomqtt has set both.
+        on_connect: Any = paho.on_connect
+        on_publish: Any = paho.on_publish
 
         def _on_connect(c: Any, userdata: Any, flags: Any, reason: Any, props: Any = None) -> None:
             self._max_packet = getattr(props, "MaximumPacketSize", _MAX_PACKET_DEFAULT)
@@ -710,7 +712,9 @@ class Endpoint:
             # Every message of a data PUBLISH matched the same filters: flatten them once.
             expected = topic[len(self._data_head):]
             expected_slash = "/" + expected
-            flat = [(sub, sub.kind, sub.local, []) for f in filters for sub in f.subscribers]  # type: ignore[attr-defined]
+            flat: list[tuple[_Stream, Kind, bool, list[Message]]] = [
+                (sub, sub.kind, sub.local, []) for f in filters for sub in f.subscribers  # type: ignore[attr-defined]
+            ]
         received = 0
         for kind, sender, receivers, _ttl, node_topic, packed in messages:
             if receivers is not None and me not in receivers:
