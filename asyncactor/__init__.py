@@ -1,0 +1,61 @@
+"""asyncactor: one "it" node per timeslot among peers, with no leader service.
+
+See docs/asyncactor.md.  The protocol core (:mod:`asyncactor.protocol`) is sans-io; :class:`Actor`
+runs it on anyio (asyncio or trio) over any :class:`Transport`.
+"""
+
+from .actor import Actor
+from .config import Config
+from .events import (
+    ActorEvent,
+    DetagEvent,
+    GoodNodeEvent,
+    PingEvent,
+    RawMsgEvent,
+    RecoverEvent,
+    SetupEvent,
+    TagEvent,
+    UntagEvent,
+)
+from .memory import MemoryHub, MemoryTransport
+from .messages import DecodeError, Hist, Init, Ping, Vers, decode, encode
+from .policy import canonical_key, default_has_priority, default_ping_delay
+from .protocol import ActorCore, CoreStats, LocalProtocolError, Phase
+from .queue import EventQueue, QueueStats
+from .transport import Transport
+
+ProtocolError = DecodeError
+
+__all__ = [
+    "Actor",
+    "ActorCore",
+    "ActorEvent",
+    "Config",
+    "CoreStats",
+    "DecodeError",
+    "DetagEvent",
+    "EventQueue",
+    "GoodNodeEvent",
+    "Hist",
+    "Init",
+    "LocalProtocolError",
+    "MemoryHub",
+    "MemoryTransport",
+    "Phase",
+    "Ping",
+    "PingEvent",
+    "ProtocolError",
+    "QueueStats",
+    "RawMsgEvent",
+    "RecoverEvent",
+    "SetupEvent",
+    "TagEvent",
+    "Transport",
+    "UntagEvent",
+    "Vers",
+    "canonical_key",
+    "decode",
+    "default_has_priority",
+    "default_ping_delay",
+    "encode",
+]

@@ -1,0 +1,612 @@
+"""The sans-io actor: one "it" node per timeslot, decided by the pings every node sees.
+
+Theory of operation (docs/asyncactor.md §2-§7)
+----------------------------------------------
+:class:`ActorCore` is a plain state machine.  The I/O layer feeds it decoded wire maps with
+:meth:`~ActorCore.receive` and calls :meth:`~ActorCore.timer` once :attr:`~ActorCore.next_deadline`
+has passed; after each call it drains :meth:`~ActorCore.to_send` and :meth:`~ActorCore.events`.
+Time is always an argument and randomness an injected :class:`random.Random`, so a seeded
+simulation replays exactly.  Nothing here imports a clock, a socket or an event loop.
+
+A slot: the node whose timer fires first sends ``ping`` at ``t``; unless it accepts a competing
+ping before ``t + gap`` it is "it" (TAG) until ``t + cycle + gap/2`` (UNTAG).  Everybody else
+re-plans its own ping at ``cycle + d * gap`` after each accepted ping (see
+:func:`~asyncactor.policy.default_ping_delay`).  Crossing pings are resolved with
+``has_priority`` (the same answer on every node); a ping whose history disagrees with ours is the
+other side of a healed split (§7): each node reports one RecoverEvent per split, one node per side
+re-broadcasts its side's history as ``hist``, and the side with priority continues.
+
+Sticky mode (§8): the holder re-pings every ``cycle - 1.5 * gap`` and keeps the tag; the others
+wait ``cycle - 1.5 * gap + (0.5 .. 1) * gap`` after each ping, so a dead holder is replaced within
+``cycle + gap`` of its death.  A holder's ping with value None is a *release* (``handoff``): the
+others bid within ``gap / 2``.
+
+Minimum tenure: a *succession* ping (its sender saw our ping) never cuts a tag short; only a
+collision or a healed split does (DetagEvent).
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Config
+from .events import (
+    ActorEvent,
+    DetagEvent,
+    GoodNodeEvent,
+    PingEvent,
+    RawMsgEvent,
+    RecoverEvent,
+    SetupEvent,
+    TagEvent,
+    UntagEvent,
+)
+from .history import Relation, compatible, merge, relate, without
+from .messages import DecodeError, Hist, Init, Message, Ping, Vers, decode, encode
+from .policy import PingDelayFn, PriorityFn, default_has_priority, default_ping_delay
+
+__all__ = ["ActorCore", "Phase", "Timer", "CoreStats", "LocalProtocolError"]
+
+
+class LocalProtocolError(RuntimeError):
+    """The caller used the core wrongly (e.g. started it twice).  The core's state is unchanged."""
+
+
+class Phase(enum.Enum):
+    STARTING = "starting"  # our own init has not come back yet: we only listen
+    FOLLOWING = "following"  # not "it"; our ping timer may be running
+    PINGED = "pinged"  # our ping is out; "it" at ping + gap unless a competitor wins
+    TAGGED = "tagged"  # we are "it"
+
+
+_TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    Phase.STARTING: frozenset({Phase.FOLLOWING}),
+    Phase.FOLLOWING: frozenset({Phase.PINGED}),
+    Phase.PINGED: frozenset({Phase.TAGGED, Phase.FOLLOWING}),
+    Phase.TAGGED: frozenset({Phase.FOLLOWING, Phase.PINGED}),
+}
+
+
+class Timer(enum.Enum):
+    PING = "ping"  # send our ping
+    TAG = "tag"  # become "it"
+    UNTAG = "untag"  # stop being "it"
+    PING_EVENT = "ping_event"  # report the current slot's holder
+    HIST = "hist"  # re-broadcast our side's history after a split
+    DECIDE = "decide"  # pick the winning side of a healed split
+
+
+@dataclass(slots=True)
+class _Slot:
+    node: str
+    value: Any
+    at: float  # when we sent or received its ping
+    history: tuple[str, ...] = ()  # its ping's history
+
+
+@dataclass(slots=True)
+class _Split:
+    """One healed-split episode as this node sees it."""
+
+    local: tuple[str, ...]  # our side's history when we noticed
+    parent: tuple[str, ...]
+    until: float  # messages after this start a new episode
+    hists: list[tuple[Hist, bool]] = field(default_factory=list)  # (hist, from our side)
+    decided: bool = False
+    remote_wins: bool = False
+    own_set: set[str] = field(default_factory=set)
+    remote_set: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class CoreStats:
+    received: int = 0
+    bad_messages: int = 0
+    duplicate_inits: int = 0
+    pings_sent: int = 0
+    hists_sent: int = 0
+    vers_sent: int = 0
+    collisions_won: int = 0
+    collisions_lost: int = 0
+    splits_healed: int = 0
+    last_error: str | None = None
+
+
+class ActorCore:
+    """One node's view of the protocol.  Not thread-safe; every method returns at once.
+
+    ``rng`` feeds all randomness.  ``has_priority(his_node, his_value, my_node, my_value)`` and
+    ``ping_delay(pos, length, max_length, n_hosts, rng)`` override the policies (they must be
+    deterministic, resp. return 0..2).  ``raw=True`` reports every arriving message as
+    :class:`RawMsgEvent` before it is interpreted (malformed ones included).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        config: Config | None = None,
+        value: Any = None,
+        enabled: bool = True,
+        sticky: bool = False,
+        raw: bool = False,
+        rng: random.Random | None = None,
+        has_priority: PriorityFn | None = None,
+        ping_delay: PingDelayFn | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty string, not {name!r}")
+        self.name = name
+        self.config = config if config is not None else Config()
+        self.value = value
+        self.enabled = enabled
+        self.sticky = sticky
+        self.raw = raw
+        self.rng = rng if rng is not None else random.Random()
+        self.has_priority: PriorityFn = has_priority or default_has_priority
+        self.ping_delay: PingDelayFn = ping_delay or default_ping_delay
+        self.phase = Phase.STARTING
+        self.stats = CoreStats()
+        self._history: tuple[str, ...] = ()
+        self._parent: tuple[str, ...] = ()
+        self._slot: _Slot | None = None
+        self._timers: dict[Timer, float] = {}
+        self._pending_ping: Ping | None = None  # for Timer.PING_EVENT
+        self._pending_hist: Hist | None = None  # for Timer.HIST
+        self._split: _Split | None = None
+        self._await_ping = False
+        self._unsure: set[str] = set()  # candidates of a collision we could not judge
+        self._last_vers_reply = float("-inf")
+        self._started = False
+        self._out: list[dict[str, Any]] = []
+        self._events: list[ActorEvent] = []
+
+    # ---- the seam ---------------------------------------------------------------------------
+    def to_send(self) -> list[dict[str, Any]]:
+        """Drain the wire maps to broadcast, in order."""
+        out, self._out = self._out, []
+        return out
+
+    def events(self) -> list[ActorEvent]:
+        """Drain the events to report, in order."""
+        ev, self._events = self._events, []
+        return ev
+
+    @property
+    def next_deadline(self) -> float | None:
+        """When :meth:`timer` must be called next (None: only a message can change anything)."""
+        return min(self._timers.values()) if self._timers else None
+
+    @property
+    def history(self) -> tuple[str, ...]:
+        """Recent pingers, newest first (the chain), as this node sees them."""
+        return self._history
+
+    @property
+    def is_it(self) -> bool:
+        return self.phase is Phase.TAGGED
+
+    @property
+    def current(self) -> str | None:
+        """The node holding the current slot, if any."""
+        return self._slot.node if self._slot else None
+
+    def deadline(self, timer: Timer) -> float | None:
+        return self._timers.get(timer)
+
+    def start(self, now: float) -> None:
+        """Announce ourselves (``init``).  We take part once that comes back to us."""
+        if self._started:
+            raise LocalProtocolError("start() called twice")
+        self._started = True
+        self._send(Init(self.name))
+
+    def receive(self, raw: Any, now: float) -> None:
+        """Handle one message from the group (our own included).  Malformed messages are counted
+        in :attr:`stats` and skipped; they never raise."""
+        self.stats.received += 1
+        if self.raw:
+            self._events.append(RawMsgEvent(raw))
+        try:
+            msg = decode(raw)
+        except DecodeError as exc:
+            self.stats.bad_messages += 1
+            self.stats.last_error = exc.reason
+            return
+        match msg:
+            case Init():
+                self._on_init(msg, now)
+            case Vers():
+                self._on_vers(msg, now)
+            case Ping():
+                self._on_ping(msg, now)
+            case Hist():
+                self._on_hist(msg, now)
+
+    def timer(self, now: float) -> None:
+        """Handle every timer that is due at ``now``, in deadline order."""
+        while True:
+            due = [(t, k) for k, t in self._timers.items() if t <= now]
+            if not due:
+                return
+            _, kind = min(due, key=lambda x: (x[0], list(Timer).index(x[1])))
+            del self._timers[kind]
+            match kind:
+                case Timer.PING:
+                    self._send_ping(now)
+                case Timer.TAG:
+                    self._tag()
+                case Timer.UNTAG:
+                    self._untag(UntagEvent())
+                case Timer.PING_EVENT:
+                    self._flush_ping_event()
+                case Timer.DECIDE:
+                    self._decide(now)
+                case Timer.HIST:
+                    if self._pending_hist is not None:
+                        self._send(self._pending_hist)
+                        self.stats.hists_sent += 1
+                        if self._split is not None:
+                            self._add_hist(self._split, self._pending_hist, own=True, now=now)
+                        self._pending_hist = None
+
+    # ---- the caller's controls -------------------------------------------------------------
+    def set_value(self, value: Any, now: float) -> None:
+        """Used in our next ping (and for collisions from then on)."""
+        self.value = value
+        if self._slot is not None and self._slot.node == self.name and self.phase is not Phase.FOLLOWING:
+            self._slot.value = value
+
+    def enable(self, now: float) -> None:
+        """Take part in pinging again (idempotent)."""
+        if not self.enabled:
+            self.enabled = True
+            self._plan_ping(self._slot.at if self._slot else now, now=now)
+
+    def disable(self, now: float) -> None:
+        """Stop pinging.  A current tag runs out normally; events keep coming (idempotent)."""
+        self.enabled = False
+        self._timers.pop(Timer.PING, None)
+
+    def handoff(self, now: float) -> bool:
+        """Give up the tag at once and stop pinging: report UntagEvent and send a *release*
+        (our ping with value None) so that another node bids within ``gap / 2``.  Returns True
+        if we held or were about to hold the tag."""
+        self.enabled = False
+        self._timers.pop(Timer.PING, None)
+        if self._slot is None or self._slot.node != self.name or self.phase is Phase.FOLLOWING:
+            return False
+        if self.phase is Phase.TAGGED:
+            self._untag(UntagEvent())
+        else:
+            self._timers.pop(Timer.TAG, None)
+            self._goto(Phase.FOLLOWING)
+        self._slot.value = None
+        self._send(Ping(self.name, None, self._wire_history()))
+        return True
+
+    def update_config(
+        self, changes: Mapping[str, Any], now: float, *, allow_short_cycle: bool = False
+    ) -> Config:
+        """Change the group's configuration: bump the version and broadcast it.  Raises
+        ``ValueError`` (state unchanged) for a bad configuration."""
+        fields = {**self.config.as_dict(), **dict(changes)}
+        fields["version"] = max(self.config.version + 1, int(changes.get("version", 0)))
+        conf = Config.from_mapping(fields, allow_short_cycle=allow_short_cycle)
+        self._set_config(conf)
+        self._send(Vers(self.name, conf))
+        return conf
+
+    # ---- internals: sending and phases ------------------------------------------------------
+    def _send(self, msg: Message) -> None:
+        if isinstance(msg, Ping):
+            self.stats.pings_sent += 1
+        elif isinstance(msg, Vers):
+            self.stats.vers_sent += 1
+        self._out.append(encode(msg))
+
+    def _goto(self, phase: Phase) -> None:
+        if phase is not self.phase and phase not in _TRANSITIONS[self.phase]:
+            raise LocalProtocolError(f"{self.name}: no transition {self.phase.name} -> {phase.name}")
+        self.phase = phase
+
+    def _wire_history(self) -> tuple[str, ...]:
+        return self._history[: self.config.splits]
+
+    def _set_config(self, conf: Config) -> None:
+        self.config = conf
+        self._events.append(SetupEvent(conf))
+
+    def _tag(self) -> None:
+        assert self._slot is not None
+        self._goto(Phase.TAGGED)
+        self._events.append(TagEvent(self.name, self._slot.value))
+        self._timers[Timer.UNTAG] = self._slot.at + self.config.cycle + self.config.gap / 2
+
+    def _untag(self, event: UntagEvent | DetagEvent) -> None:
+        self._timers.pop(Timer.UNTAG, None)
+        self._goto(Phase.FOLLOWING)
+        self._events.append(event)
+
+    def _flush_ping_event(self) -> None:
+        self._timers.pop(Timer.PING_EVENT, None)
+        if self._pending_ping is not None:
+            self._events.append(PingEvent(self._pending_ping))
+            self._pending_ping = None
+
+    # ---- internals: planning and sending our ping ------------------------------------------
+    def _plan_ping(self, base: float, *, now: float | None = None, release: bool = False) -> None:
+        if self.phase is Phase.STARTING or not self.enabled:
+            self._timers.pop(Timer.PING, None)
+            return
+        c = self.config
+        period = c.cycle - 1.5 * c.gap
+        slot = self._slot
+        if slot is None or self._await_ping:
+            wait = c.cycle + 2 * c.gap  # alone as far as we know, or waiting for a real ping
+        elif self.sticky and slot.node == self.name and self.phase is not Phase.FOLLOWING:
+            wait = period  # sticky holder keeps its tag
+        else:
+            pos = self._history.index(self.name) if self.name in self._history else None
+            d = self.ping_delay(pos, len(self._history), c.nodes, c.n_hosts, self.rng)
+            if pos is None and c.force_in:
+                d = self.rng.uniform(0.5, 1.0)
+            d = min(max(float(d), 0.0), 2.0)
+            if release:
+                wait = d / 4 * c.gap
+            elif self.sticky:
+                wait = period + (0.5 + d / 4) * c.gap
+            else:
+                wait = c.cycle + d * c.gap
+        at = base + wait
+        self._timers[Timer.PING] = at if now is None else max(at, now)
+
+    def _send_ping(self, now: float) -> None:
+        if not self.enabled or self.phase is Phase.STARTING:
+            return
+        slot = self._slot
+        if self.sticky and slot is not None and slot.node == self.name and self.phase is Phase.TAGGED:
+            slot.at, slot.value = now, self.value  # holder: extend the tag, no new TagEvent
+            self._timers[Timer.UNTAG] = now + self.config.cycle + self.config.gap / 2
+            self._send(Ping(self.name, self.value, self._wire_history()))
+            self._plan_ping(now)
+            return
+        if self.phase is Phase.TAGGED:
+            self._untag(UntagEvent())
+        self._flush_ping_event()
+        self._parent = self._history
+        self._history = merge((self.name,), self._history, self.config.max_history)
+        self._slot = _Slot(self.name, self.value, now, self._wire_history())
+        self._unsure = set()
+        self._send(Ping(self.name, self.value, self._wire_history()))
+        if self.phase is not Phase.PINGED:
+            self._goto(Phase.PINGED)
+        self._timers[Timer.TAG] = now + self.config.gap
+        self._plan_ping(now)
+
+    # ---- internals: incoming messages ------------------------------------------------------
+    def _on_init(self, msg: Init, now: float) -> None:
+        if msg.node != self.name:
+            if self.phase is not Phase.STARTING and self._history[:1] == (self.name,):
+                self._send(Vers(self.name, self.config))  # tell the newcomer our configuration
+            return
+        if self.phase is not Phase.STARTING or not self._started:
+            self.stats.duplicate_inits += 1  # duplicating transport or a name clash
+            return
+        self._goto(Phase.FOLLOWING)
+        self._plan_ping(self._slot.at if self._slot else now, now=now)
+
+    def _on_vers(self, msg: Vers, now: float) -> None:
+        if msg.config.version > self.config.version:
+            self._set_config(msg.config)
+        elif msg.config.version < self.config.version and now - self._last_vers_reply >= self.config.gap:
+            self._last_vers_reply = now
+            self._send(Vers(self.name, self.config))
+
+    def _on_ping(self, msg: Ping, now: float) -> None:
+        if msg.node == self.name:
+            return  # our own, handled when sent
+        if self.value is None and msg.value is not None:
+            self._events.append(GoodNodeEvent((msg.node,)))
+        rel = relate(msg.history, self._history, self._parent)
+        limit = self.config.max_history
+        if rel is Relation.DIVERGED and len(msg.history) > 1 and msg.history[1] in self._unsure:
+            rel = Relation.SUCCESSION  # it names the winner of the collision we could not judge
+        ep = self._split
+        if (
+            self._await_ping and ep is not None and ep.decided and ep.remote_wins
+            and rel is not Relation.SUCCESSION and self._is_remote(ep, msg.history)
+        ):  # fmt: skip
+            # we lost a split and know the winners only from their (stale) hist: follow the
+            # first real ping of theirs, whatever slot it answers
+            parent = self._history if msg.node in self._history else msg.history[1:]
+            self._accept(msg, now, merge(msg.history, self._history, limit), parent, Relation.FRESH)
+            return
+        match rel:
+            case Relation.FRESH:
+                self._accept(msg, now, merge(msg.history, (), limit), msg.history[1:], rel)
+            case Relation.REPEAT:
+                assert self._slot is not None
+                release = msg.value is None and self._slot.value is not None
+                self._accept(msg, now, self._history, self._parent, rel, release=release)
+            case Relation.SUCCESSION:
+                hist = merge((msg.node,), merge(msg.history[1:], self._history, None), limit)
+                self._accept(msg, now, hist, self._history, rel)
+            case Relation.COLLISION:
+                assert self._slot is not None
+                mine = self._slot.node == self.name
+                wins = self._beats(msg, self._slot)
+                if wins is None and mine:
+                    wins = True  # we cannot tell if our own ping won: yield rather than risk two
+                if wins is None:
+                    # we adopted the slot from its ping alone and cannot place the pingers:
+                    # leave the choice to the next ping, which names the winner
+                    self._unsure.add(msg.node)
+                elif wins:
+                    self.stats.collisions_lost += mine
+                    hist = merge(msg.history, without(self._parent, msg.node), limit)
+                    self._accept(msg, now, hist, self._parent, rel)
+                else:
+                    self.stats.collisions_won += mine
+            case Relation.DIVERGED:
+                self._diverged(msg.node, msg.value, msg.history, now, msg)
+
+    def _accept(
+        self,
+        msg: Ping | Hist,
+        now: float,
+        history: tuple[str, ...],
+        parent: tuple[str, ...],
+        how: Relation,
+        *,
+        release: bool = False,
+    ) -> None:
+        """Make ``msg``'s sender the holder of the current slot."""
+        slot = self._slot
+        mine = slot is not None and slot.node == self.name
+        if self.phase is Phase.PINGED:  # our ping lost
+            self._timers.pop(Timer.TAG, None)
+            self._goto(Phase.FOLLOWING)
+        elif self.phase is Phase.TAGGED and (
+            how is Relation.DIVERGED or (mine and how is Relation.COLLISION)
+        ):
+            self._untag(DetagEvent(msg.node))
+        elif self.phase is Phase.TAGGED:
+            # minimum tenure: the successor tags at its ping + gap; we stop by then, not before
+            untag = min(self._timers.get(Timer.UNTAG, now), now + self.config.gap / 2)
+            self._timers[Timer.UNTAG] = untag
+        if isinstance(msg, Ping) and not release:
+            if how is not Relation.COLLISION or self._pending_ping is None:
+                self._flush_ping_event()
+                self._timers[Timer.PING_EVENT] = now + 2 * self.config.gap
+            self._pending_ping = msg
+        if how is not Relation.COLLISION:  # a view adopted from one message is unsure of its parent
+            self._unsure = {msg.node} if how in (Relation.FRESH, Relation.DIVERGED) else set()
+        self._history, self._parent = history, parent
+        self._slot = _Slot(msg.node, msg.value, now, msg.history)
+        if how is Relation.FRESH:
+            self._await_ping = True  # a newcomer bids only once a second ping confirms its view
+        elif isinstance(msg, Ping) and how is not Relation.COLLISION:
+            self._await_ping = False
+        self._plan_ping(now, release=release)
+
+    def _beats(self, his: Ping, mine: _Slot) -> bool | None:
+        """Collision order between two pings answering the same slot (§4):
+
+        1. a None value loses to a value;
+        2. the pinger further back in the parent history (the history before the answered
+           slot) wins: longer since its last turn; not there at all (a newcomer) is furthest
+           back, the holder of the answered slot repeating itself is nearest;
+        3. otherwise (two newcomers) ``has_priority``.
+
+        This is a total order, and connected nodes share the parent history, so every node
+        picks the same winner whatever the arrival order (None: we cannot tell, see below); it
+        gives every chain member its turn even when latency makes neighbours' pings cross.
+        """
+        if (his.value is None) != (mine.value is None):
+            return mine.value is None
+        inf = 1 << 30
+        if self._unsure:
+            # our parent came from one message and lacks its pinger's old place.  Each ping's
+            # history shows where the *other* pinger was: unambiguous unless they were
+            # neighbours (or both cut off the wire), where only a full view can tell.
+            his_age = mine.history.index(his.node) if his.node in mine.history else inf
+            my_age = his.history.index(mine.node) if mine.node in his.history else inf
+            cut = max(len(his.history), len(mine.history)) >= self.config.splits
+            if his_age == my_age and (his_age != inf or cut):
+                return None
+        else:
+            parent = self._parent
+            his_age, my_age = (parent.index(n) if n in parent else inf for n in (his.node, mine.node))
+        if his_age != my_age:
+            return his_age > my_age
+        return self.has_priority(his.node, his.value, mine.node, mine.value)
+
+    # ---- internals: healed splits (§7) ----------------------------------------------------
+    # A split episode starts when a message's history disagrees with ours.  Each side then
+    # broadcasts its history as ``hist`` (staggered by position in the history, suppressed once
+    # one of its own side's arrives).  Every node collects the hists it sees for ``1.5 * gap``
+    # after it knows one of each side, then decides: the best hist by ``has_priority`` names the
+    # winning side.  All nodes see the same broadcasts, so all pick the same winner.
+    def _diverged(self, node: str, value: Any, remote: tuple[str, ...], now: float, msg: Ping | Hist) -> None:
+        ep = self._episode_for(now)
+        ep.remote_set.update(remote)
+        if isinstance(msg, Hist):
+            self._add_hist(ep, msg, own=False, now=now)
+        elif ep.decided and ep.remote_wins and self._is_remote(ep, remote):
+            limit = self.config.max_history
+            self._accept(msg, now, merge(remote, (), limit), tuple(remote[1:]), Relation.DIVERGED)
+
+    def _episode_for(self, now: float) -> _Split:
+        ep = self._split
+        if ep is not None and now < ep.until:
+            return ep
+        self.stats.splits_healed += 1
+        local = self._history[: self.config.splits]
+        ep = self._split = _Split(local=local, parent=self._parent, until=now + 3 * self.config.cycle)
+        self._timers.pop(Timer.DECIDE, None)
+        ep.own_set.update(local)
+        value = self._slot.value if self._slot is not None else None
+        pos = local.index(self.name) if self.name in local else self.config.splits
+        self._pending_hist = Hist(value, local) if local else None
+        if local:
+            self._timers[Timer.HIST] = now + pos * self.config.gap
+        return ep
+
+    def _is_remote(self, ep: _Split, history: tuple[str, ...]) -> bool:
+        theirs = sum(n in ep.remote_set for n in history)
+        ours = sum(n in ep.own_set for n in history)
+        return theirs > ours
+
+    def _add_hist(self, ep: _Split, msg: Hist, *, own: bool, now: float) -> None:
+        if ep.decided or any(h.history == msg.history for h, _ in ep.hists):
+            return
+        ep.hists.append((msg, own))
+        sides = {o for _, o in ep.hists}
+        if len(sides) == 2 and Timer.DECIDE not in self._timers:
+            self._timers[Timer.DECIDE] = now + 1.5 * self.config.gap
+
+    def _decide(self, now: float) -> None:
+        ep = self._split
+        if ep is None or ep.decided or not ep.hists:
+            return
+        ep.decided = True
+        best, best_own = ep.hists[0]
+        for h, o in ep.hists[1:]:
+            if self.has_priority(h.node, h.value, best.node, best.value):
+                best, best_own = h, o
+        ep.remote_wins = not best_own
+        remote = next((h for h, o in ep.hists if o == ep.remote_wins), best) if best_own else best
+        pos = ep.local.index(self.name) if self.name in ep.local else None
+        if self.value is not None and pos is not None:
+            self._events.append(RecoverEvent(pos, ep.remote_wins, ep.local, remote.history))
+        if ep.remote_wins:
+            limit = self.config.max_history
+            self._await_ping = True  # the hist is stale news: bid only after the winners' next ping
+            self._accept(best, now, merge(best.history, (), limit), (), Relation.DIVERGED)
+
+    def _same_side(self, h: tuple[str, ...], history: tuple[str, ...], parent: tuple[str, ...]) -> bool:
+        if compatible(h, history) or compatible(h, parent):
+            return True
+        return bool(history) and relate(h, history, parent) is not Relation.DIVERGED
+
+    def _on_hist(self, msg: Hist, now: float) -> None:
+        h = msg.history
+        if not self._history:
+            return
+        ep = self._split if self._split is not None and now < self._split.until else None
+        own_side = self._same_side(h, self._history, self._parent) or (
+            ep is not None and self._same_side(h, ep.local, ep.parent)
+        )
+        if not own_side:
+            self._diverged(msg.node, msg.value, h, now, msg)
+            return
+        ep = self._episode_for(now)  # our side has spoken: it saw the split
+        self._add_hist(ep, msg, own=True, now=now)
+        if self._pending_hist is not None:
+            self._pending_hist = None
+            self._timers.pop(Timer.HIST, None)

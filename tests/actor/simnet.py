@@ -1,0 +1,114 @@
+"""A discrete-event network of sans-io ActorCores: no event loop, exact replay from a seed.
+
+Messages are copied through CBOR (tuples become lists).  ``latency(src, dst)`` returns the delay
+of one copy; ``drop(src, dst)`` may lose it (a partition).  Tag intervals are recorded per node.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable
+from typing import Any
+
+import cbor2
+
+from asyncactor import ActorCore, Config, DetagEvent, TagEvent, UntagEvent
+
+
+class SimNet:
+    def __init__(
+        self,
+        names: list[str],
+        *,
+        config: Config,
+        seed: int = 0,
+        latency: Callable[[str, str], float] | None = None,
+        **core_kw: Any,
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.config = config
+        self.core_kw = core_kw
+        self.latency = latency or (lambda a, b: 0.0)
+        self.now = 0.0
+        self.cores: dict[str, ActorCore] = {}
+        self.heap: list[tuple[float, int, str, Any]] = []
+        self.seq = itertools.count()
+        self.events: list[tuple[float, str, Any]] = []
+        self.groups: dict[str, int] | None = None
+        self.sent = 0
+        for n in names:
+            self.add(n)
+
+    def add(self, name: str, **kw: Any) -> ActorCore:
+        opts = {**self.core_kw, **kw}
+        core = ActorCore(name, config=self.config, rng=random.Random(self.rng.random()), **opts)
+        self.cores[name] = core
+        core.start(self.now)
+        self._flush(name)
+        return core
+
+    def kill(self, name: str) -> None:
+        self.cores.pop(name)
+        self.events.append((self.now, name, "killed"))
+
+    def connected(self, a: str, b: str) -> bool:
+        return self.groups is None or self.groups.get(a, -1) == self.groups.get(b, -1)
+
+    def _flush(self, name: str) -> None:
+        core = self.cores[name]
+        for msg in core.to_send():
+            self.sent += 1
+            wire = cbor2.loads(cbor2.dumps(msg))
+            for dst in self.cores:
+                if self.connected(name, dst):
+                    t = self.now + self.latency(name, dst)
+                    heapq.heappush(self.heap, (t, next(self.seq), dst, (name, wire)))
+        for ev in core.events():
+            self.events.append((self.now, name, ev))
+
+    def run_until(self, until: float) -> None:
+        while True:
+            t_msg = self.heap[0][0] if self.heap else float("inf")
+            t_timer, who = float("inf"), None
+            for name, core in self.cores.items():
+                d = core.next_deadline
+                if d is not None and d < t_timer:
+                    t_timer, who = d, name
+            t = min(t_msg, t_timer)
+            if t > until:
+                self.now = until
+                return
+            self.now = max(self.now, t)
+            if t_msg <= t_timer:
+                _, _, dst, (src, wire) = heapq.heappop(self.heap)
+                if dst in self.cores and self.connected(src, dst):
+                    self.cores[dst].receive(wire, self.now)
+                    self._flush(dst)
+            else:
+                assert who is not None
+                self.cores[who].timer(self.now)
+                self._flush(who)
+
+    def tenures(self) -> list[tuple[str, float, float]]:
+        open_: dict[str, float] = {}
+        out = []
+        for t, n, ev in self.events:
+            if isinstance(ev, TagEvent):
+                open_[n] = t
+            elif (isinstance(ev, UntagEvent | DetagEvent) or ev == "killed") and n in open_:
+                out.append((n, open_.pop(n), t))
+        out += [(n, s, float("inf")) for n, s in open_.items()]
+        return sorted(out, key=lambda x: x[1])
+
+
+def overlapping(tenures: list[tuple[str, float, float]], since: float = float("-inf")) -> list[Any]:
+    bad = []
+    for i, (n, s, e) in enumerate(tenures):
+        for n2, s2, e2 in tenures[i + 1 :]:
+            if s2 >= e:
+                break
+            if n2 != n and e > since and e2 > since and s2 < e:
+                bad.append(((n, s, e), (n2, s2, e2)))
+    return bad

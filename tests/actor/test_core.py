@@ -1,0 +1,357 @@
+"""Tier 1: the sans-io core and its pieces, with no event loop."""
+
+from __future__ import annotations
+
+import collections
+import math
+import random
+
+import cbor2
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import asyncactor
+from asyncactor import (
+    ActorCore,
+    Config,
+    DecodeError,
+    EventQueue,
+    GoodNodeEvent,
+    Hist,
+    Init,
+    Phase,
+    Ping,
+    PingEvent,
+    RawMsgEvent,
+    RecoverEvent,
+    SetupEvent,
+    TagEvent,
+    UntagEvent,
+    Vers,
+    canonical_key,
+    decode,
+    default_has_priority,
+    default_ping_delay,
+    encode,
+)
+from asyncactor.history import Relation, relate
+
+from .simnet import SimNet, overlapping
+
+CFG = Config(cycle=10, gap=1.5)
+
+
+# ---- messages -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "msg",
+    [
+        Init("a"),
+        Vers("a", Config(version=3, cycle=7, gap=2, nodes=-1, splits=3, n_hosts=4, force_in=True)),
+        Ping("a", (1, "x"), ("a", "b", "c")),
+        Ping("a", None, ("a",)),
+        Hist({"k": 1}, ("b", "a")),
+    ],
+)
+def test_round_trip(msg):
+    wire = cbor2.loads(cbor2.dumps(encode(msg)))
+    back = decode(wire)
+    if isinstance(msg, Ping) and isinstance(msg.value, tuple):
+        assert back.value == list(msg.value)
+    else:
+        assert back == msg
+    assert wire["t"] in {"init", "vers", "ping", "hist"}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        [],
+        {},
+        {"t": "nope"},
+        {"t": "init"},
+        {"t": "init", "node": 5},
+        {"t": "ping", "node": "a", "value": 1},
+        {"t": "ping", "node": "a", "history": []},
+        {"t": "ping", "node": "a", "history": ["b", "a"]},
+        {"t": "ping", "node": "a", "history": ["a", "a"]},
+        {"t": "ping", "node": "a", "history": ["a", 3]},
+        {"t": "hist", "value": 1, "history": "ab"},
+        {"t": "vers", "node": "a", "version": 1},
+        {
+            "t": "vers",
+            "node": "a",
+            "version": 1,
+            "cycle": -1,
+            "gap": 1,
+            "nodes": 5,
+            "splits": 4,
+            "n_hosts": 1,
+        },
+        {
+            "t": "vers",
+            "node": "a",
+            "version": True,
+            "cycle": 5,
+            "gap": 1,
+            "nodes": 5,
+            "splits": 4,
+            "n_hosts": 1,
+        },
+    ],
+)
+def test_decode_rejects_with_one_error_type(raw):
+    with pytest.raises(DecodeError):
+        decode(raw)
+
+
+def test_truncated_cbor_is_not_our_problem_but_decode_of_partial_map_is():
+    full = encode(Ping("a", 1, ("a", "b")))
+    for key in full:
+        partial = {k: v for k, v in full.items() if k != key}
+        if key == "value":
+            assert decode(partial).value is None  # a missing value is None
+        else:
+            with pytest.raises(DecodeError):
+                decode(partial)
+
+
+# ---- canonical values and priority ---------------------------------------------------------
+MIXED = [None, False, True, -1, 0, 0.5, 1, 2**70, float("nan"), "", "a", b"", b"x", [], [1], (1, 2), {"a": 1}]
+
+
+def test_canonical_key_is_total_and_list_tuple_blind():
+    keys = [canonical_key(v) for v in MIXED]
+    assert sorted(keys) == sorted(keys, key=lambda k: k)  # no TypeError
+    assert canonical_key((1, "a", (2,))) == canonical_key([1, "a", [2]])
+    assert canonical_key(1) == canonical_key(1.0)
+    assert canonical_key(True) != canonical_key(1)
+
+
+@given(st.lists(st.sampled_from(MIXED) | st.integers() | st.text(max_size=3), min_size=2, max_size=6))
+def test_has_priority_is_a_strict_total_order(values):
+    nodes = [(f"n{i}", v) for i, v in enumerate(values)]
+    for a in nodes:
+        for b in nodes:
+            if a[0] == b[0]:
+                continue
+            ab, ba = default_has_priority(*a, *b), default_has_priority(*b, *a)
+            assert ab != ba  # exactly one wins
+    # the same winner whatever the wire did to tuples
+    wired = [(n, cbor2.loads(cbor2.dumps(v))) for n, v in nodes]
+    for a, w_a in zip(nodes, wired, strict=True):
+        for b, w_b in zip(nodes, wired, strict=True):
+            if a[0] != b[0]:
+                assert default_has_priority(*a, *b) == default_has_priority(*w_a, *w_b)
+
+
+def test_has_priority_rules():
+    assert default_has_priority("z", 0, "a", None)  # None loses to anything
+    assert not default_has_priority("a", None, "z", 0)
+    assert default_has_priority("z", 2, "a", 1)  # larger value wins
+    assert default_has_priority("a", 1, "z", 1)  # equal: smaller name
+    assert default_has_priority("a", (1, 2), "z", [1, 2])
+    assert not default_has_priority("z", "x", "a", "x")
+
+
+def test_ping_delay_order():
+    rng = random.Random(1)
+    chain = [default_ping_delay(p, 5, 5, 10, rng) for p in range(5)]
+    assert chain[0] == 2  # the previous pinger goes last
+    assert chain[4] == 0.875 and chain[3] == 0.9375 and chain[2] == 0.96875
+    assert all(chain[i] > chain[i + 1] for i in range(1, 4))
+    offs = [default_ping_delay(None, 5, 5, 10, rng) for _ in range(2000)]
+    early = [d for d in offs if d < 1 / 3]
+    assert all(1.5 <= d < 2 for d in offs if d >= 1 / 3)
+    assert 0 < len(early) < 2000 * 0.2
+
+
+# ---- config --------------------------------------------------------------------------------
+def test_config_validation():
+    assert Config.from_mapping({}) == Config()
+    with pytest.raises(ValueError, match="3 \\* gap"):
+        Config.from_mapping({"cycle": 2, "gap": 1})
+    assert Config.from_mapping({"cycle": 2, "gap": 1}, allow_short_cycle=True).cycle == 2
+    with pytest.raises(ValueError, match="unknown"):
+        Config.from_mapping({"cylce": 5})
+    with pytest.raises(ValueError):
+        Config.from_mapping({"nodes": 0})
+
+
+# ---- history relations ---------------------------------------------------------------------
+def test_relate():
+    local, parent = ("s", "p", "q"), ("p", "q")
+    assert relate(("x", "s", "p"), local, parent) is Relation.SUCCESSION
+    assert relate(("x", "p", "q"), local, parent) is Relation.COLLISION
+    assert relate(("s", "p", "q"), local, parent) is Relation.REPEAT
+    assert relate(("x", "y", "z"), local, parent) is Relation.DIVERGED
+    assert relate(("x",), local, parent) is Relation.COLLISION  # knows nothing: competes
+    assert relate(("x", "s"), (), ()) is Relation.FRESH
+
+
+# ---- event queue policy ------------------------------------------------------------------
+def _ping(n):
+    return PingEvent(Ping(n, 1, (n,)))
+
+
+def test_queue_coalesces_stale_news_but_never_drops_tags():
+    q = EventQueue(raw_limit=3)
+    q.put(_ping("a"))
+    q.put(TagEvent("me", 1))
+    q.put(_ping("b"))
+    q.put(GoodNodeEvent(("x",)))
+    q.put(UntagEvent())
+    q.put(GoodNodeEvent(("y", "x")))
+    for i in range(5):
+        q.put(RawMsgEvent(i))
+    q.put(RecoverEvent(0, False, ("me",), ("o",)))
+    got = [q.get() for _ in range(len(q))]
+    assert got == [
+        TagEvent("me", 1),
+        _ping("b"),
+        GoodNodeEvent(("x", "y")),
+        UntagEvent(),
+        RawMsgEvent(2),
+        RawMsgEvent(3),
+        RawMsgEvent(4),
+        RecoverEvent(0, False, ("me",), ("o",)),
+    ]
+    assert q.stats.coalesced_pings == 1 and q.stats.dropped_raw == 2
+    with pytest.raises(IndexError):
+        q.get()
+
+
+# ---- the core alone ------------------------------------------------------------------------
+def test_core_waits_for_its_init_then_pings_alone():
+    core = ActorCore("a", config=CFG, value=1, rng=random.Random(0))
+    core.start(0.0)
+    (init,) = core.to_send()
+    assert init == {"t": "init", "node": "a"}
+    assert core.phase is Phase.STARTING and core.next_deadline is None
+    core.receive(init, 0.1)
+    assert core.phase is Phase.FOLLOWING
+    assert core.next_deadline == pytest.approx(0.1 + 10 + 3)
+    core.timer(13.1)
+    (ping,) = core.to_send()
+    assert ping == {"t": "ping", "node": "a", "value": 1, "history": ["a"]}
+    core.timer(14.6)
+    assert core.events() == [TagEvent("a", 1)]
+    core.timer(13.1 + 10.75)
+    assert core.events() == [UntagEvent()]
+    core.receive(init, 30)  # a duplicating transport: counted, not fatal
+    assert core.stats.duplicate_inits == 1
+
+
+def test_core_counts_and_skips_bad_messages_but_reports_them_raw():
+    core = ActorCore("a", config=CFG, raw=True)
+    core.start(0)
+    core.to_send()
+    for bad in ({"t": "ping"}, "junk", {"t": "ping", "node": "b", "history": ["c"]}):
+        core.receive(bad, 1)
+    assert core.stats.bad_messages == 3
+    assert [e.msg for e in core.events()] == [
+        {"t": "ping"},
+        "junk",
+        {"t": "ping", "node": "b", "history": ["c"]},
+    ]
+
+
+def test_core_vers_higher_wins_lower_is_answered():
+    core = ActorCore("a", config=CFG)
+    core.start(0)
+    core.receive({"t": "init", "node": "a"}, 0)
+    core.to_send()
+    newer = Config(version=2, cycle=20, gap=2)
+    core.receive(encode(Vers("b", newer)), 1)
+    assert core.config == newer and core.events() == [SetupEvent(newer)]
+    core.receive(encode(Vers("c", Config(version=1))), 2)
+    (answer,) = core.to_send()
+    assert answer["t"] == "vers" and answer["version"] == 2
+
+
+def test_core_good_node_event_when_we_have_no_value():
+    core = ActorCore("a", config=CFG)
+    core.start(0)
+    core.receive(encode(Ping("b", 5, ("b",))), 1)
+    assert GoodNodeEvent(("b",)) in core.events()
+
+
+# ---- many cores, no loop -------------------------------------------------------------------
+def _jitter(rng, lo, hi):
+    return lambda a, b: 0.0 if a == b else rng.uniform(lo, hi)
+
+
+@pytest.mark.parametrize("n", [5, 20])
+def test_sim_exclusive_and_fair(n):
+    rng = random.Random(n)
+    net = SimNet(
+        [f"n{i:02d}" for i in range(n)], config=CFG, seed=n, latency=_jitter(rng, 0.0, 0.74), value=1
+    )
+    net.run_until(11.5 * 600)
+    ts = net.tenures()
+    assert not overlapping(ts)
+    assert len(ts) > 500
+    per = collections.Counter(t[0] for t in ts)
+    assert len(per) == n  # everybody got a turn
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(2, 8),
+    seed=st.integers(0, 10**6),
+    lat=st.floats(0.0, 0.49),
+    values=st.lists(st.sampled_from([None, 1, 2, "x", (1,)]), min_size=8, max_size=8),
+)
+def test_sim_at_most_one_it_while_connected(n, seed, lat, values):
+    rng = random.Random(seed)
+    gap = CFG.gap
+    net = SimNet([], config=CFG, seed=seed, latency=_jitter(rng, 0.0, lat * gap))
+    for i in range(n):
+        net.add(f"n{i}", value=values[i])
+    net.run_until(11.5 * 60)
+    assert not overlapping(net.tenures())
+
+
+def test_sim_split_and_heal_one_recover_per_chain_node_per_side():
+    cfg = Config(cycle=10, gap=1.5, nodes=4, splits=4)
+    names = [f"n{i}" for i in range(8)]
+    rng = random.Random(5)
+    net = SimNet(names, config=cfg, seed=5, latency=_jitter(rng, 0.1, 0.4), value=1)
+    net.run_until(200)
+    a, b = set(names[::2]), set(names[1::2])
+    net.groups = {n: (0 if n in a else 1) for n in names}
+    net.run_until(300)
+    before = {n: c.history for n, c in net.cores.items()}
+    net.groups = None
+    net.run_until(400)
+    recs = [(n, ev) for t, n, ev in net.events if isinstance(ev, RecoverEvent)]
+    for side in (a, b):
+        hist = {before[n] for n in side}
+        chain = set().union(*hist) & side
+        got = collections.Counter(n for n, _ in recs if n in side)
+        assert set(got) == chain and all(v == 1 for v in got.values())
+        flags = {ev.replace for n, ev in recs if n in side}
+        assert len(flags) == 1
+    assert {ev.replace for n, ev in recs if n in a} != {ev.replace for n, ev in recs if n in b}
+    assert not overlapping(net.tenures(), since=300 + 10 + 3 * 1.5)
+
+
+def test_public_api_pinned():
+    assert sorted(asyncactor.__all__) == sorted(
+        """Actor ActorCore ActorEvent Config CoreStats DecodeError DetagEvent EventQueue GoodNodeEvent
+        Hist Init LocalProtocolError MemoryHub MemoryTransport Phase Ping PingEvent ProtocolError
+        QueueStats RawMsgEvent RecoverEvent SetupEvent TagEvent Transport UntagEvent Vers
+        canonical_key decode default_has_priority default_ping_delay encode""".split()
+    )
+
+
+def test_core_imports_no_io():
+    import pathlib
+
+    root = pathlib.Path(asyncactor.__file__).parent
+    for mod in ("protocol", "history", "policy", "messages", "events", "config", "queue"):
+        src = (root / f"{mod}.py").read_text()
+        for banned in ("import anyio", "import trio", "import time", "import socket", "import asyncio"):
+            assert banned not in src, (mod, banned)
+    assert math  # keep import used
