@@ -10,7 +10,7 @@ from .broker_url import BrokerURL, TLSOptions
 from .codec import DecodeError, EncodeError, decode, encode
 from .data import Count, EnumValue, Port, PortProtocol
 from .embedded import EmbeddedBroker
-from .endpoint import Endpoint, EndpointStatistics, RawMessage, RawSubscription, Subscription
+from .endpoint import Endpoint, EndpointStatistics
 from .errors import (
     BrokerMQTTError,
     BrokerUnavailable,
@@ -34,6 +34,7 @@ from .events import (
     StatusEvent,
 )
 from .message import Kind
+from .subscription import RawMessage, RawSubscription, Subscription
 
 __all__ = [
     "__version__",

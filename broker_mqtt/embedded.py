@@ -31,6 +31,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -39,7 +40,7 @@ import anyio
 
 from .errors import MosquittoNotFound, TransportError
 
-__all__ = ["EmbeddedBroker", "find_mosquitto"]
+__all__ = ["EmbeddedBroker", "acquire_shared_broker", "find_mosquitto", "release_shared_broker"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -238,3 +239,31 @@ class EmbeddedBroker:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.cleanup()
+
+
+# -- the broker shared by every Endpoint(broker=None) of this process -------------------------
+_shared_lock = threading.Lock()
+_shared: EmbeddedBroker | None = None
+_shared_users = 0
+
+
+async def acquire_shared_broker() -> EmbeddedBroker:
+    """Start (from this thread: see embedded.py on PDEATHSIG) or reuse the process's broker."""
+    global _shared, _shared_users
+    with _shared_lock:
+        if _shared is None:
+            _shared = EmbeddedBroker()
+        _shared_users += 1
+        broker = _shared
+    await broker.astart()
+    return broker
+
+
+def release_shared_broker() -> None:
+    """Drop one user of the process's broker; the last one stops it."""
+    global _shared, _shared_users
+    with _shared_lock:
+        _shared_users -= 1
+        if _shared_users == 0 and _shared is not None:
+            _shared.cleanup()
+            _shared = None

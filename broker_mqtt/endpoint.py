@@ -25,9 +25,7 @@ import math
 import os
 import random
 import socket
-import threading
 import uuid
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
@@ -44,7 +42,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from . import codec
 from .broker_url import BrokerURL, TLSOptions
 from .dispatch import Filter, Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
-from .embedded import EmbeddedBroker
+from .embedded import EmbeddedBroker, acquire_shared_broker, release_shared_broker
 from .errors import BrokerUnavailable, PayloadTooLarge, PublishQueueFull, UsageError
 from .events import (
     ConnectionLost,
@@ -59,6 +57,8 @@ from .events import (
     StatusEvent,
 )
 from .message import Kind, NodeEncoder, decode_batch
+from .outbox import Outbox
+from .subscription import RawMessage, RawSubscription, StatusStream, Subscription, _Stream
 from .topics import TopicLayout, validate_prefix, validate_topic
 
 __all__ = ["Endpoint", "Subscription", "RawSubscription", "RawMessage", "EndpointStatistics"]
@@ -108,163 +108,6 @@ class EndpointStatistics:
     pending: int = 0  #: messages queued or in flight now
 
 
-@dataclass(frozen=True, slots=True)
-class RawMessage:
-    """A PUBLISH on a raw MQTT subscription (no node-message envelope)."""
-
-    topic: str
-    payload: bytes
-    retain: bool
-
-
-# -- the embedded broker shared by every Endpoint(broker=None) of this process ---------------
-_shared_lock = threading.Lock()
-_shared: EmbeddedBroker | None = None
-_shared_users = 0
-
-
-async def _acquire_shared() -> EmbeddedBroker:
-    """Start (from this thread: see embedded.py on PDEATHSIG) or reuse the process's broker."""
-    global _shared, _shared_users
-    with _shared_lock:
-        if _shared is None:
-            _shared = EmbeddedBroker()
-        _shared_users += 1
-        broker = _shared
-    await broker.astart()
-    return broker
-
-
-def _release_shared() -> None:
-    global _shared, _shared_users
-    with _shared_lock:
-        _shared_users -= 1
-        if _shared_users == 0 and _shared is not None:
-            _shared.cleanup()
-            _shared = None
-
-
-class _Stream:
-    """Common part of subscriptions: a bounded stream of batches, consumed one item at a time."""
-
-    def __init__(self, endpoint: Endpoint, buffer: int) -> None:
-        self._endpoint = endpoint
-        self._send, self._receive = anyio.create_memory_object_stream[list[Any]](buffer)
-        self._items: deque[Any] = deque()
-
-    def _deliver_nowait(self, items: list[Any]) -> bool:
-        try:
-            self._send.send_nowait(items)
-        except anyio.WouldBlock:
-            return False
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass  # the subscriber is leaving; nothing to deliver to
-        return True
-
-    async def _deliver(self, items: list[Any]) -> None:
-        try:
-            await self._send.send(items)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass
-
-    async def _next_item(self) -> Any:
-        while not self._items:
-            try:
-                self._items.extend(await self._receive.receive())
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                raise StopAsyncIteration from None
-        return self._items.popleft()
-
-    def _close(self) -> None:
-        self._send.close()
-        self._receive.close()
-
-
-class Subscription(_Stream):
-    """Messages on a set of topic prefixes: ``async with ep.subscribe(...) as sub: async for msg in sub``.
-
-    Entering blocks until the broker confirmed the subscriptions (when connected). Messages
-    arrive in order per publisher and topic, each once, with ``data`` already decoded;
-    messages whose payload does not decode are skipped and reported as an ErrorEvent. When the
-    buffer is full the endpoint's receiver waits for this subscriber (nothing is dropped).
-    """
-
-    def __init__(
-        self, endpoint: Endpoint, prefixes: tuple[str, ...], *, local: bool, buffer: int, kind: Kind = Kind.DATA
-    ) -> None:
-        super().__init__(endpoint, buffer)
-        self.prefixes = prefixes
-        self.local = local
-        self.kind = kind
-
-    async def __aenter__(self) -> Self:
-        await self._endpoint._add_subscriber(self)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._close()
-        await self._endpoint._remove_subscriber(self)
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> Message:
-        while True:
-            msg: Message = self._items.popleft() if self._items else await self._next_item()
-            try:
-                msg.data  # noqa: B018 - decode once, here, in the subscriber's task
-            except codec.DecodeError as exc:
-                self._endpoint._report(
-                    ErrorEvent(ErrorCode.MALFORMED_PAYLOAD, str(exc), topic=msg.topic, sender=msg.sender)
-                )
-                continue
-            return msg
-
-    async def get(self) -> Message:
-        """The next message (same as ``await anext(sub)``); raises StopAsyncIteration when closed."""
-        return await self.__anext__()
-
-
-class RawSubscription(_Stream):
-    """PUBLISHes on raw MQTT filters, own ones included, each exactly once (by subscription id)."""
-
-    def __init__(self, endpoint: Endpoint, filters: tuple[str, ...], *, buffer: int) -> None:
-        super().__init__(endpoint, buffer)
-        self.filters = filters
-
-    async def __aenter__(self) -> Self:
-        await self._endpoint._add_raw_subscriber(self)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._close()
-        await self._endpoint._remove_subscriber(self)
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> RawMessage:
-        item: RawMessage = await self._next_item()
-        return item
-
-
-class _StatusStream(_Stream):
-    async def __aenter__(self) -> Self:
-        self._endpoint._status_streams.append(self)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._close()
-        self._endpoint._status_streams.remove(self)
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> StatusEvent:
-        event: StatusEvent = await self._next_item()
-        return event
-
-
 class Endpoint:
     """A node of the network: publishes, subscribes, unicasts and tracks its peers.
 
@@ -297,8 +140,6 @@ class Endpoint:
         subscriber_buffer: int = 256,
         status_buffer: int = 1000,
     ) -> None:
-        from .outbox import Outbox
-
         if qos not in (0, 1):
             raise UsageError("qos must be 0 or 1")
         self.id = id or uuid.uuid4()
@@ -325,7 +166,7 @@ class Endpoint:
         )
         self._table: SubscriptionTable[_Stream] = SubscriptionTable(first_id=3)
         self._peers: dict[uuid.UUID, PeerInfo] = {}
-        self._status_streams: list[_StatusStream] = []
+        self._status_streams: list[StatusStream] = []
         self._stats = EndpointStatistics()
         self._wakeup = _Signal()  # sender: something was queued
         self._progress = _Signal()  # publishers/flush: something was sent, or the link changed
@@ -333,7 +174,6 @@ class Endpoint:
         self._client: aiomqtt.Client | None = None
         self._url: BrokerURL | None = None
         self._uses_shared = False
-        self._owned_broker: EmbeddedBroker | None = None
         self._tg: TaskGroup | None = None
         self._max_packet = _MAX_PACKET_DEFAULT
         self._sub_ids_available = True
@@ -387,7 +227,7 @@ class Endpoint:
             broker = os.environ.get("BROKER_MQTT_URL") or None
         if broker is None:
             self._uses_shared = True
-            shared = await _acquire_shared()
+            shared = await acquire_shared_broker()
             return BrokerURL.parse(shared.url)
         if isinstance(broker, EmbeddedBroker):
             if not broker.running:
@@ -401,7 +241,7 @@ class Endpoint:
     def _release_broker(self) -> None:
         if self._uses_shared:
             self._uses_shared = False
-            _release_shared()
+            release_shared_broker()
 
     def _make_client(self, *, clean_start: bool) -> aiomqtt.Client:
         url = self._url
@@ -870,13 +710,13 @@ class Endpoint:
         return await attach_clone(self, name, **options)
 
     # -- status and peers ---------------------------------------------------------------------
-    def status(self, *, buffer: int | None = None) -> _StatusStream:
+    def status(self, *, buffer: int | None = None) -> StatusStream:
         """Status events from now on: ``async with ep.status() as events: async for e in events``.
 
         A consumer that falls ``buffer`` events behind loses the newest ones (counted in
         ``statistics().status_dropped``); data messages are never affected.
         """
-        return _StatusStream(self, buffer or self._status_buffer)
+        return StatusStream(self, buffer or self._status_buffer)
 
     def _report(self, event: StatusEvent) -> None:
         for stream in self._status_streams:

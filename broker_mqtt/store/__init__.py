@@ -3,9 +3,31 @@
 - :mod:`.backend`: where a replica keeps its data (memory, SQLite);
 - :mod:`.commands`: the commands and control messages and their wire form;
 - :mod:`.master`, :mod:`.clone`: the replica state machines, wired with ``broker_mqtt.channel``;
-- :mod:`.errors`: the store errors.
+- :mod:`.errors`: the store errors;
+- :mod:`.attached`: the anyio I/O layer, store handles attached to an Endpoint
+  (``Endpoint.attach_master`` / ``attach_clone``).
 """
 
+from .attached import (
+    DEFAULT_CHANNEL,
+    CloneStore,
+    Erased,
+    EventsDropped,
+    Expired,
+    Faults,
+    Inserted,
+    MasterConflict,
+    MasterFound,
+    MasterStore,
+    StaleChanged,
+    StoreEvent,
+    StoreStatistics,
+    StoreStatus,
+    Updated,
+    WriteRejected,
+    attach_clone,
+    attach_master,
+)
 from .backend import Backend, Entry, MemoryBackend, SQLiteBackend
 from .clone import (
     DEFAULT_REQUEST_TIMEOUT,
@@ -17,6 +39,7 @@ from .clone import (
     RequestError,
     Synced,
     WentStale,
+    WriteFailed,
 )
 from .commands import (
     Append,
@@ -78,7 +101,11 @@ __all__ = [
     "MemoryBackend", "NoSuchKey", "Pop", "Push", "Put", "PutUnique", "PutUniqueAnswered",
     "PutUniqueResult", "RemoteWriteFailed", "RemoveFrom", "RequestError", "RequestFailed",
     "SQLiteBackend", "Stale", "StoreDecodeError", "StoreError", "StoreProtocolError", "Synced",
-    "Timeout", "TypeClash", "WentStale", "WriteBufferFull", "WriteCommand", "WritesLost",
+    "Timeout", "TypeClash", "WentStale", "WriteBufferFull", "WriteFailed", "WriteCommand", "WritesLost",
     "apply_write", "decode_broadcast", "decode_command", "decode_control", "error_from_wire",
     "snapshot_from_wire", "snapshot_to_wire",
+    # the I/O layer (attached.py)
+    "CloneStore", "DEFAULT_CHANNEL", "Erased", "EventsDropped", "Expired", "Faults", "Inserted",
+    "MasterConflict", "MasterFound", "MasterStore", "StaleChanged", "StoreEvent", "StoreStatistics",
+    "StoreStatus", "Updated", "WriteRejected", "attach_clone", "attach_master",
 ]

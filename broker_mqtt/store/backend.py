@@ -24,24 +24,26 @@ from typing import Any, Protocol, runtime_checkable
 
 import cbor2
 
+from .. import codec
 from .errors import BackendError, NoSuchKey
 
 __all__ = ["Entry", "Backend", "MemoryBackend", "SQLiteBackend"]
 
 
 def _pack(obj: Any) -> bytes:
-    """Encode a key or value (to become ``broker_mqtt.codec.encode``)."""
+    """Encode a key or value: ``broker_mqtt.codec``'s encoding, in canonical form (so that equal
+    keys, e.g. sets built in another order, get equal bytes)."""
     try:
-        return cbor2.dumps(obj, canonical=True)
-    except (cbor2.CBOREncodeError, TypeError, ValueError) as exc:
+        return cbor2.dumps(obj, canonical=True, default=codec._default)
+    except (cbor2.CBOREncodeError, codec.EncodeError, TypeError, ValueError) as exc:
         raise BackendError(f"cannot encode {obj!r}: {exc}") from exc
 
 
 def _unpack(data: bytes) -> Any:
-    """Decode a key or value (to become ``broker_mqtt.codec.decode``)."""
+    """Decode a key or value (``broker_mqtt.codec.decode``)."""
     try:
-        return cbor2.loads(data)
-    except (cbor2.CBORDecodeError, TypeError, ValueError) as exc:
+        return codec.decode(data)
+    except codec.DecodeError as exc:
         raise BackendError(f"cannot decode stored data: {exc}") from exc
 
 
@@ -109,6 +111,7 @@ class MemoryBackend:
 
     def __init__(self) -> None:
         self._data: dict[bytes, tuple[bytes, float | None]] = {}
+        self._expiring: dict[bytes, float] = {}  # the keys with an expiry (next_expiry scans only these)
         self._last_seq = 0
 
     @property
@@ -145,32 +148,41 @@ class MemoryBackend:
         return [Entry(_unpack(k), _unpack(v), e) for k, (v, e) in self._data.items()]
 
     def next_expiry(self) -> float | None:
-        return min((e for _, e in self._data.values() if e is not None), default=None)
+        return min(self._expiring.values(), default=None)
 
     def put(self, key: Any, value: Any, expiry: float | None = None, *, seq: int | None = None) -> None:
         k, v = _pack(key), _pack(value)
         self._data[k] = (v, expiry)
+        if expiry is not None:
+            self._expiring[k] = expiry
+        elif self._expiring:
+            self._expiring.pop(k, None)
         self._note(seq)
 
     def erase(self, key: Any, *, seq: int | None = None) -> bool:
-        existed = self._data.pop(_pack(key), None) is not None
+        k = _pack(key)
+        existed = self._data.pop(k, None) is not None
+        self._expiring.pop(k, None)
         self._note(seq)
         return existed
 
     def clear(self, *, seq: int | None = None) -> None:
         self._data.clear()
+        self._expiring.clear()
         self._note(seq)
 
     def expire(self, now: float, *, seq: int | None = None) -> list[Any]:
-        gone = [k for k, (_, e) in self._data.items() if e is not None and e <= now]
+        gone = [k for k, e in self._expiring.items() if e <= now]
         for k in gone:
             del self._data[k]
+            del self._expiring[k]
         self._note(seq)
         return [_unpack(k) for k in gone]
 
     def replace_all(self, entries: list[Entry], *, seq: int | None = None) -> None:
         data = {_pack(e.key): (_pack(e.value), e.expiry) for e in entries}
         self._data = data
+        self._expiring = {k: e for k, (_, e) in data.items() if e is not None}
         self._note(seq)
 
     def set_last_seq(self, seq: int) -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "WentStale",
     "PutUniqueAnswered",
     "RequestError",
+    "WriteFailed",
     "CloneEvent",
     "Clone",
     "DEFAULT_WRITE_BUFFER",
@@ -95,7 +96,14 @@ class RequestError:
     error: StoreError
 
 
-CloneEvent = Synced | WentStale | PutUniqueAnswered | RequestError
+@dataclass(frozen=True, slots=True)
+class WriteFailed:
+    """The master refused one of this clone's plain writes (not a put_unique); nothing changed."""
+
+    error: StoreError
+
+
+CloneEvent = Synced | WentStale | PutUniqueAnswered | RequestError | WriteFailed
 
 
 class Clone:
@@ -116,6 +124,7 @@ class Clone:
         self._writer_config = dataclasses.replace(self.config, connection_timeout=NEVER_TIMEOUT,
                                                   buffer_size=max(write_buffer, 1))
         self.state = CloneState.ATTACHING
+        self.applying: Any = None  # the broadcast command being applied to the backend, if any
         self._attempt = -1
         self._consumer = ch.Consumer(clone_id, master_id, now, config=self.config)
         self._writer: ch.Producer | None = None
@@ -275,6 +284,7 @@ class Clone:
         return out
 
     def _apply(self, command: Any, seq: int) -> list[CloneEvent]:
+        self.applying = command  # lets an observing backend tell an erase from an expiry
         match command:
             case Put(key=key, value=value):
                 self.backend.put(key, value, None, seq=seq)
@@ -288,6 +298,8 @@ class Clone:
             case RequestFailed(who=who, request_id=rid, error=error) if who == self.id:
                 if self._requests.pop(rid, None) is not None:
                     return [RequestError(rid, error)]
+                if rid == 0:
+                    return [WriteFailed(error)]
         return []
 
     def _reattach(self, now: float) -> None:

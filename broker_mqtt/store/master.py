@@ -17,7 +17,8 @@ Theory of operation:
   Writer channels never time out: a partitioned clone's buffered writes apply when it returns.
   A writer's handshake greeting names the node to send its ACKs to (the clone's id).
   A remote ``PutUnique`` is answered with ``PutUniqueResult`` or ``RequestFailed`` broadcast on
-  the clone channel right after its effect (reliable; clones ignore answers for others).
+  the clone channel right after its effect (reliable; clones ignore answers for others). Any
+  other remote write that fails is reported to its clone as ``RequestFailed(clone, 0, error)``.
 
 Nothing here does I/O or reads a clock. Outgoing messages are :class:`Envelope` values drained
 with ``to_send()``; ``to=None`` means "all clones of this store".
@@ -185,7 +186,7 @@ class CloneLost:
 
 @dataclass(frozen=True, slots=True)
 class RemoteWriteFailed:
-    """A write from ``writer`` failed (nothing changed, nothing broadcast)."""
+    """A write from ``writer`` failed (nothing changed; only the writer is told, by RequestFailed)."""
 
     writer: str
     command: Any
@@ -363,6 +364,8 @@ class Master:
                     self.producer.produce(RequestFailed(cmd.who, cmd.request_id, exc).to_wire(), now)
                 except StoreError:
                     pass
+            else:  # tell the writing clone too: request id 0 stands for "one of your plain writes"
+                self.producer.produce(RequestFailed(self._reply_to.get(writer, writer), 0, exc).to_wire(), now)
             return [RemoteWriteFailed(writer, payload, exc)]
         if isinstance(command, PutUnique):
             self.producer.produce(PutUniqueResult(command.who, command.request_id, result).to_wire(), now)

@@ -127,7 +127,8 @@ def test_public_api_pinned() -> None:
     for name in store.__all__:
         assert hasattr(store, name), name
     for name in ("Master", "Clone", "MemoryBackend", "SQLiteBackend", "NoSuchKey", "TypeClash", "Stale",
-                 "Timeout", "MasterExists", "BackendError"):
+                 "Timeout", "MasterExists", "BackendError", "MasterStore", "CloneStore", "attach_master",
+                 "attach_clone", "Inserted", "Updated", "Erased", "Expired", "StaleChanged", "Faults"):
         assert name in store.__all__
 
 

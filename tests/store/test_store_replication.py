@@ -29,6 +29,7 @@ from broker_mqtt.store import (
     WentStale,
     WriteBufferFull,
 )
+from broker_mqtt.store.clone import WriteFailed
 from broker_mqtt.store.master import RemoteWriteFailed
 
 
@@ -229,7 +230,7 @@ def test_sqlite_clone_and_master_persist(tmp_path: Path) -> None:
             b.close()
 
 
-def test_remote_write_failure_reported_on_master_only() -> None:
+def test_remote_write_failure_reported_on_master_and_to_its_writer() -> None:
     sim = StoreSim()
     clone = sim.add_clone("c")
     sim.run_until_idle()
@@ -241,6 +242,8 @@ def test_remote_write_failure_reported_on_master_only() -> None:
     [failed] = [e for e in sim.events["M"] if isinstance(e, RemoteWriteFailed)]
     assert failed.writer == clone.writer_id and isinstance(failed.error, TypeClash)
     assert clone.get("s") == "text" and clone.get("after") == 1
+    [told] = [e for e in sim.events["c"] if isinstance(e, WriteFailed)]
+    assert isinstance(told.error, TypeClash) and "increment" in str(told.error)
 
 
 def test_put_unique_answer_follows_its_effect() -> None:

@@ -1,0 +1,157 @@
+"""Subscriber streams: what ``ep.subscribe()``, ``ep.subscribe_raw()`` and ``ep.status()`` return.
+
+Each is an async context manager and an async iterator over a bounded memory stream whose
+items are *lists* (one per PUBLISH), consumed one element at a time: the endpoint's receiver
+pays the stream's cost once per PUBLISH, not once per message. When a stream is full the
+receiver waits (subscriptions) or the event is dropped and counted (status streams), as
+docs/guarantees.md states.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
+
+import anyio
+
+from . import codec
+from .events import ErrorCode, ErrorEvent, Message, StatusEvent
+from .message import Kind
+
+if TYPE_CHECKING:
+    from .endpoint import Endpoint
+
+__all__ = ["Subscription", "RawSubscription", "RawMessage", "StatusStream"]
+
+
+@dataclass(frozen=True, slots=True)
+class RawMessage:
+    """A PUBLISH on a raw MQTT subscription (no node-message envelope)."""
+
+    topic: str
+    payload: bytes
+    retain: bool
+
+
+class _Stream:
+    """Common part of subscriptions: a bounded stream of batches, consumed one item at a time."""
+
+    def __init__(self, endpoint: Endpoint, buffer: int) -> None:
+        self._endpoint = endpoint
+        self._send, self._receive = anyio.create_memory_object_stream[list[Any]](buffer)
+        self._items: deque[Any] = deque()
+
+    def _deliver_nowait(self, items: list[Any]) -> bool:
+        try:
+            self._send.send_nowait(items)
+        except anyio.WouldBlock:
+            return False
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the subscriber is leaving; nothing to deliver to
+        return True
+
+    async def _deliver(self, items: list[Any]) -> None:
+        try:
+            await self._send.send(items)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+
+    async def _next_item(self) -> Any:
+        while not self._items:
+            try:
+                self._items.extend(await self._receive.receive())
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                raise StopAsyncIteration from None
+        return self._items.popleft()
+
+    def _close(self) -> None:
+        self._send.close()
+        self._receive.close()
+
+
+class Subscription(_Stream):
+    """Messages on a set of topic prefixes: ``async with ep.subscribe(...) as sub: async for msg in sub``.
+
+    Entering blocks until the broker confirmed the subscriptions (when connected). Messages
+    arrive in order per publisher and topic, each once, with ``data`` already decoded;
+    messages whose payload does not decode are skipped and reported as an ErrorEvent. When the
+    buffer is full the endpoint's receiver waits for this subscriber (nothing is dropped).
+    """
+
+    def __init__(
+        self, endpoint: Endpoint, prefixes: tuple[str, ...], *, local: bool, buffer: int, kind: Kind = Kind.DATA
+    ) -> None:
+        super().__init__(endpoint, buffer)
+        self.prefixes = prefixes
+        self.local = local
+        self.kind = kind
+
+    async def __aenter__(self) -> Self:
+        await self._endpoint._add_subscriber(self)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._close()
+        await self._endpoint._remove_subscriber(self)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Message:
+        while True:
+            msg: Message = self._items.popleft() if self._items else await self._next_item()
+            try:
+                msg.data  # noqa: B018 - decode once, here, in the subscriber's task
+            except codec.DecodeError as exc:
+                self._endpoint._report(
+                    ErrorEvent(ErrorCode.MALFORMED_PAYLOAD, str(exc), topic=msg.topic, sender=msg.sender)
+                )
+                continue
+            return msg
+
+    async def get(self) -> Message:
+        """The next message (same as ``await anext(sub)``); raises StopAsyncIteration when closed."""
+        return await self.__anext__()
+
+
+class RawSubscription(_Stream):
+    """PUBLISHes on raw MQTT filters, own ones included, each exactly once (by subscription id)."""
+
+    def __init__(self, endpoint: Endpoint, filters: tuple[str, ...], *, buffer: int) -> None:
+        super().__init__(endpoint, buffer)
+        self.filters = filters
+
+    async def __aenter__(self) -> Self:
+        await self._endpoint._add_raw_subscriber(self)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._close()
+        await self._endpoint._remove_subscriber(self)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> RawMessage:
+        item: RawMessage = await self._next_item()
+        return item
+
+
+class StatusStream(_Stream):
+    async def __aenter__(self) -> Self:
+        self._endpoint._status_streams.append(self)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._close()
+        self._endpoint._status_streams.remove(self)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> StatusEvent:
+        event: StatusEvent = await self._next_item()
+        return event
+
+

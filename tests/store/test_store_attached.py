@@ -1,0 +1,175 @@
+"""The store I/O layer in one process over the real mosquitto: API contracts, errors, events, status."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from broker_mqtt import EmbeddedBroker, Endpoint
+from broker_mqtt import channel as ch
+from broker_mqtt.store import (
+    BackendError,
+    MasterExists,
+    NoSuchKey,
+    Stale,
+    StoreError,
+    Timeout,
+    TypeClash,
+    WriteBufferFull,
+)
+from broker_mqtt.store.attached import (
+    CloneStore,
+    Erased,
+    Expired,
+    Inserted,
+    MasterFound,
+    MasterStore,
+    StaleChanged,
+    Updated,
+    WriteRejected,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.mosquitto]
+
+FAST = ch.ChannelConfig(heartbeat_interval=0.1, ack_interval=0.05, connection_timeout=5)
+
+
+async def _until(stream: Any, kind: type) -> AsyncIterator[Any]:
+    """Yield events of ``stream`` up to and including the first of type ``kind``."""
+    async for event in stream:
+        yield event
+        if isinstance(event, kind):
+            return
+
+
+async def test_master_and_clone_operations(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2:
+        m = await e1.attach_master("config", channel=FAST, discovery_timeout=0.05)
+        c = await e2.attach_clone("config", channel=FAST, wait=5)
+        assert isinstance(m, MasterStore) and isinstance(c, CloneStore) and not c.stale
+        await c.put("fan", 3, expiry=60)
+        await c.increment("n", 2)
+        await c.decrement("n", 1)
+        await c.append("s", "ab")
+        await c.append("s", "cd")
+        await c.insert_into("set", 1)
+        await c.insert_into("table", "k", "v")
+        await c.remove_from("table", "k")
+        await c.push("vec", 1)
+        await c.push("vec", 2)
+        await c.pop("vec")
+        await c.put("gone", 1)
+        await c.erase("gone")
+        assert await c.await_idle(5) and await m.await_idle(5)
+        for store in (m, c):
+            assert await store.get("fan") == 3 and await store.get("n") == 1 and await store.get("s") == "abcd"
+            assert await store.get("set") == {1} and await store.get("table") == {} and await store.get("vec") == [1]
+            assert not await store.exists("gone") and await store.exists("fan")
+            assert sorted(await store.keys(), key=str) == sorted(["fan", "n", "s", "set", "table", "vec"], key=str)
+        await m.clear()
+        assert await m.await_idle(5)
+        assert await c.keys() == []
+
+
+async def test_errors_reach_the_caller(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2:
+        m = await e1.attach_master("s", channel=FAST, discovery_timeout=0.05)
+        c = await e2.attach_clone("s", channel=FAST, wait=5)
+        with pytest.raises(NoSuchKey):
+            await c.get("missing")
+        with pytest.raises(NoSuchKey):
+            await m.get("missing")
+        await m.put("text", "abc")
+        assert await m.await_idle(5)
+        with pytest.raises(TypeClash):
+            await m.increment("text", 1)
+        with pytest.raises(TypeClash):
+            await c.increment("text", 1)  # judged on the clone's copy, nothing sent
+        with pytest.raises(NoSuchKey):
+            await c.pop("missing")
+        async with c.status() as status:
+            await c.put("text2", "abc")
+            await c.increment("text2", 1)  # in flight behind the put: only the master can judge it
+            with anyio.fail_after(5):
+                rejected = [e async for e in _until(status, WriteRejected)]
+            assert isinstance(rejected[-1].error, TypeClash)
+        assert await c.await_idle(5) and await m.await_idle(5) and await c.get("text2") == "abc"
+        with pytest.raises(MasterExists):
+            await e2.attach_master("s", channel=FAST, discovery_timeout=0.5)
+        assert await c.put_unique("u", 1) is True and await c.put_unique("u", 2) is False
+        assert await m.put_unique("u", 3) is False and await m.get("u") == 1
+        with pytest.raises(BackendError):
+            await m.put("bad", object())
+
+
+async def test_clone_stale_while_master_gone_then_resyncs_and_flushes(broker: EmbeddedBroker, namespace: str,
+                                                                     tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2:
+        m = await e1.attach_master("s", backend="sqlite", path=db, channel=FAST, discovery_timeout=0.05)
+        c = await e2.attach_clone("s", channel=FAST, write_buffer=3, wait=5)
+        await m.put("a", 1)
+        assert await m.await_idle(5)
+        async with c.status() as status:
+            await m.close()
+            with anyio.fail_after(5):
+                async for event in status:
+                    if isinstance(event, StaleChanged) and event.stale:
+                        break
+            assert c.stale
+            with pytest.raises(Stale):
+                await c.get("a")
+            assert await c.get("a", allow_stale=True) == 1
+            for i in range(3):
+                await c.put(f"b{i}", i)  # buffered: the bound is 3 ...
+            with pytest.raises(WriteBufferFull):
+                await c.put("b3", 3)  # ... so the fourth fails for its caller, nothing queued
+            m2 = await e1.attach_master("s", backend="sqlite", path=db, channel=FAST, discovery_timeout=0.05)
+            seen = []
+            with anyio.fail_after(5):
+                async for event in status:
+                    seen.append(event)
+                    if isinstance(event, StaleChanged) and not event.stale:
+                        break
+            assert any(isinstance(e, MasterFound) and e.master == m2.id for e in seen)
+        assert await c.await_idle(5) and await m2.await_idle(5)
+        assert sorted(await m2.keys()) == ["a", "b0", "b1", "b2"]
+        assert sorted(await c.keys()) == ["a", "b0", "b1", "b2"]
+
+
+async def test_event_stream_reports_changes_with_old_values_and_publisher(broker: EmbeddedBroker,
+                                                                         namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2:
+        m = await e1.attach_master("s", channel=FAST, discovery_timeout=0.05)
+        c = await e2.attach_clone("s", channel=FAST, wait=5)
+        async with m.events() as mev, c.events() as cev:
+            await c.put("k", 1)
+            await c.put("k", 2)
+            await c.erase("k")
+            await m.put("t", 1, expiry=0.2)
+            expected = [Inserted("s", "k", 1, e2.id), Updated("s", "k", 1, 2, e2.id), Erased("s", "k", 2, e2.id),
+                        Inserted("s", "t", 1, e1.id), Expired("s", "t", 1)]
+            with anyio.fail_after(5):
+                got_m = [await mev.__anext__() for _ in expected]
+                got_c = [await cev.__anext__() for _ in expected]
+        assert sorted(got_m, key=repr) == sorted(expected, key=repr)
+        # a clone does not learn who published a change (the broadcast does not carry it)
+        assert sorted(got_c, key=repr) == sorted(
+            [Inserted("s", "k", 1, None), Updated("s", "k", 1, 2, None), Erased("s", "k", 2, None),
+             Inserted("s", "t", 1, None), Expired("s", "t", 1)], key=repr)
+
+
+async def test_put_unique_times_out_without_a_master(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as ep:
+        c = await ep.attach_clone("nobody", channel=FAST, request_timeout=0.3)
+        assert c.stale and c.master is None
+        with pytest.raises(Timeout):
+            await c.put_unique("k", 1)
+        assert await c.await_idle(0.2) is False
+        await c.close()
+        with pytest.raises(StoreError):
+            await c.put("k", 1)
