@@ -555,20 +555,28 @@ class Endpoint:
             flat: list[tuple[_Stream, Kind, bool, list[Message]]] = [
                 (sub, sub.kind, sub.local, []) for f in filters for sub in f.subscribers  # type: ignore[attr-defined]
             ]
+        else:
+            # Unicast: each message may match other subscribers; the lists are kept per topic
+            # and per subscriber, so the hand-over still happens once per PUBLISH.
+            by_topic: dict[str, list[tuple[_Stream, Kind, bool, list[Message]]]] = {}
+            by_sub: dict[_Stream, list[Message]] = {}
         received = 0
         for kind, sender, receivers, _ttl, node_topic, packed in messages:
             if receivers is not None and me not in receivers:
                 continue
             if filters is None:
-                try:
-                    flat = [
-                        (sub, sub.kind, sub.local, [])  # type: ignore[attr-defined]
-                        for f in self._table.match(validate_topic(node_topic))
+                flat = by_topic.get(node_topic)  # type: ignore[assignment]
+                if flat is None:
+                    try:
+                        levels = validate_topic(node_topic)
+                    except UsageError:
+                        self._stats.malformed += 1
+                        continue
+                    flat = by_topic[node_topic] = [
+                        (sub, sub.kind, sub.local, by_sub.setdefault(sub, []))  # type: ignore[attr-defined]
+                        for f in self._table.match(levels)
                         for sub in f.subscribers
                     ]
-                except UsageError:
-                    self._stats.malformed += 1
-                    continue
             elif node_topic != expected and node_topic != expected_slash:
                 self._stats.malformed += 1
                 self._report(
@@ -582,11 +590,10 @@ class Endpoint:
             for _sub, sub_kind, local, batch in flat:
                 if sub_kind is kind and (local or not own):
                     batch.append(msg)
-            if filters is None:
-                await self._hand_over(flat)
         self._stats.received += received
-        if filters is not None:
-            await self._hand_over(flat)
+        if filters is None:
+            flat = [(sub, Kind.DATA, False, batch) for sub, batch in by_sub.items()]
+        await self._hand_over(flat)
 
     async def _hand_over(self, flat: list[tuple[_Stream, Kind, bool, list[Message]]]) -> None:
         for sub, _kind, _local, batch in flat:

@@ -242,3 +242,13 @@ async def test_command_messages_reach_command_subscribers_only(broker: EmbeddedB
             assert [m.data for m in await take(commands, 2)] == [{"op": "put"}, "unicast"]
             assert [m.data for m in await take(data, 1)] == ["plain"]
             await nothing_more(data)
+
+
+async def test_a_burst_of_unicasts_arrives_in_order(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        async with b.subscribe("/u") as sub, b.subscribe("/u/odd") as odd:
+            for i in range(2000):
+                await a.unicast(b.id, "/u/odd" if i % 2 else "/u/even", i)
+            assert [m.data for m in await take(sub, 2000)] == list(range(2000))
+            assert [m.data for m in await take(odd, 1000)] == list(range(1, 2000, 2))
+            assert b.statistics().publishes_received < 2000  # coalesced, and still in order
