@@ -35,6 +35,7 @@ import aiomqtt
 import anyio
 from aiomqtt.exceptions import MqttConnectError
 from anyio.abc import TaskGroup, TaskStatus
+from paho.mqtt.client import MQTT_ERR_SUCCESS
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
@@ -57,7 +58,7 @@ from .events import (
     StatusEvent,
 )
 from .message import Kind, NodeEncoder, decode_batch
-from .outbox import Outbox
+from .outbox import Batch, InFlight, Outbox
 from .subscription import RawMessage, RawSubscription, StatusStream, Subscription, _Stream
 from .topics import TopicLayout, validate_prefix, validate_topic
 
@@ -69,6 +70,7 @@ _PRESENCE_SID = 1
 _UNICAST_SID = 2
 _PUBLISH_OVERHEAD = 512  # fixed header + topic + properties, generously
 _MAX_PACKET_DEFAULT = 268_435_455
+_MAX_INFLIGHT = 16  # unconfirmed PUBLISHes per connection (paho queues beyond its own limit of 20)
 
 
 class _Signal:
@@ -96,7 +98,7 @@ class EndpointStatistics:
     """Counters since the endpoint started (see :meth:`Endpoint.statistics`)."""
 
     published: int = 0  #: node messages accepted by publish/unicast
-    publishes_sent: int = 0  #: PUBLISH packets confirmed (QoS 1) or written (QoS 0)
+    publishes_sent: int = 0  #: PUBLISH packets handed to the MQTT client
     received: int = 0  #: data node messages received
     publishes_received: int = 0  #: PUBLISH packets received
     delivered: int = 0  #: messages handed to subscribers
@@ -172,6 +174,7 @@ class Endpoint:
         self._progress = _Signal()  # publishers/flush: something was sent, or the link changed
         self._peers_changed = _Signal()
         self._client: aiomqtt.Client | None = None
+        self._inflight: InFlight | None = None
         self._url: BrokerURL | None = None
         self._uses_shared = False
         self._tg: TaskGroup | None = None
@@ -280,6 +283,7 @@ class Endpoint:
                 self._stats.rejected += 1
                 self._report(ErrorEvent(ErrorCode.PUBLISH_REJECTED, f"broker refused a PUBLISH: {reason}"))
             on_publish(c, userdata, mid, reason, props)
+            self._confirmed(mid)
 
         paho.on_connect, paho.on_publish = _on_connect, _on_publish
         return client
@@ -467,24 +471,47 @@ class Endpoint:
         return False
 
     async def _send_loop(self, client: aiomqtt.Client) -> None:
-        outbox = self._outbox
-        while True:
-            batch = outbox.take()
-            if batch is None:
+        """Hand batches to paho in order, up to ``InFlight.limit`` unconfirmed at a time.
+
+        paho's publish() only queues the packet, synchronously and in call order, so batches
+        leave in outbox order; confirmations come back through :meth:`_confirmed`. When the
+        connection goes, unconfirmed QoS 1 batches return to the front of the outbox in order
+        (sent again after reconnecting: at-least-once); unconfirmed QoS 0 batches are lost.
+        """
+        outbox, inflight = self._outbox, InFlight(_MAX_INFLIGHT)
+        self._inflight = inflight
+        paho = client._client
+        try:
+            while True:
+                while not inflight.full and (batch := outbox.take()) is not None:
+                    info = paho.publish(batch.topic, bytes(batch.data), batch.qos, batch.retain)
+                    if info.rc != MQTT_ERR_SUCCESS:
+                        outbox.retry(batch)
+                        raise aiomqtt.MqttCodeError(info.rc, "could not publish")
+                    self._stats.publishes_sent += 1
+                    self._release(inflight.sent(batch, info.mid))
                 await self._wakeup.wait()
-                continue
-            try:
-                await client.publish(batch.topic, bytes(batch.data), qos=batch.qos, retain=batch.retain)
-            except BaseException:
+        finally:
+            self._inflight = None
+            for batch in reversed(inflight.unconfirmed()):
                 if batch.qos == 0:
                     self._stats.qos0_lost += batch.count
                     outbox.done(batch)
                 else:
                     outbox.retry(batch)
-                raise
-            outbox.done(batch)
-            self._stats.publishes_sent += 1
             self._progress.notify()
+
+    def _confirmed(self, packet_id: int) -> None:
+        """paho's on_publish: PUBACK (QoS 1) or written (QoS 0) for ``packet_id``."""
+        if self._inflight is not None:
+            self._release(self._inflight.confirm(packet_id))
+
+    def _release(self, batches: list[Batch]) -> None:
+        if batches:
+            for batch in batches:
+                self._outbox.done(batch)
+            self._progress.notify()
+            self._wakeup.notify()  # room in the window
 
     # -- receiving ----------------------------------------------------------------------------
     async def _receive_loop(self, client: aiomqtt.Client) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-__all__ = ["Batch", "Outbox"]
+__all__ = ["Batch", "InFlight", "Outbox"]
 
 
 @dataclass(slots=True, eq=False)
@@ -26,6 +26,7 @@ class Batch:
     retain: bool = False
     data: bytearray = field(default_factory=bytearray)
     count: int = 0
+    confirmed: bool = False
 
 
 class Outbox:
@@ -90,3 +91,59 @@ class Outbox:
     def retry(self, batch: Batch) -> None:
         """Sending ``batch`` failed: put it back at the front, to go first after reconnecting."""
         self._sealed.appendleft(batch)
+
+
+class InFlight:
+    """Batches handed to the MQTT client and not yet confirmed, in the order they were sent.
+
+    The client confirms a batch by its packet id (PUBACK for QoS 1; written to the socket for
+    QoS 0), possibly out of order; :meth:`confirm` releases batches only from the front, so what
+    is released is always a prefix of what was sent. After a lost connection,
+    :meth:`unconfirmed` lists what the broker may not have, in send order.
+    """
+
+    def __init__(self, limit: int = 16) -> None:
+        self.limit = limit
+        self._order: deque[Batch] = deque()
+        self._by_id: dict[int, Batch] = {}
+        self._early: set[int] = set()  # confirmations that beat their registration
+
+    @property
+    def full(self) -> bool:
+        return len(self._order) >= self.limit
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def sent(self, batch: Batch, packet_id: int) -> list[Batch]:
+        """Record ``batch`` as sent; returns batches released at once (a confirmation came first)."""
+        self._order.append(batch)
+        if packet_id in self._early:
+            self._early.discard(packet_id)
+            batch.confirmed = True
+            return self._release()
+        self._by_id[packet_id] = batch
+        return []
+
+    def confirm(self, packet_id: int) -> list[Batch]:
+        """The client confirmed ``packet_id``: the batches now released, oldest first."""
+        batch = self._by_id.pop(packet_id, None)
+        if batch is None:
+            self._early.add(packet_id)
+            return []
+        batch.confirmed = True
+        return self._release()
+
+    def _release(self) -> list[Batch]:
+        out = []
+        while self._order and self._order[0].confirmed:
+            out.append(self._order.popleft())
+        return out
+
+    def unconfirmed(self) -> list[Batch]:
+        """Everything not released, in send order; forgets it all (the connection is gone)."""
+        out = list(self._order)
+        self._order.clear()
+        self._by_id.clear()
+        self._early.clear()
+        return out

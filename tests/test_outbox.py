@@ -41,3 +41,27 @@ def test_retry_goes_first_and_raw_messages_are_not_coalesced() -> None:
         order.append(bytes(b.data))
     assert order.index(b"1") < order.index(b"2")
     assert b"raw1" in order and b"raw2" in order  # two PUBLISHes, never merged
+
+
+def test_inflight_releases_in_send_order_only() -> None:
+    from broker_mqtt.outbox import Batch, InFlight
+
+    window = InFlight(limit=3)
+    a, b, c = Batch("t", 1), Batch("t", 1), Batch("t", 1)
+    assert window.sent(a, 1) == [] and window.sent(b, 2) == [] and window.sent(c, 3) == []
+    assert window.full
+    assert window.confirm(2) == []  # b waits for a
+    assert window.confirm(1) == [a, b]
+    assert window.confirm(99) == []  # unknown id: remembered as an early confirmation
+    d = Batch("t", 1)
+    assert window.sent(d, 99) == []  # c is still unconfirmed in front of d
+    assert window.unconfirmed() == [c, d] and len(window) == 0
+
+
+def test_inflight_confirmation_before_registration() -> None:
+    from broker_mqtt.outbox import Batch, InFlight
+
+    window = InFlight()
+    assert window.confirm(7) == []
+    a = Batch("t", 0)
+    assert window.sent(a, 7) == [a]
