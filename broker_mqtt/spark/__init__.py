@@ -1,0 +1,49 @@
+"""The Spark bridge: DataFrames out as data messages, topics in as a stream (docs/spark.md).
+
+Theory of operation. A Python Data Source registered as format ``broker_mqtt``
+(:func:`register`) writes every row of a DataFrame — batch or Structured Streaming — as one
+ordinary data message (a map of its columns), each Spark task through its own Endpoint, and reads
+topic prefixes as a streaming DataFrame ``(topic, sender, received, data)``. Spark delivers at
+least once; every emitted message carries its row id under :data:`ROW_ID_KEY`, and
+:class:`Deduplicator` / :func:`dedup` make delivery exactly-once for receivers.
+
+Needs the ``spark`` extra (pyspark, pyarrow) for the data source only: the de-duplication
+helpers import neither, so edge nodes use them without Spark. pyspark is imported on first use
+of :func:`register` or :class:`BrokerMQTTDataSource`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .document import to_json, to_jsonable
+from .rowid import ROW_ID_KEY, Deduplicated, Deduplicator, DeduplicatorStatistics, RowId, dedup, row_id
+
+if TYPE_CHECKING:
+    from .source import READ_SCHEMA, BrokerMQTTDataSource, EmitCommitMessage, register
+
+__all__ = [
+    "BrokerMQTTDataSource",
+    "Deduplicated",
+    "Deduplicator",
+    "DeduplicatorStatistics",
+    "EmitCommitMessage",
+    "READ_SCHEMA",
+    "ROW_ID_KEY",
+    "RowId",
+    "dedup",
+    "register",
+    "row_id",
+    "to_json",
+    "to_jsonable",
+]
+
+_NEEDS_PYSPARK = {"BrokerMQTTDataSource", "EmitCommitMessage", "READ_SCHEMA", "register"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NEEDS_PYSPARK:
+        from . import source
+
+        return getattr(source, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

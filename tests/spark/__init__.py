@@ -1,0 +1,1 @@
+"""Spark bridge tests (real local Spark, real mosquitto)."""
