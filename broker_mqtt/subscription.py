@@ -69,6 +69,17 @@ class _Stream:
         self._send.close()
         self._receive.close()
 
+    async def _detach(self) -> None:
+        """Unregister from the endpoint (after the stream is closed)."""
+        await self._endpoint._remove_subscriber(self)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._close()
+        await self._detach()
+
 
 class Subscription(_Stream):
     """Messages on a set of topic prefixes: ``async with ep.subscribe(...) as sub: async for msg in sub``.
@@ -89,13 +100,6 @@ class Subscription(_Stream):
 
     async def __aenter__(self) -> Self:
         await self._endpoint._add_subscriber(self)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._close()
-        await self._endpoint._remove_subscriber(self)
-
-    def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> Message:
@@ -126,13 +130,6 @@ class RawSubscription(_Stream):
         await self._endpoint._add_raw_subscriber(self)
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        self._close()
-        await self._endpoint._remove_subscriber(self)
-
-    def __aiter__(self) -> Self:
-        return self
-
     async def __anext__(self) -> RawMessage:
         item: RawMessage = await self._next_item()
         return item
@@ -143,12 +140,8 @@ class StatusStream(_Stream):
         self._endpoint._status_streams.append(self)
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        self._close()
+    async def _detach(self) -> None:
         self._endpoint._status_streams.remove(self)
-
-    def __aiter__(self) -> Self:
-        return self
 
     async def __anext__(self) -> StatusEvent:
         event: StatusEvent = await self._next_item()
