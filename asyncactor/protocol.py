@@ -23,6 +23,13 @@ others bid within ``gap / 2``.
 
 Minimum tenure: a *succession* ping (its sender saw our ping) never cuts a tag short; only a
 collision or a healed split does (DetagEvent).
+
+Partial views (§4): a newcomer, or the losing side of a healed split, adopts its view from one
+message.  It is *learning* until a succession confirms that view: it does not bid, re-adopts
+from any ping its view cannot place, and takes no side in splits.  A collision it cannot judge
+(the two pingers' old places are unknown) is left to the next ping, which names the winner;
+until then it bids only after everybody else (``cycle + 3 * gap``).  Only the leading entries
+of a history that came off the wire are trusted for collision ages (``_known``).
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ from .messages import DecodeError, Hist, Init, Message, Ping, Vers, decode, enco
 from .policy import PingDelayFn, PriorityFn, default_has_priority, default_ping_delay
 
 __all__ = ["ActorCore", "Phase", "Timer", "CoreStats", "LocalProtocolError"]
+
+_ALL = 1 << 30  # "every entry is known"
 
 
 class LocalProtocolError(RuntimeError):
@@ -98,6 +107,7 @@ class _Split:
     hists: list[tuple[Hist, bool]] = field(default_factory=list)  # (hist, from our side)
     decided: bool = False
     remote_wins: bool = False
+    followed: bool = False  # the loser side has followed the winners' first real ping
     own_set: set[str] = field(default_factory=set)
     remote_set: set[str] = field(default_factory=set)
 
@@ -159,7 +169,12 @@ class ActorCore:
         self._pending_hist: Hist | None = None  # for Timer.HIST
         self._split: _Split | None = None
         self._await_ping = False
+        self._learning = False  # our view came from one ping and no succession confirmed it yet
         self._unsure: set[str] = set()  # candidates of a collision we could not judge
+        # how many leading entries of _history / _parent are known to match the group's view:
+        # all for a node that saw every ping; a newcomer knows only what the wire told it
+        self._known = _ALL
+        self._pknown = _ALL
         self._last_vers_reply = float("-inf")
         self._started = False
         self._out: list[dict[str, Any]] = []
@@ -346,8 +361,12 @@ class ActorCore:
         c = self.config
         period = c.cycle - 1.5 * c.gap
         slot = self._slot
-        if slot is None or self._await_ping:
-            wait = c.cycle + 2 * c.gap  # alone as far as we know, or waiting for a real ping
+        if slot is None:
+            wait = c.cycle + 2 * c.gap  # alone as far as we know
+        elif self._await_ping:
+            # our view of the slot is unconfirmed: bid only if nobody else does, after the
+            # previous pinger's own repeat (at cycle + 2 * gap) would have arrived
+            wait = c.cycle + 3 * c.gap
         elif self.sticky and slot.node == self.name and self.phase is not Phase.FOLLOWING:
             wait = period  # sticky holder keeps its tag
         else:
@@ -378,7 +397,8 @@ class ActorCore:
         if self.phase is Phase.TAGGED:
             self._untag(UntagEvent())
         self._flush_ping_event()
-        self._parent = self._history
+        self._parent, self._pknown = self._history, self._known
+        self._known = _moved(self.name, self._history, self._known)
         self._history = merge((self.name,), self._history, self.config.max_history)
         self._slot = _Slot(self.name, self.value, now, self._wire_history())
         self._unsure = set()
@@ -414,15 +434,40 @@ class ActorCore:
             self._events.append(GoodNodeEvent((msg.node,)))
         rel = relate(msg.history, self._history, self._parent)
         limit = self.config.max_history
-        if rel is Relation.DIVERGED and len(msg.history) > 1 and msg.history[1] in self._unsure:
-            rel = Relation.SUCCESSION  # it names the winner of the collision we could not judge
+        named = (
+            rel in (Relation.DIVERGED, Relation.COLLISION, Relation.REPEAT)
+            and len(msg.history) > 1
+            and msg.history[1] in self._unsure
+            and msg.history[1] != self.current
+        )
+        if named:
+            # it names the winner of a collision we could not judge: a succession of that slot
+            rel = Relation.SUCCESSION
+        elif (
+            rel is Relation.REPEAT and self._slot is not None and msg.history[1:2] != self._slot.history[1:2]
+        ):
+            # the holder we know pings again, but answering a slot we never saw: we missed
+            # pings (we adopted our view from one message); its view is better than ours
+            rel = Relation.FRESH
+        elif rel is Relation.DIVERGED and self._learning:
+            # a newcomer is on no side of a split: its one-ping view was stale; learn again
+            rel = Relation.FRESH
+        elif (
+            rel in (Relation.DIVERGED, Relation.COLLISION)
+            and msg.node in self._unsure
+            and msg.node != self.current
+        ):
+            # a candidate of a collision we could not judge pings again (a sticky holder's
+            # renewal): its view is better than ours; adopt it as a newcomer would
+            rel = Relation.FRESH
         ep = self._split
         if (
-            self._await_ping and ep is not None and ep.decided and ep.remote_wins
+            self._await_ping and ep is not None and ep.decided and ep.remote_wins and not ep.followed
             and rel is not Relation.SUCCESSION and self._is_remote(ep, msg.history)
         ):  # fmt: skip
             # we lost a split and know the winners only from their (stale) hist: follow the
-            # first real ping of theirs, whatever slot it answers
+            # first real ping of theirs, whatever slot it answers (then learn as a newcomer)
+            ep.followed = True
             parent = self._history if msg.node in self._history else msg.history[1:]
             self._accept(msg, now, merge(msg.history, self._history, limit), parent, Relation.FRESH)
             return
@@ -433,23 +478,43 @@ class ActorCore:
                 assert self._slot is not None
                 release = msg.value is None and self._slot.value is not None
                 self._accept(msg, now, self._history, self._parent, rel, release=release)
+            case Relation.SUCCESSION if named:
+                # its history is exact, but where its sender stood before is unknown: adopt it
+                # as a newcomer adopts its first ping (and judge its collisions the same way)
+                hist = merge(msg.history, self._history, limit)
+                self._accept(msg, now, hist, msg.history[1:], Relation.FRESH)
             case Relation.SUCCESSION:
                 hist = merge((msg.node,), merge(msg.history[1:], self._history, None), limit)
+                self._pknown = self._known
+                self._known = max(
+                    _moved(msg.node, self._history, self._known),
+                    _wire_known(msg.history, self.config.splits),
+                )
                 self._accept(msg, now, hist, self._history, rel)
             case Relation.COLLISION:
                 assert self._slot is not None
                 mine = self._slot.node == self.name
                 wins = self._beats(msg, self._slot)
-                if wins is None and mine:
+                yielded = wins is None and mine
+                if yielded:
                     wins = True  # we cannot tell if our own ping won: yield rather than risk two
                 if wins is None:
                     # we adopted the slot from its ping alone and cannot place the pingers:
-                    # leave the choice to the next ping, which names the winner
+                    # leave the choice to the next ping, which names the winner; until then our
+                    # view of the slot may be wrong, so we bid only after everybody else
                     self._unsure.add(msg.node)
+                    self._await_ping = True
+                    self._plan_ping(now)
                 elif wins:
                     self.stats.collisions_lost += mine
                     hist = merge(msg.history, without(self._parent, msg.node), limit)
+                    self._known = max(
+                        _moved(msg.node, self._parent, self._pknown),
+                        _wire_known(msg.history, self.config.splits),
+                    )
                     self._accept(msg, now, hist, self._parent, rel)
+                    if yielded:  # the next ping names the real winner
+                        self._unsure.update((msg.node, self.name))
                 else:
                     self.stats.collisions_won += mine
             case Relation.DIVERGED:
@@ -486,12 +551,17 @@ class ActorCore:
             self._pending_ping = msg
         if how is not Relation.COLLISION:  # a view adopted from one message is unsure of its parent
             self._unsure = {msg.node} if how in (Relation.FRESH, Relation.DIVERGED) else set()
+        if how in (Relation.FRESH, Relation.DIVERGED):
+            # the sender's history is a prefix of the group's; our parent (it minus its
+            # head) is not, as the sender's old place in it is unknown
+            self._known, self._pknown = _wire_known(msg.history, self.config.splits), 0
         self._history, self._parent = history, parent
         self._slot = _Slot(msg.node, msg.value, now, msg.history)
         if how is Relation.FRESH:
             self._await_ping = True  # a newcomer bids only once a second ping confirms its view
+            self._learning = True
         elif isinstance(msg, Ping) and how is not Relation.COLLISION:
-            self._await_ping = False
+            self._await_ping = self._learning = False
         self._plan_ping(now, release=release)
 
     def _beats(self, his: Ping, mine: _Slot) -> bool | None:
@@ -520,8 +590,11 @@ class ActorCore:
             if his_age == my_age and (his_age != inf or cut):
                 return None
         else:
-            parent = self._parent
-            his_age, my_age = (parent.index(n) if n in parent else inf for n in (his.node, mine.node))
+            # our parent is exact only in its first _pknown entries (a newcomer's view of the
+            # entries beyond the wire's cut is guesswork): a node not among them counts as
+            # furthest back, as for every node whose parent came off the wire
+            parent, k = self._parent, self._pknown
+            his_age, my_age = (parent.index(n) if n in parent[:k] else inf for n in (his.node, mine.node))
         if his_age != my_age:
             return his_age > my_age
         return self.has_priority(his.node, his.value, mine.node, mine.value)
@@ -537,6 +610,26 @@ class ActorCore:
         ep.remote_set.update(remote)
         if isinstance(msg, Hist):
             self._add_hist(ep, msg, own=False, now=now)
+            return
+        if (
+            not ep.decided
+            and self.phase is Phase.PINGED
+            and self._slot is not None
+            and self._slot.node == self.name
+            and self.has_priority(node, value, self.name, self._slot.value)
+        ):
+            # our ping crossed the other side's first ping after the heal: only one of the two
+            # pingers becomes "it", the same one for both (has_priority)
+            self._timers.pop(Timer.TAG, None)
+            self._goto(Phase.FOLLOWING)
+        elif (
+            not ep.decided
+            and self.phase is Phase.TAGGED
+            and self._slot is not None
+            and self._slot.node == self.name
+            and self.has_priority(node, value, self.name, self._slot.value)
+        ):
+            self._untag(DetagEvent(node))
         elif ep.decided and ep.remote_wins and self._is_remote(ep, remote):
             limit = self.config.max_history
             self._accept(msg, now, merge(remote, (), limit), tuple(remote[1:]), Relation.DIVERGED)
@@ -588,6 +681,7 @@ class ActorCore:
             limit = self.config.max_history
             self._await_ping = True  # the hist is stale news: bid only after the winners' next ping
             self._accept(best, now, merge(best.history, (), limit), (), Relation.DIVERGED)
+            self._learning = True  # and learn their current slot as a newcomer does
 
     def _same_side(self, h: tuple[str, ...], history: tuple[str, ...], parent: tuple[str, ...]) -> bool:
         if compatible(h, history) or compatible(h, parent):
@@ -596,8 +690,8 @@ class ActorCore:
 
     def _on_hist(self, msg: Hist, now: float) -> None:
         h = msg.history
-        if not self._history:
-            return
+        if not self._history or self._learning:
+            return  # a newcomer is on no side of a split
         ep = self._split if self._split is not None and now < self._split.until else None
         own_side = self._same_side(h, self._history, self._parent) or (
             ep is not None and self._same_side(h, ep.local, ep.parent)
@@ -610,3 +704,13 @@ class ActorCore:
         if self._pending_hist is not None:
             self._pending_hist = None
             self._timers.pop(Timer.HIST, None)
+
+
+def _moved(node: str, history: tuple[str, ...], known: int) -> int:
+    """How many leading entries stay known when ``node`` moves to the front of ``history``."""
+    return known if known >= _ALL or node in history[:known] else known + 1
+
+
+def _wire_known(history: tuple[str, ...], splits: int) -> int:
+    """A ping's history is its sender's view cut to ``splits``: complete if shorter."""
+    return len(history) if len(history) >= splits else _ALL

@@ -34,6 +34,7 @@ class SimNet:
         self.now = 0.0
         self.cores: dict[str, ActorCore] = {}
         self.heap: list[tuple[float, int, str, Any]] = []
+        self.timers: list[tuple[float, str]] = []  # lazy: an entry counts if it is the core's deadline
         self.seq = itertools.count()
         self.events: list[tuple[float, str, Any]] = []
         self.groups: dict[str, int] | None = None
@@ -67,15 +68,21 @@ class SimNet:
                     heapq.heappush(self.heap, (t, next(self.seq), dst, (name, wire)))
         for ev in core.events():
             self.events.append((self.now, name, ev))
+        d = core.next_deadline
+        if d is not None:
+            heapq.heappush(self.timers, (d, name))
 
     def run_until(self, until: float) -> None:
         while True:
             t_msg = self.heap[0][0] if self.heap else float("inf")
             t_timer, who = float("inf"), None
-            for name, core in self.cores.items():
-                d = core.next_deadline
-                if d is not None and d < t_timer:
+            while self.timers:
+                d, name = self.timers[0]
+                core = self.cores.get(name)
+                if core is not None and core.next_deadline == d:
                     t_timer, who = d, name
+                    break
+                heapq.heappop(self.timers)  # stale: the core's deadline moved or it died
             t = min(t_msg, t_timer)
             if t > until:
                 self.now = until
