@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import cbor2
@@ -80,7 +80,7 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, float):
         return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(same(k, next(j for j in b if j == k)) and same(a[k], b[k])
                                             for k in a)
@@ -156,7 +156,8 @@ def test_count_is_distinct_from_integer() -> None:
 
 def _tag_of(b: bytes) -> int:
     item = cbor2.loads(b, tag_hook=lambda tag, immutable: tag, semantic_decoders={
-        t: (lambda t: lambda v, imm: cbor2.CBORTag(t, v))(t) for t in (0, 52, 54, 258)})
+        t: (lambda t: lambda v, imm: cbor2.CBORTag(t, v))(t)  # noqa: B023 - t is bound by the outer call
+        for t in (0, 52, 54, 258)})
     assert isinstance(item, cbor2.CBORTag)
     return item.tag
 
@@ -168,7 +169,7 @@ def _tag_of(b: bytes) -> int:
     (ipaddress.ip_network("2001:db8::/32"), 54, "d836821820"),
     ({1}, 258, "d9010281"),
     (frozenset({1}), 258, "d9010281"),
-    (datetime(2020, 1, 1, tzinfo=timezone.utc), 0, "c0"),
+    (datetime(2020, 1, 1, tzinfo=UTC), 0, "c0"),
 ])
 def test_standard_tags(value: Any, tag: int, prefix: str) -> None:
     b = encode(value)
@@ -297,4 +298,4 @@ def test_helper_validation() -> None:
 def test_decode_sequence(items: list[Any]) -> None:
     data = b"".join(encode(v) for v in items)
     out = decode_sequence(data)
-    assert len(out) == len(items) and all(same(o, expected(v)) for o, v in zip(out, items))
+    assert len(out) == len(items) and all(same(o, expected(v)) for o, v in zip(out, items, strict=True))

@@ -360,10 +360,7 @@ def test_sim_split_and_heal_one_recover_per_chain_node_per_side():
 
 def test_public_api_pinned():
     assert sorted(asyncactor.__all__) == sorted(
-        """Actor ActorCore ActorEvent Config CoreStats DecodeError DetagEvent EventQueue GoodNodeEvent
-        Hist Init LocalProtocolError MemoryHub MemoryTransport Phase Ping PingEvent ProtocolError
-        QueueStats RawMsgEvent RecoverEvent SetupEvent TagEvent Transport UntagEvent Vers
-        canonical_key decode default_has_priority default_ping_delay encode""".split()
+        ["Actor", "ActorCore", "ActorEvent", "Config", "CoreStats", "DecodeError", "DetagEvent", "EventQueue", "GoodNodeEvent", "Hist", "Init", "LocalProtocolError", "MemoryHub", "MemoryTransport", "Phase", "Ping", "PingEvent", "ProtocolError", "QueueStats", "RawMsgEvent", "RecoverEvent", "SetupEvent", "TagEvent", "Transport", "UntagEvent", "Vers", "canonical_key", "decode", "default_has_priority", "default_ping_delay", "encode"]
     )
 
 
