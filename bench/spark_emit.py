@@ -155,6 +155,7 @@ def main() -> None:
         return
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # keep Spark's own sockets on loopback
     os.environ["TZ"] = "UTC"  # Python workers: Row timestamps come out naive in local time
     from pyspark.sql import SparkSession
 

@@ -66,6 +66,7 @@ def store_sink(row: dict) -> None:
 
 def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local demo: Spark stays on loopback
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812
 
