@@ -83,6 +83,19 @@ class Cluster:
         self.actors.pop(name, None)
         self.log.append(Record(anyio.current_time(), name, "killed"))
 
+    async def kill_and_await_tag(self, victim: str, *, poll: float) -> tuple[float, float]:
+        """Crash ``victim``, then wait (polling every ``poll`` s) for the next TagEvent anywhere.
+
+        Returns (time of death, time of that TagEvent): the failover the tests bound and the
+        benchmark measures.
+        """
+        self.kill(victim)
+        died = anyio.current_time()
+        before = len(self.events(TagEvent))
+        while len(self.events(TagEvent)) == before:
+            await anyio.sleep(poll)  # noqa: ASYNC110 - polls simulated time
+        return died, self.events(TagEvent)[-1].time
+
     def kill_all(self) -> None:
         for name in list(self._scopes):
             self.kill(name)

@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 import trio.testing
+from quantile import nearest_rank  # bench/ is this script's own directory
 
 from asyncactor import MemoryHub, TagEvent
 from asyncactor.testing import Cluster, overlaps, tenures
@@ -32,11 +33,6 @@ from asyncactor.testing import Cluster, overlaps, tenures
 CFG = {"cycle": 10.0, "gap": 1.5}
 LATENCY, JITTER = 0.05, 0.15  # seconds, one hop (well under gap)
 RESULTS = pathlib.Path(__file__).parent / "results" / "election.json"
-
-
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 async def _failover(sticky: bool, kills: int, nodes: int, seed: int) -> dict[str, Any]:
@@ -60,12 +56,7 @@ async def _failover(sticky: bool, kills: int, nodes: int, seed: int) -> dict[str
                 await anyio.sleep(rng.uniform(0, CFG["cycle"] * (3 if sticky else 0.9)))
                 if victim not in c.actors or not c.actors[victim].is_it:
                     continue
-                c.kill(victim)
-                died = anyio.current_time()
-                before = len(c.events(TagEvent))
-                while len(c.events(TagEvent)) == before:
-                    await anyio.sleep(0.01)  # noqa: ASYNC110 - polls simulated time
-                nxt = c.events(TagEvent)[-1].time
+                died, nxt = await c.kill_and_await_tag(victim, poll=0.01)
                 since_tag.append(nxt - tagged)
                 since_death.append(nxt - died)
                 await c.spawn(f"n{spawned:03d}")
@@ -76,13 +67,13 @@ async def _failover(sticky: bool, kills: int, nodes: int, seed: int) -> dict[str
     return {
         "kills": kills,
         "since_victim_tag": {
-            "p50": _pct(since_tag, 0.5),
-            "p99": _pct(since_tag, 0.99),
+            "p50": nearest_rank(since_tag, 0.5),
+            "p99": nearest_rank(since_tag, 0.99),
             "max": max(since_tag),
         },
         "since_death": {
-            "p50": _pct(since_death, 0.5),
-            "p99": _pct(since_death, 0.99),
+            "p50": nearest_rank(since_death, 0.5),
+            "p99": nearest_rank(since_death, 0.99),
             "max": max(since_death),
         },
         "double_it": len(overlaps(ts)),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import queue
 import statistics
@@ -25,11 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def _nearest_rank(samples: list[float], q: float) -> float:
-    """The q-quantile by the nearest-rank method (with few samples, p99 is the maximum)."""
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+from quantile import nearest_rank  # noqa: E402 - bench/ is this script's own directory
 
 
 def _node_role(url: str, namespace: str, name: str, cycle: float, gap: float) -> None:
@@ -164,7 +159,7 @@ def run(kills: int = 10, cycle: float = 1.0, gap: float = 0.25) -> dict[str, Any
         "gap": gap,
         "kills": len(failovers),
         "failover_p50_s": round(statistics.median(failovers), 3),
-        "failover_p99_s": round(_nearest_rank(failovers, 0.99), 3),
+        "failover_p99_s": round(nearest_rank(failovers, 0.99), 3),
         "failover_max_s": round(max(failovers), 3),
         "bound_cycle_plus_gap_s": cycle + gap,
         "messages_per_slot": round(publishes / (elapsed / cycle), 2),

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import socket
 import statistics
@@ -27,16 +26,11 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def _nearest_rank(samples: list[Any], q: float) -> Any:
-    """The q-quantile by the nearest-rank method (with few samples, p99 is the maximum)."""
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+from quantile import nearest_rank  # noqa: E402 - bench/ is this script's own directory
 
 
 # -- roles (each runs in its own process) ---------------------------------------------------------
@@ -178,7 +172,7 @@ def run_case(
     if latency:
         lat = sorted(x for r in s_res for x in r["latencies_ns"])  # type: ignore[attr-defined]
         row["p50_ms"] = round(statistics.median(lat) / 1e6, 3)
-        row["p99_ms"] = round(_nearest_rank(lat, 0.99) / 1e6, 3)
+        row["p99_ms"] = round(nearest_rank(lat, 0.99) / 1e6, 3)
     return row
 
 

@@ -30,6 +30,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from quantile import nearest_rank  # noqa: E402 - bench/ is this script's own directory
+
 NODE = ROOT / "tests" / "store_node.py"
 
 
@@ -141,11 +144,6 @@ def raw_node(url: str, ns: str) -> Node:
     return Node([sys.executable, __file__, "--role", "raw", url, ns, str(uuid.uuid4())])
 
 
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
 def orchestrate(args: argparse.Namespace) -> None:
     from broker_mqtt import EmbeddedBroker
 
@@ -222,8 +220,8 @@ def orchestrate(args: argparse.Namespace) -> None:
             c.stop()
         master.stop()
 
-    p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
-    rp50, rp99 = pct(raw_lat, 0.5), pct(raw_lat, 0.99)
+    p50, p99 = nearest_rank(lat, 0.5), nearest_rank(lat, 0.99)
+    rp50, rp99 = nearest_rank(raw_lat, 0.5), nearest_rank(raw_lat, 0.99)
     rows = [
         {"case": "master put/s (applied, queued to 1 clone)", "value": master_rate, "target": 100_000,
          "baseline": raw_rate, "baseline_case": "raw publish->receive msg/s"},

@@ -619,11 +619,12 @@ class Endpoint:
                     batch.append(msg)
         self._stats.received += received
         if filters is None:
-            flat = [(sub, Kind.DATA, False, batch) for sub, batch in by_sub.items()]
-        await self._hand_over(flat)
+            await self._hand_over(by_sub.items())
+        else:
+            await self._hand_over((sub, batch) for sub, _kind, _local, batch in flat)
 
-    async def _hand_over(self, flat: list[tuple[_Stream, Kind, bool, list[Message]]]) -> None:
-        for sub, _kind, _local, batch in flat:
+    async def _hand_over(self, batches: Iterable[tuple[_Stream, list[Message]]]) -> None:
+        for sub, batch in batches:
             if batch:
                 self._stats.delivered += len(batch)
                 if not sub._deliver_nowait(batch):

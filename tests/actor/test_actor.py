@@ -84,12 +84,7 @@ async def _failover(sticky: bool, kills: int, latency: float, jitter: float, *, 
                 await anyio.sleep(rng.uniform(0, CYCLE * (3 if sticky else 0.9)))
                 if victim not in c.actors or not c.actors[victim].is_it:
                     continue
-                c.kill(victim)
-                died = anyio.current_time()
-                before = len(c.events(TagEvent))
-                while len(c.events(TagEvent)) == before:
-                    await anyio.sleep(0.05)  # noqa: ASYNC110 - polls simulated time
-                nxt = c.events(TagEvent)[-1].time
+                died, nxt = await c.kill_and_await_tag(victim, poll=0.05)
                 results.append((nxt - tagged, nxt - died))
                 if replace:
                     await c.spawn(f"n{spawned:02d}")
