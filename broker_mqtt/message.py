@@ -62,16 +62,18 @@ def encode_node(
     topic: str,
     payload: bytes,
 ) -> bytes:
-    """Encode one node message. The caller has validated ``topic`` and packed ``payload``."""
-    return cbor2.dumps(
-        [FORMAT_VERSION, kind, sender, None if receivers is None else list(receivers), ttl, topic, payload]
-    )
+    """Encode one node message. The caller has validated ``topic`` and packed ``payload``.
+
+    For many messages of one sender keep a :class:`NodeEncoder`; this is the same code path.
+    """
+    return NodeEncoder(sender).encode(kind, topic, payload, None if receivers is None else tuple(receivers), ttl)
 
 
 class NodeEncoder:
-    """Encodes node messages of one sender fast: the constant head of the array is built once.
+    """Encodes node messages of one sender: the constant head of the array is built once.
 
-    Produces exactly the bytes of :func:`encode_node` (a test pins this).
+    The bytes are those of ``cbor2.dumps([version, kind, sender, receivers, ttl, topic, payload])``
+    (a test pins this); this is the only encoder of node messages.
     """
 
     __slots__ = ("_heads", "_topics", "sender")

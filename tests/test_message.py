@@ -9,14 +9,16 @@ from broker_mqtt.message import FORMAT_VERSION, Kind, NodeEncoder, NodeMessage, 
 SENDER = os.urandom(16)
 
 
-def test_round_trip_and_fast_encoder_agree() -> None:
+def test_wire_bytes_are_the_plain_cbor_array_and_round_trip() -> None:
     enc = NodeEncoder(SENDER)
     payload = cbor2.dumps([1, "test"])
     receivers = (os.urandom(16), os.urandom(16))
     for kind in Kind:
         for rcv in (None, receivers):
             wire = enc.encode(kind, "/a/b", payload, rcv)
-            assert wire == encode_node(kind, SENDER, rcv, 16, "/a/b", payload)
+            plain = [FORMAT_VERSION, int(kind), SENDER, None if rcv is None else list(rcv), 16, "/a/b", payload]
+            assert wire == cbor2.dumps(plain)
+            assert encode_node(kind, SENDER, rcv, 16, "/a/b", payload) == wire
             (msg,), err = decode_batch(wire)
             assert err is None
             assert msg == NodeMessage(kind, SENDER, rcv, 16, "/a/b", payload)
