@@ -1,0 +1,888 @@
+"""Elected-store replication, sans-io: epochs, fencing, handover, durable writes, split merge.
+
+Theory of operation (``docs/stores.md`` § 8; the anyio layer is :mod:`.elected`):
+
+* Every node of an elected store runs one :class:`Replica` over a :class:`~.versioned.VersionedState`.
+  An election (asyncactor) says who holds the tag: the I/O layer calls :meth:`Replica.tagged` and
+  :meth:`Replica.untagged`. Only the holder of the tag may become master, and only after a claim.
+* **Claim.** The tagged node picks the epoch ``(highest term it has seen + 1, its id)`` (no two nodes
+  can pick the same) and broadcasts ``claim``. Every replica that has not seen a higher epoch adopts it
+  (from then on it ignores the log of every lower epoch: that is the fence) and answers ``promise``
+  with its position and lineage. The claimant waits for a promise from every member it heard from
+  within ``member_timeout`` (at most ``claim_timeout``), then takes the most advanced history among
+  them and itself: it fetches the missing tail (or a snapshot) from whoever holds it. A claimant that is
+  already caught up fetches nothing: the handover is an epoch change. When the histories diverged (a
+  healed split) it fetches every divergent head and merges (:func:`~.versioned.merge`).
+  Then it broadcasts ``active`` and accepts writes. Losing the tag stops it accepting writes at once.
+* **Writes.** Every replica is also a writer: write ``n`` of writer ``w`` goes to the master (applied at
+  once when this node is the master). The master applies a writer's writes in ``n`` order, exactly once
+  (``applied[w]`` travels with the state, so the next master knows it too), appends a :class:`Record`
+  to its log and broadcasts it. Replicas apply records in sequence order, make them durable, and
+  ``ack``. The master answers ``wack(w, upto)`` once the write is durable per ``durability``:
+  ``"master"`` (applied by the master), ``"one"`` (and by at least one other live replica, or by the
+  master alone when no other replica is live), ``"all"`` (by every live replica). A writer re-sends its
+  unanswered writes to every new master and every ``retry_interval``; a write not answered within
+  ``write_timeout`` fails with :class:`NoMaster` (its outcome is then unknown).
+* **Resync.** A replica that misses records fetches them from the master; one whose history is not a
+  prefix of the master's takes a snapshot when the master's ``active`` says its history was merged,
+  and otherwise keeps its data and keeps announcing its position, which makes the master merge again.
+
+Nothing here does I/O or reads a clock: the caller passes ``now`` (monotonic seconds) and ``wall``
+(wall-clock seconds, for expiries), calls :meth:`tick` at :attr:`next_deadline`, and sends what
+:meth:`to_send` returns (wire lists, all for the store's one topic).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from .commands import Clear, Erase, Put, PutUnique, WriteCommand, decode_command
+from .errors import StoreDecodeError, StoreError, Timeout, error_from_wire
+from .master import _new_value
+from .versioned import (
+    Change,
+    Clock,
+    Conflict,
+    Epoch,
+    Lineage,
+    Position,
+    Record,
+    Resolver,
+    VersionedState,
+    contains,
+    epoch_from_wire,
+    last_writer_wins,
+    lineage_from_wire,
+    lineage_to_wire,
+    merge,
+    position_from_wire,
+    position_to_wire,
+)
+
+__all__ = [
+    "Durability",
+    "Role",
+    "ReplicaConfig",
+    "NoMaster",
+    "DataChanged",
+    "MasterChanged",
+    "ConflictsFound",
+    "WriteDone",
+    "WriteFailed",
+    "StaleChanged",
+    "ReplicaEvent",
+    "Replica",
+]
+
+
+class Durability(enum.Enum):
+    MASTER = "master"
+    ONE = "one"
+    ALL = "all"
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    CLAIMING = "claiming"
+    MASTER = "master"
+
+
+class NoMaster(Timeout):
+    """A write could not be placed: no master answered within the write timeout (outcome unknown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """Timings in seconds. ``log_keep``: records kept for catching up others by tail, not snapshot."""
+
+    heartbeat: float = 0.25
+    member_timeout: float = 1.0
+    claim_timeout: float = 1.0
+    fetch_timeout: float = 2.0
+    retry_interval: float = 1.0
+    write_timeout: float = 30.0
+    max_held: int = 10_000
+    log_keep: int = 100_000
+
+
+# -- events ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DataChanged:
+    changes: list[Change]
+
+
+@dataclass(frozen=True, slots=True)
+class MasterChanged:
+    """``master`` (a node id, or None while no master is active) holds ``epoch``."""
+
+    master: str | None
+    epoch: Epoch | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictsFound:
+    epoch: Epoch
+    conflicts: list[Conflict]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteDone:
+    n: int
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFailed:
+    n: int
+    error: StoreError
+
+
+@dataclass(frozen=True, slots=True)
+class StaleChanged:
+    stale: bool
+    reason: str
+
+
+ReplicaEvent = DataChanged | MasterChanged | ConflictsFound | WriteDone | WriteFailed | StaleChanged
+
+
+def compute_op(state: VersionedState, cmd: WriteCommand, wall: float) -> tuple[tuple[Any, ...], Any]:
+    """The log effect of ``cmd`` on ``state`` and its answer; raise StoreError (then a ``noop``)."""
+    def expiry_of(duration: float | None) -> float | None:
+        return None if duration is None else wall + duration
+
+    def live(key: Any) -> tuple[bool, Any]:
+        v = state.version(key)
+        if v is None or v.deleted or (v.expiry is not None and v.expiry <= wall):
+            return False, None
+        return True, v.value
+
+    match cmd:
+        case Put(key=key, value=value, expiry=expiry):
+            return ("put", key, value, expiry_of(expiry)), None
+        case PutUnique(key=key, value=value, expiry=expiry):
+            if live(key)[0]:
+                return ("noop",), False
+            return ("put", key, value, expiry_of(expiry)), True
+        case Erase(key=key):
+            return ("erase", key), None
+        case Clear():
+            return ("clear",), None
+    exists, current = live(cmd.key)
+    return ("put", cmd.key, _new_value(current, exists, cmd), expiry_of(cmd.expiry)), None
+
+
+@dataclass(slots=True)
+class _Pending:
+    cmd: list[Any]
+    deadline: float
+    sent: float = -1.0
+
+
+@dataclass(slots=True)
+class _Member:
+    seen: float
+    epoch: Epoch | None
+    pos: Position
+    acked: int = 0  # highest seq acknowledged in the current epoch
+
+
+@dataclass(slots=True)
+class _Claim:
+    epoch: Epoch
+    deadline: float
+    waiting: set[str]
+    promises: dict[str, tuple[Position, Lineage, int]]  # node -> (pos, lineage, last_seq)
+    fetching: dict[str, float] | None = None  # source -> deadline
+    fetched: dict[str, VersionedState] | None = None  # merging: source -> its state
+    merge_self: bool = False
+
+
+class Replica:
+    """One node's replica of elected store ``name``; see the module docstring."""
+
+    def __init__(self, name: str, node_id: str, state: VersionedState, now: float, *,
+                 durability: Durability | str = Durability.ONE, config: ReplicaConfig | None = None,
+                 resolver: Resolver = last_writer_wins, clock: Clock | None = None) -> None:
+        self.name = name
+        self.id = node_id
+        self.origin = node_id.split(".", 1)[0]
+        self.state = state
+        self.durability = Durability(durability)
+        self.config = config or ReplicaConfig()
+        self.resolver = resolver
+        self.clock = clock or Clock()
+        self.clock.observe(state.max_hlc)
+        self.role = Role.FOLLOWER
+        self.tag = False
+        lineage_epochs = [e for e, _ in state.lineage]
+        self.epoch: Epoch | None = max(lineage_epochs) if lineage_epochs else None
+        self.max_term = self.epoch[0] if self.epoch else 0
+        self.master: str | None = None  # the active master of self.epoch, once known
+        self.stale = True
+        self._stale_reason = "no master yet"
+        self._members: dict[str, _Member] = {}
+        self._log: deque[Record] = deque(maxlen=self.config.log_keep)
+        self._ahead: dict[int, Record] = {}
+        self._fetch_deadline = 0.0
+        self._claim: _Claim | None = None
+        self._subsumed: list[tuple[Lineage, int]] = []
+        self._conflicts_seen: set[Epoch] = set()
+        # master side
+        self._held: dict[str, dict[int, tuple[str, list[Any]]]] = {}
+        self._acked_n: dict[str, int] = {}
+        self._out_log: list[Record] = []
+        # writer side
+        self._next_n = 1
+        self._writes: dict[int, _Pending] = {}
+        self._retry_at = now + self.config.retry_interval
+        # output
+        self._outbox: list[list[Any]] = []
+        self._events: list[ReplicaEvent] = []
+        self._ack_due = False
+        self._next_hb = now
+        self._reclaim_at = now
+        self._now = now
+
+    # -- queries --------------------------------------------------------------------------------------
+
+    @property
+    def is_master(self) -> bool:
+        return self.role is Role.MASTER
+
+    @property
+    def pending_writes(self) -> int:
+        return len(self._writes)
+
+    @property
+    def idle(self) -> bool:
+        """Not stale, no write unanswered and, at the master, every live member caught up."""
+        if self.stale or self._writes:
+            return False
+        if self.role is Role.MASTER:
+            return all(m.acked >= self.state.last_seq for m in self._live_members().values())
+        return True
+
+    @property
+    def next_deadline(self) -> float:
+        times = [self._next_hb, self._retry_at]
+        if self.tag and self.role is Role.FOLLOWER:
+            times.append(self._reclaim_at)
+        if self._writes:
+            times.append(min(p.deadline for p in self._writes.values()))
+        if self._claim is not None:
+            times.append(self._claim.deadline)
+            if self._claim.fetching:
+                times.extend(self._claim.fetching.values())
+        if self._fetch_due():
+            times.append(self._fetch_deadline)
+        return min(times)
+
+    def members(self) -> list[str]:
+        return sorted(self._live_members())
+
+    # -- inputs: election -------------------------------------------------------------------------------
+
+    def tagged(self, now: float) -> None:
+        """The election made this node "it": claim mastership (no-op if already master)."""
+        self._now = now
+        self.tag = True
+        if self.role is Role.FOLLOWER:
+            self._start_claim(now)
+
+    def untagged(self, now: float) -> None:
+        """This node lost the tag: stop accepting writes at once."""
+        self._now = now
+        self.tag = False
+        if self.role is not Role.FOLLOWER:
+            was_master = self.role is Role.MASTER
+            self.role = Role.FOLLOWER
+            self._claim = None
+            self._held.clear()
+            if was_master:
+                self._send(["resign", list(self.epoch or (0, "")), position_to_wire(self.state.position)])
+            self._set_master(None, "master resigned")
+
+    def peer_gone(self, endpoint_hex: str) -> None:
+        """The endpoint ``endpoint_hex`` left or died: forget its replicas (claims stop waiting)."""
+        for node in [n for n in self._members if n.startswith(endpoint_hex)]:
+            del self._members[node]
+            if self._claim is not None:
+                self._claim.waiting.discard(node)
+        if self._claim is not None:
+            self._progress_claim(self._now)
+
+    # -- inputs: writes -------------------------------------------------------------------------------------
+
+    def write(self, command: WriteCommand, now: float) -> int:
+        """Queue a write; return its number ``n``, answered later by WriteDone/WriteFailed(n)."""
+        if not isinstance(command, WriteCommand):
+            raise TypeError(f"not a store write command: {command!r}")
+        self._now = now
+        n = self._next_n
+        self._next_n += 1
+        pending = self._writes[n] = _Pending(command.to_wire(), now + self.config.write_timeout)
+        if self.role is Role.MASTER:
+            pending.sent = now
+            self._on_write(self.id, n, self.origin, pending.cmd, now)
+        elif self.master is not None:
+            pending.sent = now
+            self._send(["write", self.id, n, self.origin, pending.cmd])
+        return n
+
+    # -- inputs: messages ------------------------------------------------------------------------------
+
+    def handle(self, msg: Any, now: float) -> None:
+        """Process one replication message (from any node, own ones included). Raises
+        StoreDecodeError for a malformed message (state unchanged)."""
+        self._now = now
+        if not isinstance(msg, (list, tuple)) or not msg or not isinstance(msg[0], str):
+            raise StoreDecodeError(f"a replication message is a list with a kind, got {msg!r:.80}")
+        handler = _HANDLERS.get(msg[0])
+        if handler is None:
+            raise StoreDecodeError(f"unknown replication message kind {msg[0]!r}")
+        try:
+            handler(self, list(msg[1:]), now)
+        except (TypeError, ValueError, IndexError, KeyError) as exc:
+            raise StoreDecodeError(f"bad {msg[0]} message: {exc}") from exc
+
+    def tick(self, now: float, wall: float) -> None:
+        """Run due timers: heartbeats, write retries and timeouts, claims, fetches, expiries."""
+        self._now = now
+        if self.tag and self.role is Role.FOLLOWER and now >= self._reclaim_at:
+            self._start_claim(now)  # the tag holder is master, or trying to be
+        if now >= self._next_hb:
+            self._next_hb = now + self.config.heartbeat
+            self._send(["hb", self.id, _ep(self.epoch), self.role.value, position_to_wire(self.state.position),
+                        self.master])
+        if now >= self._retry_at:
+            self._retry_at = now + self.config.retry_interval
+            self._resend_writes(now, only_older_than=now - self.config.retry_interval)
+        for n, p in list(self._writes.items()):
+            if now >= p.deadline:
+                del self._writes[n]
+                self._events.append(WriteFailed(n, NoMaster(
+                    f"store {self.name!r}: write {n} not acknowledged by a master within "
+                    f"{self.config.write_timeout} s (outcome unknown)")))
+        if self._claim is not None:
+            self._progress_claim(now)
+        if self._fetch_due() and now >= self._fetch_deadline:
+            self._request_fetch(self.master, now)  # type: ignore[arg-type]  # _fetch_due: a master
+        if self.role is Role.MASTER:
+            self._expire(wall, now)
+
+    # -- outputs ----------------------------------------------------------------------------------------
+
+    def to_send(self) -> list[list[Any]]:
+        """Drain the messages to broadcast, in order. Makes applied state durable first."""
+        self.state.commit()
+        if self._out_log:
+            for i in range(0, len(self._out_log), 256):
+                self._outbox.append(["log", list(self.epoch or (0, "")),
+                                     [r.to_wire() for r in self._out_log[i:i + 256]]])
+            self._out_log = []
+            self._advance_durable()
+        if self._ack_due and self.epoch is not None and self.master not in (None, self.id):
+            self._outbox.append(["ack", list(self.epoch), self.id, self.state.last_seq])
+        self._ack_due = False
+        out, self._outbox = self._outbox, []
+        return out
+
+    def events(self) -> list[ReplicaEvent]:
+        """Drain what happened, in order."""
+        out, self._events = self._events, []
+        return out
+
+    # -- message handlers -------------------------------------------------------------------------------
+
+    def _on_hb(self, args: list[Any], now: float) -> None:
+        node, epoch, role, pos, master = args
+        if node == self.id:
+            return
+        epoch = None if epoch is None else epoch_from_wire(epoch)
+        pos = position_from_wire(pos)
+        m = self._members.get(node)
+        if m is None:
+            m = self._members[node] = _Member(now, epoch, pos)
+        m.seen, m.epoch, m.pos = now, epoch, pos
+        if epoch is not None:
+            self.max_term = max(self.max_term, epoch[0])
+        if epoch is not None and (self.epoch is None or epoch > self.epoch):
+            # a newer epoch: we missed its claim, or were fenced (a double tag, a paused process)
+            self._adopt(epoch, now)
+            if role == "master":
+                self._set_master(node, "")
+                self._request_fetch(node, now)
+        elif role == "master" and epoch == self.epoch and self.role is Role.FOLLOWER and self.master is None:
+            self._set_master(node, "")  # (re)started, or missed the active: follow, and catch up
+            self._request_fetch(node, now)
+        elif self.role is Role.MASTER and not self._holds(pos):
+            self._start_claim(now)  # a diverged history not merged yet: merge it in a new epoch
+
+    def _on_claim(self, args: list[Any], now: float) -> None:
+        epoch = epoch_from_wire(args[0])
+        self.max_term = max(self.max_term, epoch[0])
+        if epoch[1] == self.id or (self.epoch is not None and epoch <= self.epoch):
+            return
+        self._adopt(epoch, now)
+        self._send(["promise", list(epoch), self.id, position_to_wire(self.state.position),
+                    lineage_to_wire(self.state.lineage), self.state.last_seq])
+
+    def _on_promise(self, args: list[Any], now: float) -> None:
+        epoch, node, pos, lineage, last_seq = epoch_from_wire(args[0]), args[1], args[2], args[3], args[4]
+        claim = self._claim
+        if claim is None or epoch != claim.epoch or claim.fetching is not None:
+            return
+        claim.promises[node] = (position_from_wire(pos), lineage_from_wire(lineage), int(last_seq))
+        claim.waiting.discard(node)
+        self._progress_claim(now)
+
+    def _on_fetch(self, args: list[Any], now: float) -> None:
+        epoch, requester, source, from_pos = epoch_from_wire(args[0]), args[1], args[2], args[3]
+        if source != self.id or requester == self.id:
+            return
+        if from_pos is None:
+            self._send(["snap", list(epoch), requester, self.state.to_wire(), self.id])
+            return
+        pos = position_from_wire(from_pos)
+        if self.role is Role.MASTER and not self._holds(pos):
+            self._start_claim(now)  # its history diverged and was never merged: merge it first
+            return
+        seq = pos[0]
+        if self.state.contains(pos) and (seq == self.state.last_seq or (
+                self._log and self._log[0].seq <= seq + 1 and self._log[-1].seq == self.state.last_seq)):
+            records = [r.to_wire() for r in self._log if r.seq > seq]
+            for i in range(0, max(len(records), 1), 256):
+                self._send(["tail", list(epoch), requester, records[i:i + 256], self.state.last_seq, self.id])
+        else:
+            self._send(["snap", list(epoch), requester, self.state.to_wire(), self.id])
+
+    def _on_tail(self, args: list[Any], now: float) -> None:
+        epoch, to, records, upto, source = epoch_from_wire(args[0]), args[1], args[2], args[3], args[4]
+        if to != self.id:
+            return
+        recs = [Record.from_wire(r) for r in records]
+        claim = self._claim
+        if claim is not None and claim.fetching is not None and epoch == claim.epoch:
+            if source in claim.fetching and claim.fetched is None:
+                self._apply_records(recs)
+                if self.state.last_seq >= upto:
+                    claim.fetching.pop(source)
+                    self._progress_claim(now)
+            return
+        if epoch != self.epoch:
+            return
+        self._apply_records(recs)
+        self._drain_ahead()
+        self._check_synced(upto)
+
+    def _on_snap(self, args: list[Any], now: float) -> None:
+        epoch, to, wire, source = epoch_from_wire(args[0]), args[1], args[2], args[3]
+        if to != self.id:
+            return
+        parts = VersionedState.parts_from_wire(wire)
+        claim = self._claim
+        if claim is not None and claim.fetching is not None and epoch == claim.epoch:
+            if source not in claim.fetching:
+                return
+            claim.fetching.pop(source)
+            if claim.fetched is None:  # one history ahead of ours, too far for a tail
+                self._install(parts)
+            else:
+                remote = VersionedState()
+                remote.replace(**parts)
+                claim.fetched[source] = remote
+            self._progress_claim(now)
+            return
+        if epoch != self.epoch:
+            return
+        self._install(parts)
+        self._drain_ahead()
+        self._check_synced(parts["last_seq"])
+
+    def _on_active(self, args: list[Any], now: float) -> None:
+        epoch, pos, lineage, conflicts, subsumed = args[:5]
+        epoch = epoch_from_wire(epoch)
+        self.max_term = max(self.max_term, epoch[0])
+        if epoch[1] == self.id or (self.epoch is not None and epoch < self.epoch):
+            return
+        if self.role is not Role.FOLLOWER or self.epoch != epoch:
+            self._adopt(epoch, now)
+        pos, lineage = position_from_wire(pos), lineage_from_wire(lineage)
+        self._subsumed = [(lineage_from_wire(lin), int(last)) for lin, last in subsumed]
+        self.epoch = epoch
+        self._set_master(epoch[1], "")
+        if conflicts and epoch not in self._conflicts_seen:
+            self._conflicts_seen.add(epoch)
+            self._events.append(ConflictsFound(epoch, [Conflict.from_wire(c) for c in conflicts]))
+        mine = self.state.position
+        if contains(lineage, pos[0], mine):
+            if mine[0] < pos[0]:
+                self._mark_stale("catching up")
+                self._request_fetch(epoch[1], now)
+            else:
+                self._mark_synced()
+        elif any(contains(lin, last, mine) for lin, last in self._subsumed):
+            self._mark_stale("taking the merged state")
+            self._request_fetch(epoch[1], now)
+        else:
+            self._mark_stale("history diverged: waiting for the master to merge it")
+        self._resend_writes(now)
+
+    def _on_log(self, args: list[Any], now: float) -> None:
+        epoch = epoch_from_wire(args[0])
+        records = [Record.from_wire(wire) for wire in args[1]]
+        if self.epoch is None or epoch > self.epoch:
+            self.max_term = max(self.max_term, epoch[0])
+            self._adopt(epoch, now)
+            self._set_master(epoch[1], "")
+            self._request_fetch(epoch[1], now)
+            return
+        if epoch < self.epoch or self.role is not Role.FOLLOWER:
+            return  # fenced: a deposed master's log
+        for rec in records:
+            if rec.seq > self.state.last_seq:
+                self._ahead[rec.seq] = rec
+        self._drain_ahead()
+        if self._ahead and not self._fetch_deadline:
+            self._fetch_deadline = now + self.config.heartbeat  # a gap: fetch unless it fills by then
+
+    def _on_ack(self, args: list[Any], now: float) -> None:
+        epoch, node, seq = epoch_from_wire(args[0]), args[1], int(args[2])
+        if self.role is not Role.MASTER or epoch != self.epoch:
+            return
+        m = self._members.get(node)
+        if m is None:
+            m = self._members[node] = _Member(now, epoch, (seq, epoch))
+        m.seen = now
+        m.acked = max(m.acked, seq)
+        self._advance_durable()
+
+    def _on_write(self, writer: str, n: int, origin: str, cmd: list[Any], now: float) -> None:
+        if self.role is not Role.MASTER:
+            return
+        done = self.state.applied_n(writer)
+        if n <= done:  # a repeat (its answer was lost, or it went to an earlier master): answer again
+            self._acked_n[writer] = min(self._acked_n.get(writer, 0), n - 1)
+            self._advance_durable()
+            return
+        if n > done + 1:
+            held = self._held.setdefault(writer, {})
+            if len(held) < self.config.max_held:
+                held[n] = (origin, cmd)
+            return
+        self._apply_write(writer, n, origin, cmd)
+        held = self._held.get(writer)
+        while held and (self.state.applied_n(writer) + 1) in held:
+            n = self.state.applied_n(writer) + 1
+            self._apply_write(writer, n, *held.pop(n))
+
+    def _on_write_msg(self, args: list[Any], now: float) -> None:
+        writer, n, origin, cmd = args
+        if writer == self.id:
+            return  # own writes are applied directly when this node is master
+        self._on_write(writer, int(n), origin, cmd, now)
+
+    def _on_wack(self, args: list[Any], now: float) -> None:
+        epoch, writer, upto, results = epoch_from_wire(args[0]), args[1], int(args[2]), args[3]
+        if writer != self.id or (self.epoch is not None and epoch < self.epoch):
+            return
+        self._answered(upto, {int(n): r for n, r in results})
+
+    def _on_resign(self, args: list[Any], now: float) -> None:
+        epoch = epoch_from_wire(args[0])
+        if epoch == self.epoch and self.master == epoch[1]:
+            self._set_master(None, "master resigned")
+
+    # -- claims ------------------------------------------------------------------------------------------
+
+    def _start_claim(self, now: float) -> None:
+        self.max_term = max(self.max_term, self.epoch[0] if self.epoch else 0)
+        self.max_term += 1
+        epoch = (self.max_term, self.id)
+        self.role = Role.CLAIMING
+        self.epoch = epoch
+        self._set_master(None, "electing a master")
+        live = set(self._live_members())
+        self._claim = _Claim(epoch, now + self.config.claim_timeout, live, {})
+        self._send(["claim", list(epoch), position_to_wire(self.state.position)])
+        self._progress_claim(now)
+
+    def _progress_claim(self, now: float) -> None:
+        claim = self._claim
+        if claim is None or self.role is not Role.CLAIMING:
+            return
+        if claim.fetching is None:
+            if claim.waiting and now < claim.deadline:
+                return
+            self._choose_sources(claim, now)
+            return
+        for source, deadline in list(claim.fetching.items()):
+            if now >= deadline:  # the source went away: start over with whoever is left
+                self._members.pop(source, None)
+                self._start_claim(now)
+                return
+        if not claim.fetching:
+            self._finish_claim(claim, now)
+
+    def _choose_sources(self, claim: _Claim, now: float) -> None:
+        """Promises are in: find the most advanced histories (those no other history contains)."""
+        heads = {self.id: (self.state.position, self.state.lineage, self.state.last_seq), **claim.promises}
+        maximal: dict[Position, str] = {}
+        for node in [self.id, *sorted(claim.promises)]:
+            pos = heads[node][0]
+            if not any(opos != pos and contains(olin, olast, pos) for opos, olin, olast in heads.values()):
+                maximal.setdefault(pos, node)
+        sources = sorted(n for n in maximal.values() if n != self.id)
+        claim.waiting.clear()
+        claim.fetching = {s: now + self.config.fetch_timeout for s in sources}
+        if len(maximal) == 1:  # one history at least as advanced as all: its tail (or a snapshot)
+            for s in sources:
+                self._send(["fetch", list(claim.epoch), self.id, s, position_to_wire(self.state.position)])
+        else:  # diverged histories (a healed split): take them all, and merge
+            claim.fetched = {}
+            claim.merge_self = self.id in maximal.values()
+            for s in sources:
+                self._send(["fetch", list(claim.epoch), self.id, s, None])  # None: a snapshot
+        self._progress_claim(now)
+
+    def _finish_claim(self, claim: _Claim, now: float) -> None:
+        conflicts: list[Conflict] = []
+        subsumed: list[tuple[Lineage, int]] = []
+        if claim.fetched:  # diverged histories: merge them all into a new line of this epoch
+            states = [*([self.state] if claim.merge_self else []), *(claim.fetched[s] for s in sorted(claim.fetched))]
+            merged = states[0]
+            lines = [(s.lineage, s.last_seq) for s in states]
+            fork = min(_common(lines))
+            top = max(s.last_seq for s in states)
+            for other in states[1:]:
+                versions, applied, found = merge(merged, other, resolver=self.resolver)
+                conflicts.extend(found)
+                tmp = VersionedState()
+                tmp.replace(versions, last_seq=max(merged.last_seq, other.last_seq), lineage=[],
+                            applied=applied, max_hlc=max(merged.max_hlc, other.max_hlc))
+                tmp.lineage = _prefix(merged.lineage, fork)
+                merged = tmp
+            lineage = [*_prefix(states[0].lineage, fork), (claim.epoch, fork + 1)]
+            changes = self.state.replace(list(merged.versions()), last_seq=top + 1, lineage=lineage,
+                                         applied=merged.applied, max_hlc=merged.max_hlc)
+            self.clock.observe(self.state.max_hlc)
+            self._log.clear()
+            subsumed = lines
+            if changes:
+                self._events.append(DataChanged(changes))
+        self._claim = None
+        self.role = Role.MASTER
+        self._subsumed = subsumed or self._subsumed
+        for m in self._members.values():
+            m.acked = 0
+        self._acked_n = {}
+        self._send(["active", list(claim.epoch), position_to_wire(self.state.position),
+                    lineage_to_wire(self.state.lineage), [c.to_wire() for c in conflicts],
+                    [[lineage_to_wire(lin), last] for lin, last in self._subsumed]])
+        if conflicts:
+            self._conflicts_seen.add(claim.epoch)
+            self._events.append(ConflictsFound(claim.epoch, conflicts))
+        self._set_master(self.id, "")
+        self._mark_synced()
+        self._resend_writes(now)
+
+    # -- master: applying writes --------------------------------------------------------------------------
+
+    def _apply_write(self, writer: str, n: int, origin: str, cmd_wire: list[Any]) -> None:
+        wall = self.clock.now() / 1_000_000
+        result: Any = None
+        try:
+            cmd = decode_command(cmd_wire)
+            op, result = compute_op(self.state, cmd, wall)  # type: ignore[arg-type]
+        except StoreError as exc:
+            op, result = ("noop",), ["error", *exc.to_wire()]
+        self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), origin, writer, n, op,  # type: ignore[arg-type]
+                            result))
+        self._acked_n.setdefault(writer, 0)
+
+    def _append(self, record: Record) -> None:
+        changes = self.state.apply(record)
+        self._log.append(record)
+        self._out_log.append(record)
+        if changes:
+            self._events.append(DataChanged(changes))
+
+    def _expire(self, wall: float, now: float) -> None:
+        while True:
+            nxt = self.state.next_expiry()
+            if nxt is None or nxt[0] > wall:
+                return
+            self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), self.origin,  # type: ignore[arg-type]
+                                "$expiry", 0, ("expire", nxt[1])))
+
+    def _advance_durable(self) -> None:
+        if self.role is not Role.MASTER:
+            return
+        last = self.state.last_seq
+        if self.durability is Durability.MASTER:
+            durable = last
+        else:
+            acks = [m.acked for m in self._live_members().values()]
+            if not acks:
+                durable = last
+            elif self.durability is Durability.ONE:
+                durable = max(acks)
+            else:
+                durable = min(acks)
+        for writer, acked in list(self._acked_n.items()):
+            a = self.state.applied.get(writer)
+            if a is None or a.n <= acked or a.seq > durable:
+                continue
+            self._acked_n[writer] = a.n
+            results = [[n, r] for n, r in a.results.items() if acked < n <= a.n]
+            if writer == self.id:
+                self._answered(a.n, dict(results))
+            else:
+                self._send(["wack", list(self.epoch or (0, "")), writer, a.n, results])
+
+    # -- writer side -----------------------------------------------------------------------------------
+
+    def _answered(self, upto: int, results: dict[int, Any]) -> None:
+        for n in [n for n in self._writes if n <= upto]:
+            del self._writes[n]
+            result = results.get(n)
+            if isinstance(result, list) and result[:1] == ["error"]:
+                self._events.append(WriteFailed(n, error_from_wire(result[1:])))
+            else:
+                self._events.append(WriteDone(n, result))
+
+    def _resend_writes(self, now: float, *, only_older_than: float | None = None) -> None:
+        if not self._writes or self.role is Role.CLAIMING or (self.master is None and self.role is Role.FOLLOWER):
+            return
+        if only_older_than is not None and min(p.sent for p in self._writes.values()) > only_older_than:
+            return
+        for n, p in sorted(self._writes.items()):
+            p.sent = now
+            if self.role is Role.MASTER:
+                self._on_write(self.id, n, self.origin, p.cmd, now)
+            else:
+                self._send(["write", self.id, n, self.origin, p.cmd])
+
+    # -- follower side ---------------------------------------------------------------------------------
+
+    def _adopt(self, epoch: Epoch, now: float) -> None:
+        """Follow the newer ``epoch``. A tagged node claims again after ``claim_timeout`` (two nodes
+        hold the tag until the election settles: each claim supersedes, and merges, the other)."""
+        if self.role is not Role.FOLLOWER:
+            self.role = Role.FOLLOWER
+            self._claim = None
+            self._held.clear()
+        self._reclaim_at = now + self.config.claim_timeout
+        self.epoch = epoch
+        self._ahead.clear()
+        self._set_master(None, "electing a master")
+
+    def _apply_records(self, records: list[Record]) -> None:
+        for rec in records:
+            if rec.seq == self.state.last_seq + 1:
+                self.clock.observe(rec.hlc)
+                changes = self.state.apply(rec)
+                self._log.append(rec)
+                self._ack_due = True
+                if changes:
+                    self._events.append(DataChanged(changes))
+
+    def _drain_ahead(self) -> None:
+        while self._ahead:
+            rec = self._ahead.pop(self.state.last_seq + 1, None)
+            if rec is None:
+                for seq in [s for s in self._ahead if s <= self.state.last_seq]:
+                    del self._ahead[seq]
+                break
+            self._apply_records([rec])
+        if not self._ahead:
+            self._fetch_deadline = 0.0 if not self.stale else self._fetch_deadline
+
+    def _install(self, parts: dict[str, Any]) -> None:
+        changes = self.state.replace(**parts)
+        self.clock.observe(self.state.max_hlc)
+        self._log.clear()
+        self._ack_due = True
+        if changes:
+            self._events.append(DataChanged(changes))
+
+    def _request_fetch(self, source: str, now: float) -> None:
+        self._fetch_deadline = now + self.config.fetch_timeout
+        self._send(["fetch", _ep(self.epoch), self.id, source, position_to_wire(self.state.position)])
+
+    def _check_synced(self, upto: int) -> None:
+        if self.state.last_seq >= upto and not self._ahead:
+            self._fetch_deadline = 0.0
+            self._mark_synced()
+
+    # -- helpers ---------------------------------------------------------------------------------------
+
+    def _fetch_due(self) -> bool:
+        """A fetch from the master is pending (records missing, or a resync not answered yet)."""
+        return bool((self._ahead or self.stale) and self.master not in (None, self.id) and self._fetch_deadline)
+
+    def _holds(self, pos: Position) -> bool:
+        return self.state.contains(pos) or any(contains(lin, last, pos) for lin, last in self._subsumed)
+
+    def _live_members(self) -> dict[str, _Member]:
+        horizon = self._now - self.config.member_timeout
+        return {n: m for n, m in self._members.items() if m.seen >= horizon}
+
+    def _set_master(self, master: str | None, reason: str) -> None:
+        if master != self.master:
+            self.master = master
+            self._events.append(MasterChanged(master, self.epoch if master is not None else None))
+        if master is None:
+            self._mark_stale(reason)
+
+    def _mark_stale(self, reason: str) -> None:
+        if not self.stale:
+            self.stale = True
+            self._events.append(StaleChanged(True, reason))
+        self._stale_reason = reason
+
+    def _mark_synced(self) -> None:
+        if self.stale:
+            self.stale = False
+            self._events.append(StaleChanged(False, ""))
+            self._ack_due = True
+
+    def _send(self, msg: list[Any]) -> None:
+        self._outbox.append(msg)
+
+
+def _ep(epoch: Epoch | None) -> list[Any] | None:
+    return None if epoch is None else list(epoch)
+
+
+def _prefix(lineage: Lineage, upto: int) -> Lineage:
+    return [(e, s) for e, s in lineage if s <= upto]
+
+
+def _common(lines: list[tuple[Lineage, int]]) -> list[int]:
+    from .versioned import fork_seq
+
+    first_lin, first_last = lines[0]
+    return [fork_seq(first_lin, first_last, lin, last) for lin, last in lines[1:]] or [first_last]
+
+
+_HANDLERS = {
+    "hb": Replica._on_hb,
+    "claim": Replica._on_claim,
+    "promise": Replica._on_promise,
+    "fetch": Replica._on_fetch,
+    "tail": Replica._on_tail,
+    "snap": Replica._on_snap,
+    "active": Replica._on_active,
+    "log": Replica._on_log,
+    "ack": Replica._on_ack,
+    "write": Replica._on_write_msg,
+    "wack": Replica._on_wack,
+    "resign": Replica._on_resign,
+}

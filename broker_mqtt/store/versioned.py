@@ -1,0 +1,535 @@
+"""The replicated state of an elected store: versioned entries, the log position, and the merge.
+
+Theory of operation (``docs/stores.md`` § 8):
+
+* Every replica of an elected store keeps the same :class:`VersionedState`: per key the current
+  :class:`Version` (value, hybrid-logical-clock time, writing node, the log sequence number of the
+  write, and whether it is a *tombstone*: erased keys are remembered so that a merge can tell "erased
+  on one side" from "never written"). Reads skip tombstones.
+* The state changes only by :meth:`VersionedState.apply`, one :class:`Record` of the master's log at
+  a time, in sequence order. A record carries its epoch, so the state knows its *position*
+  ``(seq, epoch of the record at seq)`` and its *lineage*: the list of ``(epoch, first seq)`` of the
+  masterships that wrote it. Two replicas hold the same history up to ``seq`` exactly when their
+  lineages give the same epoch for ``seq`` (as in Raft's log matching).
+* ``applied`` remembers, per writer, the number of its last write in the state (and the answers of its
+  recent ``put_unique``s and failed writes): a write that arrives again, at this master or the next
+  one, is recognised and not applied twice.
+* :func:`merge` combines two states whose histories diverged (a healed network split): per key the
+  version with the larger ``(hlc, origin)`` wins (last writer wins; pluggable), and every key that
+  both sides wrote since their common history is reported as a :class:`Conflict`.
+* Persistence: with a ``path``, every applied batch is written to SQLite in one transaction
+  (WAL, ``synchronous=FULL``) before the replica acknowledges it, and a reopened state continues where
+  it stopped.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .backend import _pack, _unpack
+from .errors import BackendError, NoSuchKey, StoreDecodeError
+
+__all__ = [
+    "Epoch",
+    "Position",
+    "Version",
+    "Record",
+    "Change",
+    "Conflict",
+    "VersionedState",
+    "Resolver",
+    "last_writer_wins",
+    "merge",
+    "epoch_at",
+    "contains",
+    "fork_seq",
+    "Clock",
+]
+
+Epoch = tuple[int, str]  #: (term, node id of the master): ordered, and no two nodes claim the same
+Position = tuple[int, Epoch | None]  #: (seq, epoch of the record at seq); (0, None) is the empty state
+Lineage = list[tuple[Epoch, int]]  #: [(epoch, first seq it wrote), ...], epochs increasing
+
+RESULTS_KEPT = 64  # answers of recent put_unique / failed writes remembered per writer
+
+
+class Clock:
+    """A hybrid logical clock: ``now()`` is >= wall-clock microseconds and > every time seen."""
+
+    def __init__(self, wall: Callable[[], float] = time.time) -> None:
+        self._wall = wall
+        self.last = 0
+
+    def now(self) -> int:
+        self.last = max(self.last + 1, int(self._wall() * 1_000_000))
+        return self.last
+
+    def observe(self, hlc: int) -> None:
+        if hlc > self.last:
+            self.last = hlc
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """One key's current version. ``deleted``: a tombstone (the key is absent for readers)."""
+
+    value: Any
+    hlc: int
+    origin: str
+    seq: int
+    deleted: bool = False
+    expiry: float | None = None  # absolute wall-clock seconds, enforced by the master
+
+    def to_wire(self) -> list[Any]:
+        return [self.value, self.hlc, self.origin, self.seq, self.deleted, self.expiry]
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> Version:
+        try:
+            value, hlc, origin, seq, deleted, expiry = wire
+        except (TypeError, ValueError) as exc:
+            raise StoreDecodeError(f"bad version {wire!r:.100}") from exc
+        if not (isinstance(hlc, int) and isinstance(origin, str) and isinstance(seq, int)
+                and isinstance(deleted, bool) and (expiry is None or isinstance(expiry, (int, float)))):
+            raise StoreDecodeError(f"bad version {wire!r:.100}")
+        return cls(value, hlc, origin, seq, deleted, expiry)
+
+
+# -- log records ---------------------------------------------------------------------------------------
+# op: ["put", key, value, expiry] | ["erase", key] | ["expire", key] | ["clear"] | ["noop"] (a failed write)
+_OPS = {"put": 4, "erase": 2, "expire": 2, "clear": 1, "noop": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One entry of the master's log: write ``n`` of ``writer`` (``origin``: its endpoint), applied at
+    ``seq`` in ``epoch`` with HLC time ``hlc``, with effect ``op`` and answer ``result``."""
+
+    seq: int
+    epoch: Epoch
+    hlc: int
+    origin: str
+    writer: str
+    n: int
+    op: tuple[Any, ...]
+    result: Any = None
+
+    def to_wire(self) -> list[Any]:
+        return [self.seq, list(self.epoch), self.hlc, self.origin, self.writer, self.n, list(self.op), self.result]
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> Record:
+        try:
+            seq, epoch, hlc, origin, writer, n, op, result = wire
+            epoch = epoch_from_wire(epoch)
+        except (TypeError, ValueError) as exc:
+            raise StoreDecodeError(f"bad log record {wire!r:.100}") from exc
+        if not (isinstance(seq, int) and seq > 0 and isinstance(hlc, int) and isinstance(origin, str)
+                and isinstance(writer, str) and isinstance(n, int) and isinstance(op, (list, tuple)) and op
+                and _OPS.get(op[0]) == len(op)):
+            raise StoreDecodeError(f"bad log record {wire!r:.100}")
+        return cls(seq, epoch, hlc, origin, writer, n, tuple(op), result)
+
+
+def epoch_from_wire(wire: Any) -> Epoch:
+    if not (isinstance(wire, (list, tuple)) and len(wire) == 2 and isinstance(wire[0], int)
+            and not isinstance(wire[0], bool) and isinstance(wire[1], str)):
+        raise StoreDecodeError(f"bad epoch {wire!r:.60}")
+    return (wire[0], wire[1])
+
+
+def position_from_wire(wire: Any) -> Position:
+    if not (isinstance(wire, (list, tuple)) and len(wire) == 2 and isinstance(wire[0], int)):
+        raise StoreDecodeError(f"bad position {wire!r:.60}")
+    return (wire[0], None if wire[1] is None else epoch_from_wire(wire[1]))
+
+
+def position_to_wire(pos: Position) -> list[Any]:
+    return [pos[0], None if pos[1] is None else list(pos[1])]
+
+
+def lineage_from_wire(wire: Any) -> Lineage:
+    if not isinstance(wire, (list, tuple)):
+        raise StoreDecodeError(f"bad lineage {wire!r:.60}")
+    out: Lineage = []
+    for item in wire:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], int)):
+            raise StoreDecodeError(f"bad lineage entry {item!r:.60}")
+        out.append((epoch_from_wire(item[0]), item[1]))
+    return out
+
+
+def lineage_to_wire(lineage: Lineage) -> list[Any]:
+    return [[list(e), s] for e, s in lineage]
+
+
+def epoch_at(lineage: Lineage, last_seq: int, seq: int) -> Epoch | None:
+    """The epoch of the record at ``seq`` in a history with this lineage (None: no such record)."""
+    if seq <= 0 or seq > last_seq:
+        return None
+    found: Epoch | None = None
+    for epoch, first in lineage:
+        if first > seq:
+            break
+        found = epoch
+    return found
+
+
+def contains(lineage: Lineage, last_seq: int, pos: Position) -> bool:
+    """Whether the history (``lineage``, ``last_seq``) holds the history that ends at ``pos``."""
+    seq, epoch = pos
+    return seq == 0 or epoch_at(lineage, last_seq, seq) == epoch
+
+
+def fork_seq(a: Lineage, a_last: int, b: Lineage, b_last: int) -> int:
+    """The last sequence number up to which histories ``a`` and ``b`` are identical."""
+    common = 0
+    for (ea, sa), (eb, sb) in zip(a, b, strict=False):
+        if ea != eb or sa != sb:
+            return max(0, min(sa, sb, a_last + 1, b_last + 1) - 1)
+        common += 1
+    # an identical lineage prefix: they agree up to where the shorter one ends
+    ends = [a_last, b_last]
+    if common < len(a):
+        ends.append(a[common][1] - 1)
+    if common < len(b):
+        ends.append(b[common][1] - 1)
+    return max(0, min(ends))
+
+
+# -- changes and conflicts -----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A key's visible value changed: ``old``/``new`` are None when absent (see ``existed``/``exists``)."""
+
+    key: Any
+    existed: bool
+    old: Any
+    exists: bool
+    new: Any
+    origin: str | None
+    expired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """``key`` was written on both sides of a healed split: ``chosen`` won over ``other``."""
+
+    key: Any
+    chosen: Version
+    other: Version
+
+    def to_wire(self) -> list[Any]:
+        return [self.key, self.chosen.to_wire(), self.other.to_wire()]
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> Conflict:
+        try:
+            key, chosen, other = wire
+        except (TypeError, ValueError) as exc:
+            raise StoreDecodeError(f"bad conflict {wire!r:.100}") from exc
+        return cls(key, Version.from_wire(chosen), Version.from_wire(other))
+
+
+Resolver = Callable[[Any, Version, Version], Version]
+
+
+def last_writer_wins(key: Any, a: Version, b: Version) -> Version:
+    """The default resolver: the larger ``(hlc, origin)`` wins; deterministic on every node."""
+    return a if (a.hlc, a.origin) >= (b.hlc, b.origin) else b
+
+
+# -- the state -------------------------------------------------------------------------------------------
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS versions (k BLOB PRIMARY KEY, v BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, v BLOB NOT NULL);
+"""
+
+
+@dataclass(slots=True)
+class _Applied:
+    n: int
+    seq: int
+    results: dict[int, Any] = field(default_factory=dict)
+
+
+class VersionedState:
+    """One replica's copy; see the module docstring. ``path``: persist in this SQLite file."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self._versions: dict[bytes, tuple[Any, Version]] = {}
+        self.last_seq = 0
+        self.lineage: Lineage = []
+        self.applied: dict[str, _Applied] = {}
+        self.max_hlc = 0
+        self._dirty: dict[bytes, tuple[Any, Version] | None] = {}
+        self._changed = False
+        self._expiring: set[bytes] = set()  # keys whose version has an expiry
+        self._db: sqlite3.Connection | None = None
+        self.path = None if path is None else Path(path)
+        if self.path is not None:
+            self._open()
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    @property
+    def position(self) -> Position:
+        return (self.last_seq, self.lineage[-1][0] if self.lineage else None)
+
+    def epoch_at(self, seq: int) -> Epoch | None:
+        return epoch_at(self.lineage, self.last_seq, seq)
+
+    def contains(self, pos: Position) -> bool:
+        return contains(self.lineage, self.last_seq, pos)
+
+    def version(self, key: Any) -> Version | None:
+        item = self._versions.get(_pack(key))
+        return None if item is None else item[1]
+
+    def get(self, key: Any) -> Any:
+        item = self._versions.get(_pack(key))
+        if item is None or item[1].deleted:
+            raise NoSuchKey(key)
+        return item[1].value
+
+    def exists(self, key: Any) -> bool:
+        item = self._versions.get(_pack(key))
+        return item is not None and not item[1].deleted
+
+    def keys(self) -> list[Any]:
+        return [k for k, v in self._versions.values() if not v.deleted]
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(k, v.value) for k, v in self._versions.values() if not v.deleted]
+
+    def __len__(self) -> int:
+        return sum(1 for _, v in self._versions.values() if not v.deleted)
+
+    def versions(self) -> Iterable[tuple[Any, Version]]:
+        return self._versions.values()
+
+    def next_expiry(self) -> tuple[float, Any] | None:
+        """``(expiry, key)`` of the key that expires first, or None."""
+        best: tuple[float, Any] | None = None
+        for k in self._expiring:
+            key, v = self._versions[k]
+            if v.expiry is not None and not v.deleted and (best is None or v.expiry < best[0]):
+                best = (v.expiry, key)
+        return best
+
+    def applied_n(self, writer: str) -> int:
+        a = self.applied.get(writer)
+        return 0 if a is None else a.n
+
+    # -- changes ------------------------------------------------------------------------------------
+
+    def apply(self, record: Record) -> list[Change]:
+        """Apply the next record (``record.seq`` must be ``last_seq + 1``); return visible changes."""
+        if record.seq != self.last_seq + 1:
+            raise ValueError(f"record {record.seq} does not follow {self.last_seq}")
+        changes: list[Change] = []
+        op = record.op
+        kind = op[0]
+        if kind == "put":
+            changes.append(self._set(op[1], Version(op[2], record.hlc, record.origin, record.seq, False, op[3])))
+        elif kind in ("erase", "expire"):
+            changes.extend(self._tombstone(op[1], record, expired=kind == "expire"))
+        elif kind == "clear":
+            for key, v in list(self._versions.values()):
+                if not v.deleted:
+                    changes.extend(self._tombstone(key, record))
+        if not self.lineage or self.lineage[-1][0] != record.epoch:
+            self.lineage.append((record.epoch, record.seq))
+        self.last_seq = record.seq
+        self._changed = True
+        self.max_hlc = max(self.max_hlc, record.hlc)
+        a = self.applied.get(record.writer)
+        if a is None:
+            a = self.applied[record.writer] = _Applied(0, 0)
+        a.n, a.seq = max(a.n, record.n), record.seq
+        if record.result is not None:
+            a.results[record.n] = record.result
+            if len(a.results) > RESULTS_KEPT:
+                del a.results[min(a.results)]
+        return [c for c in changes if c is not None]
+
+    def _set(self, key: Any, version: Version) -> Change:
+        k = _pack(key)
+        old = self._versions.get(k)
+        self._versions[k] = self._dirty[k] = (key, version)
+        if version.expiry is not None:
+            self._expiring.add(k)
+        else:
+            self._expiring.discard(k)
+        existed = old is not None and not old[1].deleted
+        return Change(key, existed, old[1].value if existed else None, True, version.value, version.origin)
+
+    def _tombstone(self, key: Any, record: Record, *, expired: bool = False) -> list[Change]:
+        k = _pack(key)
+        old = self._versions.get(k)
+        self._versions[k] = self._dirty[k] = (key, Version(None, record.hlc, record.origin, record.seq, True))
+        self._expiring.discard(k)
+        if old is None or old[1].deleted:
+            return []
+        return [Change(key, True, old[1].value, False, None, record.origin, expired)]
+
+    def replace(self, versions: Iterable[tuple[Any, Version]], *, last_seq: int, lineage: Lineage,
+                applied: dict[str, _Applied], max_hlc: int) -> list[Change]:
+        """Replace everything (a snapshot or a merge); return the visible changes."""
+        new = {_pack(k): (k, v) for k, v in versions}
+        changes: list[Change] = []
+        for k, (key, v) in self._versions.items():
+            if v.deleted:
+                continue
+            item = new.get(k)
+            if item is None or item[1].deleted:
+                changes.append(Change(key, True, v.value, False, None, None))
+            elif item[1].value != v.value or type(item[1].value) is not type(v.value):
+                changes.append(Change(key, True, v.value, True, item[1].value, item[1].origin))
+        for k, (key, v) in new.items():
+            old = self._versions.get(k)
+            if not v.deleted and (old is None or old[1].deleted):
+                changes.append(Change(key, False, None, True, v.value, v.origin))
+        self._versions = new
+        self._expiring = {k for k, (_, v) in new.items() if v.expiry is not None and not v.deleted}
+        self._changed = True
+        self.last_seq, self.lineage = last_seq, list(lineage)
+        self.applied = {w: _Applied(a.n, a.seq, dict(a.results)) for w, a in applied.items()}
+        self.max_hlc = max(self.max_hlc, max_hlc)
+        self._dirty = {}
+        self._rewrite_all = True
+        return changes
+
+    # -- wire form of the whole state (snapshots) -------------------------------------------------------
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "seq": self.last_seq,
+            "lineage": lineage_to_wire(self.lineage),
+            "hlc": self.max_hlc,
+            "applied": [[w, a.n, a.seq, [[n, r] for n, r in a.results.items()]] for w, a in self.applied.items()],
+            "versions": [[key, v.to_wire()] for key, v in self._versions.values()],
+        }
+
+    @staticmethod
+    def parts_from_wire(wire: Any) -> dict[str, Any]:
+        """Decode :meth:`to_wire`'s form into keyword arguments of :meth:`replace`."""
+        try:
+            versions = [(key, Version.from_wire(v)) for key, v in wire["versions"]]
+            applied = {}
+            for w, n, seq, results in wire["applied"]:
+                if not (isinstance(w, str) and isinstance(n, int) and isinstance(seq, int)):
+                    raise StoreDecodeError("bad applied entry")
+                applied[w] = _Applied(n, seq, {int(i): r for i, r in results})
+            last_seq, hlc = wire["seq"], wire["hlc"]
+            if not (isinstance(last_seq, int) and isinstance(hlc, int)):
+                raise StoreDecodeError("bad snapshot header")
+            return {"versions": versions, "last_seq": last_seq, "lineage": lineage_from_wire(wire["lineage"]),
+                    "applied": applied, "max_hlc": hlc}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreDecodeError(f"bad snapshot: {exc}") from exc
+
+    # -- persistence ----------------------------------------------------------------------------------
+
+    _rewrite_all = False
+
+    def _open(self) -> None:
+        assert self.path is not None
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            for k, v in self._db.execute("SELECT k, v FROM versions"):
+                key = _unpack(k)
+                self._versions[bytes(k)] = (key, Version.from_wire(_unpack(v)))
+                if self._versions[bytes(k)][1].expiry is not None:
+                    self._expiring.add(bytes(k))
+            meta = {name: _unpack(v) for name, v in self._db.execute("SELECT name, v FROM meta")}
+        except (sqlite3.Error, StoreDecodeError) as exc:
+            raise BackendError(f"cannot open {self.path}: {exc}") from exc
+        if "state" in meta:
+            parts = meta["state"]
+            self.last_seq = parts["seq"]
+            self.lineage = lineage_from_wire(parts["lineage"])
+            self.max_hlc = parts["hlc"]
+            self.applied = {w: _Applied(n, s, {int(i): r for i, r in res}) for w, n, s, res in parts["applied"]}
+
+    def commit(self) -> None:
+        """Make everything applied so far durable (no-op without a path). Raises BackendError."""
+        if self._db is None or not self._changed:
+            self._dirty.clear()
+            self._changed = False
+            return
+        header = {
+            "seq": self.last_seq, "lineage": lineage_to_wire(self.lineage), "hlc": self.max_hlc,
+            "applied": [[w, a.n, a.seq, [[n, r] for n, r in a.results.items()]] for w, a in self.applied.items()],
+        }
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if self._rewrite_all:
+                    self._db.execute("DELETE FROM versions")
+                    rows = [(k, _pack(v.to_wire())) for k, (_, v) in self._versions.items()]
+                else:
+                    rows = [(k, _pack(item[1].to_wire())) for k, item in self._dirty.items() if item is not None]
+                self._db.executemany("INSERT OR REPLACE INTO versions (k, v) VALUES (?, ?)", rows)
+                self._db.execute("INSERT OR REPLACE INTO meta (name, v) VALUES ('state', ?)", (_pack(header),))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise BackendError(f"{self.path}: {exc}") from exc
+        self._dirty.clear()
+        self._rewrite_all = False
+        self._changed = False
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_writer_wins
+          ) -> tuple[list[tuple[Any, Version]], dict[str, _Applied], list[Conflict]]:
+    """Merge two diverged states: ``(versions, applied, conflicts)``. Deterministic: the result does
+    not depend on which state is ``a``. A conflict is a key both sides wrote after their fork."""
+    fork = fork_seq(a.lineage, a.last_seq, b.lineage, b.last_seq)
+    keyed_a = {k: item for k, item in a._versions.items()}
+    keyed_b = {k: item for k, item in b._versions.items()}
+    out: list[tuple[Any, Version]] = []
+    conflicts: list[Conflict] = []
+    for k in sorted(keyed_a.keys() | keyed_b.keys()):
+        ia, ib = keyed_a.get(k), keyed_b.get(k)
+        if ia is None or ib is None:
+            item = ia if ib is None else ib
+            assert item is not None
+            out.append(item)
+            continue
+        va, vb = ia[1], ib[1]
+        if (va.hlc, va.origin) == (vb.hlc, vb.origin):
+            out.append(ia)
+            continue
+        first, second = (va, vb) if (va.hlc, va.origin) > (vb.hlc, vb.origin) else (vb, va)
+        chosen = resolver(ia[0], first, second)
+        other = second if chosen is first else first
+        out.append((ia[0], chosen))
+        if va.seq > fork and vb.seq > fork:
+            conflicts.append(Conflict(ia[0], chosen, other))
+    applied: dict[str, _Applied] = {}
+    for side in (a.applied, b.applied):
+        for w, entry in side.items():
+            mine = applied.get(w)
+            if mine is None or entry.n > mine.n:
+                applied[w] = _Applied(entry.n, entry.seq, {**(mine.results if mine else {}), **entry.results})
+            else:
+                mine.results = {**entry.results, **mine.results}
+    return out, applied, conflicts

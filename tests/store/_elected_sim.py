@@ -1,0 +1,176 @@
+"""A deterministic simulated network for elected-store replicas (sans-io, simulated time).
+
+Every message a replica sends is broadcast to every other live replica with a random latency,
+in order per (sender, receiver) pair as over one MQTT broker. Partitions drop messages between
+groups; a killed node neither sends nor receives; a paused node keeps its incoming messages
+until it resumes (SIGSTOP). The test plays the election: ``tag(node)``/``untag(node)``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker_mqtt.store.replication import (
+    ConflictsFound,
+    DataChanged,
+    MasterChanged,
+    Replica,
+    ReplicaConfig,
+    WriteDone,
+    WriteFailed,
+)
+from broker_mqtt.store.versioned import Clock, VersionedState
+
+
+@dataclass
+class Node:
+    replica: Replica
+    done: dict[int, Any] = field(default_factory=dict)
+    failed: dict[int, Any] = field(default_factory=dict)
+    conflicts: list[Any] = field(default_factory=list)
+    masters: list[Any] = field(default_factory=list)
+    changes: int = 0
+    paused: list[tuple[str, Any]] | None = None
+
+
+class SimNet:
+    def __init__(self, names: list[str], *, seed: int = 0, latency: tuple[float, float] = (0.001, 0.01),
+                 durability: str = "one", config: ReplicaConfig | None = None, paths: dict[str, Any] | None = None,
+                 loss: float = 0.0) -> None:
+        self.rng = random.Random(seed)
+        self.now = 0.0
+        self.latency = latency
+        self.loss = loss
+        self.config = config or ReplicaConfig()
+        self.durability = durability
+        self.nodes: dict[str, Node] = {}
+        self.dead: set[str] = set()
+        self.groups: list[set[str]] | None = None
+        self._queue: list[tuple[float, int, str, str, Any]] = []
+        self._pair_time: dict[tuple[str, str], float] = {}
+        self._counter = 0
+        self.sent = 0
+        for name in names:
+            self.add(name, (paths or {}).get(name))
+
+    def add(self, name: str, path: Any = None) -> Node:
+        clock = Clock(wall=lambda: 1_000_000 + self.now)
+        replica = Replica("s", f"{name}.0", VersionedState(path), self.now, durability=self.durability,
+                          config=self.config, clock=clock)
+        node = self.nodes[name] = Node(replica)
+        self.dead.discard(name)
+        return node
+
+    # -- the network -----------------------------------------------------------------------------
+    def _linked(self, a: str, b: str) -> bool:
+        if self.groups is None:
+            return True
+        return any(a in g and b in g for g in self.groups)
+
+    def _flush(self, name: str) -> None:
+        node = self.nodes[name]
+        for msg in node.replica.to_send():
+            self.sent += 1
+            for other in self.nodes:
+                if other == name or other in self.dead or not self._linked(name, other):
+                    continue
+                if self.loss and self.rng.random() < self.loss:
+                    continue
+                t = max(self.now + self.rng.uniform(*self.latency), self._pair_time.get((name, other), 0.0))
+                self._pair_time[(name, other)] = t
+                self._counter += 1
+                heapq.heappush(self._queue, (t, self._counter, name, other, msg))
+        self._collect(name)
+
+    def _collect(self, name: str) -> None:
+        node = self.nodes[name]
+        for ev in node.replica.events():
+            match ev:
+                case WriteDone(n=n, result=result):
+                    node.done[n] = result
+                case WriteFailed(n=n, error=error):
+                    node.failed[n] = error
+                case ConflictsFound(conflicts=conflicts):
+                    node.conflicts.extend(conflicts)
+                case MasterChanged():
+                    node.masters.append((self.now, ev.master, ev.epoch))
+                case DataChanged(changes=changes):
+                    node.changes += len(changes)
+
+    def run(self, duration: float) -> None:
+        end = self.now + duration
+        while True:
+            live = [n for n in self.nodes if n not in self.dead and self.nodes[n].paused is None]
+            next_tick = min((self.nodes[n].replica.next_deadline for n in live), default=end)
+            next_msg = self._queue[0][0] if self._queue else end
+            t = min(next_tick, next_msg, end)
+            if t >= end and not (self._queue and self._queue[0][0] <= end):
+                self.now = end
+                return
+            self.now = max(self.now, t)
+            if self._queue and self._queue[0][0] <= t:
+                _, _, src, dst, msg = heapq.heappop(self._queue)
+                if dst in self.dead:
+                    continue
+                node = self.nodes[dst]
+                if node.paused is not None:
+                    node.paused.append((src, msg))
+                    continue
+                node.replica.handle(msg, self.now)
+                self._flush(dst)
+            else:
+                for n in live:
+                    if self.nodes[n].replica.next_deadline <= self.now:
+                        self.nodes[n].replica.tick(self.now, 1_000_000 + self.now)
+                        self._flush(n)
+
+    # -- the election and the faults ---------------------------------------------------------------
+    def tag(self, name: str) -> None:
+        self.nodes[name].replica.tagged(self.now)
+        self._flush(name)
+
+    def untag(self, name: str) -> None:
+        self.nodes[name].replica.untagged(self.now)
+        self._flush(name)
+
+    def kill(self, name: str) -> None:
+        self.dead.add(name)
+        for other in self.nodes:
+            if other not in self.dead:
+                self.nodes[other].replica.peer_gone(f"{name}.")
+                self._flush(other)
+
+    def pause(self, name: str) -> None:
+        self.nodes[name].paused = []
+
+    def resume(self, name: str) -> None:
+        node = self.nodes[name]
+        queued, node.paused = node.paused or [], None
+        for _src, msg in queued:
+            node.replica.handle(msg, self.now)
+        self._flush(name)
+
+    def partition(self, *groups: set[str]) -> None:
+        self.groups = [set(g) for g in groups]
+
+    def heal(self) -> None:
+        self.groups = None
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def write(self, name: str, command: Any) -> int:
+        n = self.nodes[name].replica.write(command, self.now)
+        self._flush(name)
+        return n
+
+    def masters(self) -> list[str]:
+        return [n for n, node in self.nodes.items() if n not in self.dead and node.replica.is_master]
+
+    def contents(self, name: str) -> dict[Any, Any]:
+        return {_hashable(k): v for k, v in self.nodes[name].replica.state.items()}
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(key) if isinstance(key, list) else key

@@ -1,0 +1,325 @@
+"""Elected-store replication (sans-io) in simulated time: handover, crashes, migrations, fencing, splits.
+
+The test plays the election (tag/untag), so every scenario is exact and repeatable; the same
+replica runs under the real actor and mosquitto in ``test_elected_live.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
+from broker_mqtt.store.errors import StoreDecodeError, TypeClash
+from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig
+from broker_mqtt.store.versioned import Clock, VersionedState, fork_seq
+
+from _elected_sim import SimNet
+
+
+class Load:
+    """Every writer pushes 0, 1, 2, ... onto its own list ``log-<writer>``: a non-idempotent write,
+    so a write applied twice shows as a repeated number and a lost one as a missing number."""
+
+    def __init__(self, net: SimNet, writers: list[str]) -> None:
+        self.net = net
+        self.writers = writers
+        self.issued: dict[str, dict[int, int]] = {w: {} for w in writers}  # writer -> n -> i
+
+    def step(self, dt: float = 0.01) -> None:
+        for w in self.writers:
+            if w in self.net.dead or self.net.nodes[w].paused is not None:
+                continue
+            i = len(self.issued[w])
+            n = self.net.write(w, Push(f"log-{w}", i))
+            self.issued[w][n] = i
+        self.net.run(dt)
+
+    def run(self, duration: float, dt: float = 0.01) -> None:
+        for _ in range(round(duration / dt)):
+            self.step(dt)
+
+    def acked(self, w: str) -> set[int]:
+        return {self.issued[w][n] for n in self.net.nodes[w].done if n in self.issued[w]}
+
+    def check(self, survivors: list[str]) -> None:
+        reference = self.net.contents(survivors[0])
+        for s in survivors[1:]:
+            assert self.net.contents(s) == reference, f"{s} differs from {survivors[0]}"
+        for w in self.writers:
+            got = reference.get(f"log-{w}", [])
+            assert len(got) == len(set(got)), f"a write of {w} was applied twice: {got}"
+            assert got == sorted(got), f"writes of {w} applied out of order: {got}"
+            missing = self.acked(w) - set(got)
+            assert not missing, f"acknowledged writes of {w} lost: {sorted(missing)}"
+
+
+def settle(net: SimNet, seconds: float = 3.0) -> None:
+    net.run(seconds)
+
+
+def test_one_master_serves_writes_from_every_node() -> None:
+    net = SimNet(["a", "b", "c"], seed=1)
+    net.run(0.5)
+    net.tag("a")
+    load = Load(net, ["a", "b", "c"])
+    load.run(1.0)
+    settle(net)
+    assert net.masters() == ["a"]
+    load.check(["a", "b", "c"])
+    for w in "abc":
+        assert len(load.acked(w)) == len(load.issued[w]) == 100
+        assert net.nodes[w].replica.idle
+
+
+def test_writes_before_any_master_wait_and_then_apply_once() -> None:
+    net = SimNet(["a", "b"], seed=2)
+    load = Load(net, ["b"])
+    load.run(0.5)
+    assert not net.nodes["b"].done
+    net.tag("a")
+    settle(net)
+    load.check(["a", "b"])
+    assert len(load.acked("b")) == 50
+
+
+def test_graceful_handover_to_a_caught_up_node_copies_no_data() -> None:
+    net = SimNet(["a", "b", "c"], seed=3)
+    net.tag("a")
+    load = Load(net, ["b", "c"])
+    load.run(1.0)
+    settle(net, 1.0)
+    sent = net.sent
+    net.untag("a")
+    net.tag("b")
+    net.run(0.5)
+    assert net.masters() == ["b"]
+    # an epoch change: claim, promises, active, heartbeats, acks - no tail and no snapshot
+    kinds = [m[0] for q in [net._queue] for *_, m in q]
+    assert "snap" not in kinds and "tail" not in kinds
+    assert net.sent - sent < 40
+    load.run(1.0)
+    settle(net)
+    load.check(["a", "b", "c"])
+    assert net.nodes["c"].replica.epoch == net.nodes["b"].replica.epoch == (2, "b.0")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_master_crash_under_load_loses_no_acknowledged_write(seed: int) -> None:
+    net = SimNet(["a", "b", "c", "d"], seed=seed, latency=(0.001, 0.02))
+    net.tag("a")
+    load = Load(net, ["b", "c", "d"])
+    load.run(1.0)
+    net.kill("a")
+    load.run(0.3)  # no master: writes wait
+    net.tag(net.rng.choice(["b", "c", "d"]))
+    load.run(1.0)
+    settle(net)
+    load.check(["b", "c", "d"])
+    for w in "bcd":  # every write issued by a survivor was eventually acknowledged
+        assert len(load.acked(w)) == len(load.issued[w])
+
+
+def test_a_write_that_cannot_be_placed_fails_with_no_master() -> None:
+    net = SimNet(["a", "b"], seed=4, config=ReplicaConfig(write_timeout=2.0))
+    n = net.write("b", Put("k", 1))
+    net.run(3.0)
+    assert isinstance(net.nodes["b"].failed[n], NoMaster)
+
+
+def test_100_forced_migrations_under_load_lose_and_duplicate_nothing() -> None:
+    names = ["a", "b", "c", "d"]
+    net = SimNet(names, seed=5, latency=(0.001, 0.01))
+    load = Load(net, names)
+    current = "a"
+    net.tag(current)
+    masters = set()
+    for i in range(100):
+        load.run(0.1)
+        net.untag(current)
+        load.run(0.02)
+        current = names[(i + 1) % len(names)]
+        net.tag(current)
+        masters.add(current)
+    load.run(0.2)
+    settle(net)
+    load.check(names)
+    assert masters == set(names)
+    assert net.nodes["a"].replica.epoch[0] == 101
+    for w in names:
+        assert len(load.acked(w)) == len(load.issued[w]) > 300
+
+
+def test_a_paused_deposed_master_changes_nothing_when_it_resumes() -> None:
+    net = SimNet(["a", "b", "c"], seed=6)
+    net.tag("a")
+    load = Load(net, ["b", "c"])
+    load.run(0.5)
+    settle(net, 1.0)
+    net.pause("a")  # SIGSTOP: it still believes it is master
+    net.tag("b")
+    load.run(0.5)
+    # the deposed master accepts a write of its own and broadcasts it in its old epoch
+    node_a = net.nodes["a"]
+    node_a.replica.write(Put("fenced", "from a"), net.now)
+    for msg in node_a.replica.to_send():
+        for other in ("b", "c"):
+            net.nodes[other].replica.handle(msg, net.now)
+            net._flush(other)
+    assert not net.nodes["b"].replica.state.exists("fenced")
+    assert not net.nodes["c"].replica.state.exists("fenced")
+    net.resume("a")
+    net.untag("a")  # its election catches up: Detag
+    load.run(0.5)
+    settle(net)
+    assert net.masters() == ["b"]
+    load.check(["a", "b", "c"])
+    # the paused node's own write was not lost either: re-sent to the new master, applied once
+    assert net.contents("b")["fenced"] == "from a"
+
+
+def test_split_heal_merges_deterministically_and_reports_conflicts() -> None:
+    names = ["a", "b", "c", "d"]
+    net = SimNet(names, seed=7)
+    net.tag("a")
+    net.write("a", Put("shared", 0))
+    net.write("a", Put("gone", 1))
+    settle(net, 1.0)
+    net.partition({"a", "b"}, {"c", "d"})
+    net.run(1.5)  # the c/d side forgets the a/b side
+    net.tag("c")  # each side has its own master
+    net.run(1.0)
+    assert sorted(net.masters()) == ["a", "c"]
+    net.write("b", Put("shared", "ab"))
+    net.run(0.2)
+    net.write("d", Put("shared", "cd"))  # later: wins by its clock
+    net.write("b", Put("only-ab", 1))
+    net.write("d", Put("only-cd", 2))
+    net.write("d", Erase("gone"))
+    settle(net, 1.0)
+    assert net.contents("a")["shared"] == "ab" and net.contents("c")["shared"] == "cd"
+    net.heal()
+    net.untag("a")  # the election settles on one node (RecoverEvent, Detag)
+    settle(net, 4.0)
+    assert net.masters() == ["c"]
+    reference = net.contents("a")
+    assert reference == {"shared": "cd", "only-ab": 1, "only-cd": 2}
+    for n in names:
+        assert net.contents(n) == reference
+        assert [c.key for c in net.nodes[n].conflicts] == ["shared"], n
+        conflict = net.nodes[n].conflicts[0]
+        assert conflict.chosen.value == "cd" and conflict.other.value == "ab"
+
+
+def test_split_both_masters_stay_tagged_then_one_untags() -> None:
+    """While both sides' masters still hold the tag after the heal, each claim supersedes the
+    other; once the election settles the data is merged and nothing is lost."""
+    names = ["a", "b", "c"]
+    net = SimNet(names, seed=8)
+    load = Load(net, names)
+    net.tag("a")
+    load.run(0.5)
+    net.partition({"a", "b"}, {"c"})
+    load.run(1.5)
+    net.tag("c")
+    load.run(1.0)
+    net.heal()
+    load.run(1.0)
+    net.untag("c")
+    load.run(0.5)
+    settle(net, 4.0)
+    assert net.masters() == ["a"]
+    load.check(names)
+
+
+def test_repeated_write_is_answered_again_not_applied_again() -> None:
+    net = SimNet(["a", "b"], seed=9)
+    net.tag("a")
+    net.run(0.5)
+    n = net.write("b", Increment("counter", 5))
+    net.run(0.5)
+    assert net.nodes["b"].done == {n: None}
+    # the same write again (its answer "lost"): the master recognises it
+    net.nodes["a"].replica.handle(["write", "b.0", n, "b", Increment("counter", 5).to_wire()], net.now)
+    net._flush("a")
+    net.run(0.5)
+    assert net.contents("a")["counter"] == net.contents("b")["counter"] == 5
+
+
+def test_put_unique_and_errors_are_answered_to_the_writer() -> None:
+    net = SimNet(["a", "b"], seed=10)
+    net.tag("a")
+    net.run(0.5)
+    first = net.write("b", PutUnique("u", 1, None, "", 0))
+    second = net.write("b", PutUnique("u", 2, None, "", 0))
+    net.write("b", Put("text", "x"))
+    bad = net.write("b", Increment("text", 1))
+    net.run(0.5)
+    done = net.nodes["b"].done
+    assert done[first] is True and done[second] is False
+    assert isinstance(net.nodes["b"].failed[bad], TypeClash)
+    assert net.contents("b")["u"] == 1
+
+
+def test_durability_one_waits_for_another_replica() -> None:
+    net = SimNet(["a", "b"], seed=11, latency=(0.05, 0.05))
+    net.tag("a")
+    net.run(1.0)
+    n = net.write("a", Put("k", 1))
+    net.run(0.06)
+    assert n not in net.nodes["a"].done  # applied at a, not yet confirmed by b
+    net.run(0.1)
+    assert n in net.nodes["a"].done
+
+
+def test_durability_master_answers_at_once() -> None:
+    net = SimNet(["a", "b"], seed=12, latency=(0.05, 0.05), durability="master")
+    net.tag("a")
+    net.run(1.0)
+    n = net.write("a", Put("k", 1))
+    assert n in net.nodes["a"].done
+
+
+def test_expiry_is_enforced_by_the_master_and_replicated() -> None:
+    net = SimNet(["a", "b"], seed=13)
+    net.tag("a")
+    net.run(0.5)
+    net.write("b", Put("short", 1, expiry=1.0))
+    net.run(0.5)
+    assert net.contents("b") == {"short": 1}
+    net.run(1.5)
+    assert net.contents("a") == net.contents("b") == {}
+
+
+def test_late_node_catches_up_and_restarted_sqlite_node_resumes(tmp_path: Any) -> None:
+    net = SimNet(["a", "b"], seed=14, paths={"b": tmp_path / "b.db"})
+    net.tag("a")
+    load = Load(net, ["a"])
+    load.run(0.5)
+    settle(net, 1.0)
+    net.kill("b")
+    net.nodes["b"].replica.state.close()
+    load.run(0.5)
+    net.add("c")
+    net.add("b", tmp_path / "b.db")  # restarted: continues from its file, then catches up
+    assert net.nodes["b"].replica.state.last_seq > 0
+    load.run(0.5)
+    settle(net)
+    load.check(["a", "b", "c"])
+
+
+def test_malformed_messages_raise_decode_errors_and_change_nothing() -> None:
+    r = Replica("s", "x.0", VersionedState(), 0.0, clock=Clock(wall=lambda: 1.0))
+    for bad in [None, [], ["nope"], ["log", "notanepoch", []], ["log", [1, "m.0"], [["x"]]],
+                ["claim"], ["hb", "n", [1], "master", [0, None], None], ["snap", [1, "m.0"], "x.0", {}, "m.0"]]:
+        with pytest.raises(StoreDecodeError):
+            r.handle(bad, 1.0)
+    assert r.state.last_seq == 0 and r.epoch is None
+
+
+def test_fork_seq_finds_the_common_history() -> None:
+    e1, e2, e3 = (1, "a"), (2, "b"), (2, "c")
+    assert fork_seq([(e1, 1)], 10, [(e1, 1)], 7) == 7
+    assert fork_seq([(e1, 1), (e2, 11)], 20, [(e1, 1), (e3, 9)], 15) == 8
+    assert fork_seq([(e1, 1), (e2, 11)], 20, [(e1, 1)], 15) == 10
