@@ -14,7 +14,8 @@ re-plans its own ping at ``cycle + d * gap`` after each accepted ping (see
 :func:`~asyncactor.policy.default_ping_delay`).  Crossing pings are resolved with
 ``has_priority`` (the same answer on every node); a ping whose history disagrees with ours is the
 other side of a healed split (§7): each node reports one RecoverEvent per split, one node per side
-re-broadcasts its side's history as ``hist``, and the side with priority continues.
+re-broadcasts its side's history as ``hist``, and the side with priority continues; the
+bookkeeping (and the losers' replay of the winners' early pings) is in :mod:`.recovery`.
 
 Sticky mode (§8): the holder re-pings every ``cycle - 1.5 * gap`` and keeps the tag; the others
 wait ``cycle - 1.5 * gap + (0.5 .. 1) * gap`` after each ping, so a dead holder is replaced within
@@ -34,12 +35,12 @@ of a history that came off the wire are trusted for collision ages (``_known``).
 
 from __future__ import annotations
 
-import enum
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from .collision import ALL, beats, moved, wire_known
 from .config import Config
 from .events import (
     ActorEvent,
@@ -47,69 +48,20 @@ from .events import (
     GoodNodeEvent,
     PingEvent,
     RawMsgEvent,
-    RecoverEvent,
     SetupEvent,
     TagEvent,
     UntagEvent,
 )
-from .history import Relation, compatible, merge, relate, without
+from .history import Relation, merge, relate, without
 from .messages import DecodeError, Hist, Init, Message, Ping, Vers, decode, encode
 from .policy import PingDelayFn, PriorityFn, default_has_priority, default_ping_delay
+from .recovery import Episode, SplitRecovery
+from .state import TRANSITIONS, Phase, Slot, Timer
 
 __all__ = ["ActorCore", "Phase", "Timer", "CoreStats", "LocalProtocolError"]
 
-_ALL = 1 << 30  # "every entry is known"
-
-
 class LocalProtocolError(RuntimeError):
     """The caller used the core wrongly (e.g. started it twice).  The core's state is unchanged."""
-
-
-class Phase(enum.Enum):
-    STARTING = "starting"  # our own init has not come back yet: we only listen
-    FOLLOWING = "following"  # not "it"; our ping timer may be running
-    PINGED = "pinged"  # our ping is out; "it" at ping + gap unless a competitor wins
-    TAGGED = "tagged"  # we are "it"
-
-
-_TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    Phase.STARTING: frozenset({Phase.FOLLOWING}),
-    Phase.FOLLOWING: frozenset({Phase.PINGED}),
-    Phase.PINGED: frozenset({Phase.TAGGED, Phase.FOLLOWING}),
-    Phase.TAGGED: frozenset({Phase.FOLLOWING, Phase.PINGED}),
-}
-
-
-class Timer(enum.Enum):
-    PING = "ping"  # send our ping
-    TAG = "tag"  # become "it"
-    UNTAG = "untag"  # stop being "it"
-    PING_EVENT = "ping_event"  # report the current slot's holder
-    HIST = "hist"  # re-broadcast our side's history after a split
-    DECIDE = "decide"  # pick the winning side of a healed split
-
-
-@dataclass(slots=True)
-class _Slot:
-    node: str
-    value: Any
-    at: float  # when we sent or received its ping
-    history: tuple[str, ...] = ()  # its ping's history
-
-
-@dataclass(slots=True)
-class _Split:
-    """One healed-split episode as this node sees it."""
-
-    local: tuple[str, ...]  # our side's history when we noticed
-    parent: tuple[str, ...]
-    until: float  # messages after this start a new episode
-    hists: list[tuple[Hist, bool]] = field(default_factory=list)  # (hist, from our side)
-    decided: bool = False
-    remote_wins: bool = False
-    followed: bool = False  # the loser side has followed the winners' first real ping
-    own_set: set[str] = field(default_factory=set)
-    remote_set: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -163,18 +115,17 @@ class ActorCore:
         self.stats = CoreStats()
         self._history: tuple[str, ...] = ()
         self._parent: tuple[str, ...] = ()
-        self._slot: _Slot | None = None
+        self._slot: Slot | None = None
         self._timers: dict[Timer, float] = {}
         self._pending_ping: Ping | None = None  # for Timer.PING_EVENT
-        self._pending_hist: Hist | None = None  # for Timer.HIST
-        self._split: _Split | None = None
+        self._recovery = SplitRecovery(name, self.has_priority)  # healed splits (§7)
         self._await_ping = False
         self._learning = False  # our view came from one ping and no succession confirmed it yet
         self._unsure: set[str] = set()  # candidates of a collision we could not judge
         # how many leading entries of _history / _parent are known to match the group's view:
         # all for a node that saw every ping; a newcomer knows only what the wire told it
-        self._known = _ALL
-        self._pknown = _ALL
+        self._known = ALL
+        self._pknown = ALL
         self._last_vers_reply = float("-inf")
         self._started = False
         self._out: list[dict[str, Any]] = []
@@ -262,12 +213,7 @@ class ActorCore:
                 case Timer.DECIDE:
                     self._decide(now)
                 case Timer.HIST:
-                    if self._pending_hist is not None:
-                        self._send(self._pending_hist)
-                        self.stats.hists_sent += 1
-                        if self._split is not None:
-                            self._add_hist(self._split, self._pending_hist, own=True, now=now)
-                        self._pending_hist = None
+                    self._send_hist(now)
 
     # ---- the caller's controls -------------------------------------------------------------
     def set_value(self, value: Any, now: float) -> None:
@@ -325,7 +271,7 @@ class ActorCore:
         self._out.append(encode(msg))
 
     def _goto(self, phase: Phase) -> None:
-        if phase is not self.phase and phase not in _TRANSITIONS[self.phase]:
+        if phase is not self.phase and phase not in TRANSITIONS[self.phase]:
             raise LocalProtocolError(f"{self.name}: no transition {self.phase.name} -> {phase.name}")
         self.phase = phase
 
@@ -398,9 +344,9 @@ class ActorCore:
             self._untag(UntagEvent())
         self._flush_ping_event()
         self._parent, self._pknown = self._history, self._known
-        self._known = _moved(self.name, self._history, self._known)
+        self._known = moved(self.name, self._history, self._known)
         self._history = merge((self.name,), self._history, self.config.max_history)
-        self._slot = _Slot(self.name, self.value, now, self._wire_history())
+        self._slot = Slot(self.name, self.value, now, self._wire_history())
         self._unsure = set()
         self._send(Ping(self.name, self.value, self._wire_history()))
         if self.phase is not Phase.PINGED:
@@ -432,6 +378,9 @@ class ActorCore:
             return  # our own, handled when sent
         if self.value is None and msg.value is not None:
             self._events.append(GoodNodeEvent((msg.node,)))
+        self._handle_ping(msg, now)
+
+    def _handle_ping(self, msg: Ping, now: float) -> None:
         rel = relate(msg.history, self._history, self._parent)
         limit = self.config.max_history
         named = (
@@ -460,10 +409,11 @@ class ActorCore:
             # a candidate of a collision we could not judge pings again (a sticky holder's
             # renewal): its view is better than ours; adopt it as a newcomer would
             rel = Relation.FRESH
-        ep = self._split
+        ep = self._recovery.episode
         if (
             self._await_ping and ep is not None and ep.decided and ep.remote_wins and not ep.followed
-            and rel is not Relation.SUCCESSION and self._is_remote(ep, msg.history)
+            and rel not in (Relation.SUCCESSION, Relation.COLLISION)
+            and self._recovery.is_remote(ep, msg.history)
         ):  # fmt: skip
             # we lost a split and know the winners only from their (stale) hist: follow the
             # first real ping of theirs, whatever slot it answers (then learn as a newcomer)
@@ -487,8 +437,8 @@ class ActorCore:
                 hist = merge((msg.node,), merge(msg.history[1:], self._history, None), limit)
                 self._pknown = self._known
                 self._known = max(
-                    _moved(msg.node, self._history, self._known),
-                    _wire_known(msg.history, self.config.splits),
+                    moved(msg.node, self._history, self._known),
+                    wire_known(msg.history, self.config.splits),
                 )
                 self._accept(msg, now, hist, self._history, rel)
             case Relation.COLLISION:
@@ -509,8 +459,8 @@ class ActorCore:
                     self.stats.collisions_lost += mine
                     hist = merge(msg.history, without(self._parent, msg.node), limit)
                     self._known = max(
-                        _moved(msg.node, self._parent, self._pknown),
-                        _wire_known(msg.history, self.config.splits),
+                        moved(msg.node, self._parent, self._pknown),
+                        wire_known(msg.history, self.config.splits),
                     )
                     self._accept(msg, now, hist, self._parent, rel)
                     if yielded:  # the next ping names the real winner
@@ -554,9 +504,9 @@ class ActorCore:
         if how in (Relation.FRESH, Relation.DIVERGED):
             # the sender's history is a prefix of the group's; our parent (it minus its
             # head) is not, as the sender's old place in it is unknown
-            self._known, self._pknown = _wire_known(msg.history, self.config.splits), 0
+            self._known, self._pknown = wire_known(msg.history, self.config.splits), 0
         self._history, self._parent = history, parent
-        self._slot = _Slot(msg.node, msg.value, now, msg.history)
+        self._slot = Slot(msg.node, msg.value, now, msg.history)
         if how is Relation.FRESH:
             self._await_ping = True  # a newcomer bids only once a second ping confirms its view
             self._learning = True
@@ -564,153 +514,90 @@ class ActorCore:
             self._await_ping = self._learning = False
         self._plan_ping(now, release=release)
 
-    def _beats(self, his: Ping, mine: _Slot) -> bool | None:
-        """Collision order between two pings answering the same slot (§4):
+    def _beats(self, his: Ping, mine: Slot) -> bool | None:
+        """Collision order between two pings answering the same slot (collision.py, §4)."""
+        return beats(
+            his, mine, unsure=bool(self._unsure), parent=self._parent, pknown=self._pknown,
+            splits=self.config.splits, has_priority=self.has_priority,
+        )  # fmt: skip
 
-        1. a None value loses to a value;
-        2. the pinger further back in the parent history (the history before the answered
-           slot) wins: longer since its last turn; not there at all (a newcomer) is furthest
-           back, the holder of the answered slot repeating itself is nearest;
-        3. otherwise (two newcomers) ``has_priority``.
-
-        This is a total order, and connected nodes share the parent history, so every node
-        picks the same winner whatever the arrival order (None: we cannot tell, see below); it
-        gives every chain member its turn even when latency makes neighbours' pings cross.
-        """
-        if (his.value is None) != (mine.value is None):
-            return mine.value is None
-        inf = 1 << 30
-        if self._unsure:
-            # our parent came from one message and lacks its pinger's old place.  Each ping's
-            # history shows where the *other* pinger was: unambiguous unless they were
-            # neighbours (or both cut off the wire), where only a full view can tell.
-            his_age = mine.history.index(his.node) if his.node in mine.history else inf
-            my_age = his.history.index(mine.node) if mine.node in his.history else inf
-            cut = max(len(his.history), len(mine.history)) >= self.config.splits
-            if his_age == my_age and (his_age != inf or cut):
-                return None
-        else:
-            # our parent is exact only in its first _pknown entries (a newcomer's view of the
-            # entries beyond the wire's cut is guesswork): a node not among them counts as
-            # furthest back, as for every node whose parent came off the wire
-            parent, k = self._parent, self._pknown
-            his_age, my_age = (parent.index(n) if n in parent[:k] else inf for n in (his.node, mine.node))
-        if his_age != my_age:
-            return his_age > my_age
-        return self.has_priority(his.node, his.value, mine.node, mine.value)
-
-    # ---- internals: healed splits (§7) ----------------------------------------------------
-    # A split episode starts when a message's history disagrees with ours.  Each side then
-    # broadcasts its history as ``hist`` (staggered by position in the history, suppressed once
-    # one of its own side's arrives).  Every node collects the hists it sees for ``1.5 * gap``
-    # after it knows one of each side, then decides: the best hist by ``has_priority`` names the
-    # winning side.  All nodes see the same broadcasts, so all pick the same winner.
+    # ---- internals: healed splits (§7; the bookkeeping is in recovery.py) -------------------
     def _diverged(self, node: str, value: Any, remote: tuple[str, ...], now: float, msg: Ping | Hist) -> None:
         ep = self._episode_for(now)
         ep.remote_set.update(remote)
         if isinstance(msg, Hist):
             self._add_hist(ep, msg, own=False, now=now)
             return
+        if not ep.decided:
+            self._recovery.hold(ep, msg, now)  # replayed if their side wins
+        mine = self._slot is not None and self._slot.node == self.name
         if (
             not ep.decided
-            and self.phase is Phase.PINGED
-            and self._slot is not None
-            and self._slot.node == self.name
-            and self.has_priority(node, value, self.name, self._slot.value)
+            and mine
+            and self.phase in (Phase.PINGED, Phase.TAGGED)
+            and self.has_priority(node, value, self.name, self._slot.value)  # type: ignore[union-attr]
         ):
             # our ping crossed the other side's first ping after the heal: only one of the two
             # pingers becomes "it", the same one for both (has_priority)
-            self._timers.pop(Timer.TAG, None)
-            self._goto(Phase.FOLLOWING)
-        elif (
-            not ep.decided
-            and self.phase is Phase.TAGGED
-            and self._slot is not None
-            and self._slot.node == self.name
-            and self.has_priority(node, value, self.name, self._slot.value)
-        ):
-            self._untag(DetagEvent(node))
-        elif ep.decided and ep.remote_wins and self._is_remote(ep, remote):
+            if self.phase is Phase.PINGED:
+                self._timers.pop(Timer.TAG, None)
+                self._goto(Phase.FOLLOWING)
+            else:
+                self._untag(DetagEvent(node))
+        elif ep.decided and ep.remote_wins and self._recovery.is_remote(ep, remote):
             limit = self.config.max_history
             self._accept(msg, now, merge(remote, (), limit), tuple(remote[1:]), Relation.DIVERGED)
 
-    def _episode_for(self, now: float) -> _Split:
-        ep = self._split
-        if ep is not None and now < ep.until:
+    def _episode_for(self, now: float) -> Episode:
+        ep = self._recovery.active(now)
+        if ep is not None:
             return ep
         self.stats.splits_healed += 1
-        local = self._history[: self.config.splits]
-        ep = self._split = _Split(local=local, parent=self._parent, until=now + 3 * self.config.cycle)
-        self._timers.pop(Timer.DECIDE, None)
-        ep.own_set.update(local)
         value = self._slot.value if self._slot is not None else None
-        pos = local.index(self.name) if self.name in local else self.config.splits
-        self._pending_hist = Hist(value, local) if local else None
-        if local:
-            self._timers[Timer.HIST] = now + pos * self.config.gap
-        return ep
+        self._timers.pop(Timer.DECIDE, None)
+        self._timers.pop(Timer.HIST, None)
+        at = self._recovery.open(now, history=self._history, parent=self._parent, value=value, config=self.config)
+        if at is not None:
+            self._timers[Timer.HIST] = at
+        assert self._recovery.episode is not None
+        return self._recovery.episode
 
-    def _is_remote(self, ep: _Split, history: tuple[str, ...]) -> bool:
-        theirs = sum(n in ep.remote_set for n in history)
-        ours = sum(n in ep.own_set for n in history)
-        return theirs > ours
-
-    def _add_hist(self, ep: _Split, msg: Hist, *, own: bool, now: float) -> None:
-        if ep.decided or any(h.history == msg.history for h, _ in ep.hists):
-            return
-        ep.hists.append((msg, own))
-        sides = {o for _, o in ep.hists}
-        if len(sides) == 2 and Timer.DECIDE not in self._timers:
+    def _add_hist(self, ep: Episode, msg: Hist, *, own: bool, now: float) -> None:
+        if self._recovery.add_hist(ep, msg, own=own) and Timer.DECIDE not in self._timers:
             self._timers[Timer.DECIDE] = now + 1.5 * self.config.gap
 
-    def _decide(self, now: float) -> None:
-        ep = self._split
-        if ep is None or ep.decided or not ep.hists:
+    def _send_hist(self, now: float) -> None:
+        hist, self._recovery.pending_hist = self._recovery.pending_hist, None
+        if hist is None:
             return
-        ep.decided = True
-        best, best_own = ep.hists[0]
-        for h, o in ep.hists[1:]:
-            if self.has_priority(h.node, h.value, best.node, best.value):
-                best, best_own = h, o
-        ep.remote_wins = not best_own
-        remote = next((h for h, o in ep.hists if o == ep.remote_wins), best) if best_own else best
-        pos = ep.local.index(self.name) if self.name in ep.local else None
-        if self.value is not None and pos is not None:
-            self._events.append(RecoverEvent(pos, ep.remote_wins, ep.local, remote.history))
-        if ep.remote_wins:
-            limit = self.config.max_history
-            self._await_ping = True  # the hist is stale news: bid only after the winners' next ping
-            self._accept(best, now, merge(best.history, (), limit), (), Relation.DIVERGED)
-            self._learning = True  # and learn their current slot as a newcomer does
+        self._send(hist)
+        self.stats.hists_sent += 1
+        if self._recovery.episode is not None:
+            self._add_hist(self._recovery.episode, hist, own=True, now=now)
 
-    def _same_side(self, h: tuple[str, ...], history: tuple[str, ...], parent: tuple[str, ...]) -> bool:
-        if compatible(h, history) or compatible(h, parent):
-            return True
-        return bool(history) and relate(h, history, parent) is not Relation.DIVERGED
+    def _decide(self, now: float) -> None:
+        decision = self._recovery.decide(self.value)
+        if decision is None:
+            return
+        if decision.event is not None:
+            self._events.append(decision.event)
+        if decision.remote_wins:
+            best, limit = decision.best, self.config.max_history
+            self._await_ping = True  # the hist is stale news: bid only after the winners' next ping
+            self._accept(best, now, merge(best.history, (), limit), best.history[1:], Relation.DIVERGED)
+            self._learning = True  # and learn their current slot as a newcomer does
+            for ping, at in decision.held:
+                # their pings that came before we decided, as if they came after (recovery.py)
+                self._handle_ping(ping, at)
 
     def _on_hist(self, msg: Hist, now: float) -> None:
-        h = msg.history
         if not self._history or self._learning:
             return  # a newcomer is on no side of a split
-        ep = self._split if self._split is not None and now < self._split.until else None
-        own_side = self._same_side(h, self._history, self._parent) or (
-            ep is not None and self._same_side(h, ep.local, ep.parent)
-        )
-        if not own_side:
-            self._diverged(msg.node, msg.value, h, now, msg)
+        if not self._recovery.own_side(msg, self._history, self._parent, now):
+            self._diverged(msg.node, msg.value, msg.history, now, msg)
             return
         ep = self._episode_for(now)  # our side has spoken: it saw the split
         self._add_hist(ep, msg, own=True, now=now)
-        if self._pending_hist is not None:
-            self._pending_hist = None
+        if self._recovery.pending_hist is not None:
+            self._recovery.pending_hist = None
             self._timers.pop(Timer.HIST, None)
-
-
-def _moved(node: str, history: tuple[str, ...], known: int) -> int:
-    """How many leading entries stay known when ``node`` moves to the front of ``history``."""
-    return known if known >= _ALL or node in history[:known] else known + 1
-
-
-def _wire_known(history: tuple[str, ...], splits: int) -> int:
-    """A ping's history is its sender's view cut to ``splits``: complete if shorter."""
-    return len(history) if len(history) >= splits else _ALL
