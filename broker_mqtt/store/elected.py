@@ -1,0 +1,513 @@
+"""Elected stores on an :class:`~broker_mqtt.Endpoint`: the anyio layer (``docs/stores.md`` § 8).
+
+Theory of operation:
+
+* :func:`attach_store` starts, as a service of the endpoint, one :class:`~.replication.Replica` and one
+  :class:`asyncactor.Actor` over MQTT on the store's election topic ``<namespace>/actor/store/<name>``.
+  The actor's tag makes the replica master (``TagEvent`` → ``tagged``; ``UntagEvent``/``DetagEvent`` →
+  ``untagged``). ``mode="sticky"`` keeps the master while it lives; ``mode="rotate"`` moves it every slot.
+* Replication messages are node messages of kind COMMAND on topic ``/$store/<name>/e``, broadcast
+  to every replica of the store, one message per list (the endpoint coalesces them into PUBLISHes).
+* A receive loop, an election loop, a peer-status loop (a peer's last will tells the replica at once
+  that its nodes are gone) and a timer loop feed the replica; after each call the handle drains the
+  replica's events (writes answered, data changes, master changes, conflicts) and its messages
+  (one drainer at a time, in order).
+* Node ids are ``<endpoint uuid hex>.<random>``: a restarted process is a new writer, so its write
+  numbers never collide with those of its previous life.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+import anyio
+
+from ..events import PeerLost, PeerRemoved
+from ..message import Kind
+from .attached import Erased, EventsDropped, Expired, Inserted, Updated
+from .commands import (
+    Append,
+    Clear,
+    Decrement,
+    Erase,
+    Increment,
+    InsertInto,
+    Pop,
+    Push,
+    Put,
+    PutUnique,
+    RemoveFrom,
+    WriteCommand,
+)
+from .errors import StoreDecodeError, StoreError
+from .replication import (
+    ConflictsFound,
+    DataChanged,
+    Durability,
+    MasterChanged,
+    Replica,
+    ReplicaConfig,
+    StaleChanged,
+    WriteDone,
+    WriteFailed,
+)
+from .versioned import Epoch, Resolver, Version, VersionedState, last_writer_wins
+
+if TYPE_CHECKING:
+    from ..endpoint import Endpoint
+
+__all__ = ["ElectedStore", "MasterChange", "Conflict", "StaleChange", "ElectedEvent", "attach_store"]
+
+
+@dataclass(frozen=True, slots=True)
+class MasterChange:
+    """Node ``master`` (None: none active, e.g. during a handover) holds the store since ``epoch``."""
+
+    store: str
+    master: str | None
+    epoch: Epoch | None
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """``key`` was written on both sides of a healed split; ``chosen`` won over ``other``."""
+
+    store: str
+    key: Any
+    chosen: Version
+    other: Version
+
+
+@dataclass(frozen=True, slots=True)
+class StaleChange:
+    """The local copy is (not) known to be up to date with the master."""
+
+    store: str
+    stale: bool
+    reason: str
+
+
+ElectedEvent = Inserted | Updated | Erased | Expired | MasterChange | Conflict | StaleChange | EventsDropped
+
+
+def _endpoint(node: str | None) -> uuid.UUID | None:
+    try:
+        return None if node is None else uuid.UUID(hex=node[:32])
+    except ValueError:
+        return None
+
+
+class _Events:
+    """One subscriber's bounded event stream (``async with store.events() as ev: async for e in ev``)."""
+
+    def __init__(self, owner: list[_Events], limit: int) -> None:
+        self._owner = owner
+        self._send, self._recv = anyio.create_memory_object_stream[Any](math.inf)
+        self._limit = limit
+        self._queued = 0
+        self._dropped = 0
+
+    def _put(self, event: Any) -> None:
+        if self._queued >= self._limit:
+            self._dropped += 1
+            return
+        if self._dropped:
+            self._send.send_nowait(EventsDropped(self._dropped))
+            self._dropped = 0
+            self._queued += 1
+        self._queued += 1
+        self._send.send_nowait(event)
+
+    async def __aenter__(self) -> Self:
+        self._owner.append(self)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self in self._owner:
+            self._owner.remove(self)
+        self._send.close()
+        self._recv.close()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            event = await self._recv.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+        self._queued -= 1
+        return event
+
+
+class ElectedStore:
+    """A replica of an elected store; see the module docstring and ``docs/stores.md`` § 8.
+
+    Reads are local (``get``, ``exists``, ``keys``, ``items``); every write goes to the current
+    master and returns once it is durable per the store's ``durability`` (raising the master's
+    :class:`StoreError`, or :class:`~.replication.NoMaster` when no master took it within
+    ``write_timeout``). ``master``, ``epoch``, ``is_master`` and ``stale`` say where things stand.
+    """
+
+    def __init__(self, ep: Endpoint, name: str, replica: Replica, *, mode: str, election: dict[str, Any],
+                 allow_short_cycle: bool) -> None:
+        self.ep = ep
+        self.name = name
+        self.replica = replica
+        self.mode = mode
+        self._election = election
+        self._allow_short_cycle = allow_short_cycle
+        self.topic = f"/$store/{name}/e"
+        self.actor_topic = f"{ep.layout.namespace}/actor/store/{name}"
+        self._waiters: dict[int, tuple[anyio.Event, list[Any]]] = {}
+        self._streams: list[_Events] = []
+        self._sendq: list[list[Any]] = []
+        self._draining = False
+        self._wake = anyio.Event()
+        self._changed = anyio.Event()
+        self._scope: anyio.CancelScope | None = None
+        self._done = anyio.Event()
+        self._actor: Any = None
+        self.malformed = 0
+        self.closed = False
+
+    # -- state ----------------------------------------------------------------------------------------
+
+    @property
+    def node_id(self) -> str:
+        return self.replica.id
+
+    @property
+    def master(self) -> str | None:
+        """The node id of the active master (None while there is none)."""
+        return self.replica.master
+
+    @property
+    def master_endpoint(self) -> uuid.UUID | None:
+        return _endpoint(self.replica.master)
+
+    @property
+    def epoch(self) -> Epoch | None:
+        """``(term, master node id)`` of the current mastership."""
+        return self.replica.epoch
+
+    @property
+    def is_master(self) -> bool:
+        return self.replica.is_master
+
+    @property
+    def stale(self) -> bool:
+        return self.replica.stale
+
+    def events(self, *, buffer: int = 10_000) -> _Events:
+        """Data changes, :class:`MasterChange`, :class:`Conflict` and :class:`StaleChange` events."""
+        return _Events(self._streams, buffer)
+
+    async def await_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no write is pending here and the copy is current (at the master: every live
+        replica confirmed the latest record); False on timeout."""
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
+            while not self.replica.idle:
+                await self._wait_change()
+            return True
+        return False
+
+    async def await_master(self, timeout: float | None = None) -> bool:
+        """Wait until a master is active and this copy follows it; False on timeout."""
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
+            while self.replica.master is None or self.replica.stale:
+                await self._wait_change()
+            return True
+        return False
+
+    # -- reads (local) ------------------------------------------------------------------------------
+
+    def get(self, key: Any) -> Any:
+        """The local value of ``key``; raise :class:`NoSuchKey`."""
+        return self.replica.state.get(key)
+
+    def exists(self, key: Any) -> bool:
+        return self.replica.state.exists(key)
+
+    def keys(self) -> list[Any]:
+        return self.replica.state.keys()
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return self.replica.state.items()
+
+    def __len__(self) -> int:
+        return len(self.replica.state)
+
+    # -- writes ---------------------------------------------------------------------------------------
+
+    async def put(self, key: Any, value: Any, *, expiry: float | None = None) -> None:
+        await self.write(Put(key, value, expiry))
+
+    async def put_unique(self, key: Any, value: Any, *, expiry: float | None = None) -> bool:
+        """Put only if ``key`` is absent; return whether it inserted (decided by the master)."""
+        return bool(await self.write(PutUnique(key, value, expiry, "", 0)))
+
+    async def erase(self, key: Any) -> None:
+        await self.write(Erase(key))
+
+    async def clear(self) -> None:
+        await self.write(Clear())
+
+    async def increment(self, key: Any, amount: int | float = 1, *, expiry: float | None = None) -> None:
+        await self.write(Increment(key, amount, expiry))
+
+    async def decrement(self, key: Any, amount: int | float = 1, *, expiry: float | None = None) -> None:
+        await self.write(Decrement(key, amount, expiry))
+
+    async def append(self, key: Any, value: str | bytes, *, expiry: float | None = None) -> None:
+        await self.write(Append(key, value, expiry))
+
+    async def insert_into(self, key: Any, index: Any, value: Any = None, *, expiry: float | None = None) -> None:
+        await self.write(InsertInto(key, index, value, expiry))
+
+    async def remove_from(self, key: Any, index: Any, *, expiry: float | None = None) -> None:
+        await self.write(RemoveFrom(key, index, expiry))
+
+    async def push(self, key: Any, value: Any, *, expiry: float | None = None) -> None:
+        await self.write(Push(key, value, expiry))
+
+    async def pop(self, key: Any, *, expiry: float | None = None) -> None:
+        await self.write(Pop(key, expiry))
+
+    async def write(self, command: WriteCommand) -> Any:
+        """Place any write command; return its answer (put_unique: inserted) once durable."""
+        if self.closed:
+            raise StoreError(f"store {self.name!r} is closed")
+        n = self.replica.write(command, anyio.current_time())
+        event, box = anyio.Event(), []
+        self._waiters[n] = (event, box)
+        self._drain()
+        await self._flush()
+        try:
+            await event.wait()
+        finally:
+            self._waiters.pop(n, None)
+        outcome, value = box[0]
+        if outcome == "error":
+            raise value
+        return value
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def handoff(self) -> bool:
+        """Pass mastership on at once (graceful shutdown); True if this node was master."""
+        if self._actor is None or not self.replica.is_master:
+            return False
+        await self._actor.handoff()
+        self.replica.untagged(anyio.current_time())
+        self._drain()
+        await self._flush()
+        return True
+
+    async def close(self) -> None:
+        """Hand mastership over if held, then stop. Idempotent."""
+        if self.closed:
+            return
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(2.0):
+                await self.handoff()
+                await self.ep.flush(1.0)
+        self.closed = True
+        if self._scope is not None:
+            self._scope.cancel()
+        await self._done.wait()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    # -- the service ------------------------------------------------------------------------------------
+
+    async def _service(self, *, task_status: anyio.abc.TaskStatus[Any]) -> None:
+        from asyncactor import Actor
+        from asyncactor.mqtt import MQTTTransport
+
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                async with self.ep.subscribe(self.topic, kind=Kind.COMMAND, buffer=4096) as sub, \
+                        self.ep.status() as status:
+                    transport = MQTTTransport(self.ep, self.actor_topic)
+                    async with Actor(transport, name=self.replica.id, cfg=self._election, value=0,
+                                     sticky=self.mode == "sticky",
+                                     allow_short_cycle=self._allow_short_cycle) as actor:
+                        self._actor = actor
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(self._receive_loop, sub)
+                            tg.start_soon(self._election_loop, actor)
+                            tg.start_soon(self._status_loop, status)
+                            tg.start_soon(self._timer_loop)
+                            task_status.started(self)
+        finally:
+            self.closed = True
+            self._actor = None
+            for event, box in self._waiters.values():
+                box.append(("error", StoreError(f"store {self.name!r} is closed")))
+                event.set()
+            self.replica.state.close()
+            for s in list(self._streams):
+                s._send.close()
+            self._done.set()
+
+    async def _receive_loop(self, sub: Any) -> None:
+        async for msg in sub:
+            try:
+                self.replica.handle(msg.data, anyio.current_time())
+            except StoreDecodeError:
+                self.malformed += 1
+            self._drain()
+            await self._flush()
+
+    async def _election_loop(self, actor: Any) -> None:
+        from asyncactor import DetagEvent, TagEvent, UntagEvent
+
+        async for event in actor:
+            now = anyio.current_time()
+            if isinstance(event, TagEvent) and event.node == self.replica.id:
+                self.replica.tagged(now)
+            elif isinstance(event, (UntagEvent, DetagEvent)):
+                self.replica.untagged(now)
+            else:
+                continue
+            self._drain()
+            await self._flush()
+
+    async def _status_loop(self, status: Any) -> None:
+        async for event in status:
+            if isinstance(event, (PeerLost, PeerRemoved)):
+                self.replica.peer_gone(event.peer.id.hex)
+                self._drain()
+                await self._flush()
+
+    async def _timer_loop(self) -> None:
+        while True:
+            delay = self.replica.next_deadline - anyio.current_time()
+            if delay > 0:
+                with anyio.move_on_after(min(delay, 1.0)):
+                    await self._wake.wait()
+                self._wake = anyio.Event()
+            self.replica.tick(anyio.current_time(), time.time())
+            self._drain()
+            await self._flush()
+
+    # -- plumbing -----------------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        self._sendq.extend(self.replica.to_send())
+        for event in self.replica.events():
+            match event:
+                case WriteDone(n=n, result=result):
+                    self._answer(n, ("ok", result))
+                case WriteFailed(n=n, error=error):
+                    self._answer(n, ("error", error))
+                case DataChanged(changes=changes):
+                    for c in changes:
+                        publisher = _endpoint(c.origin)
+                        if c.exists and c.existed:
+                            self._emit(Updated(self.name, c.key, c.old, c.new, publisher))
+                        elif c.exists:
+                            self._emit(Inserted(self.name, c.key, c.new, publisher))
+                        elif c.expired:
+                            self._emit(Expired(self.name, c.key, c.old))
+                        else:
+                            self._emit(Erased(self.name, c.key, c.old, publisher))
+                case MasterChanged(master=master, epoch=epoch):
+                    self._emit(MasterChange(self.name, master, epoch))
+                case ConflictsFound(conflicts=conflicts):
+                    for c in conflicts:
+                        self._emit(Conflict(self.name, c.key, c.chosen, c.other))
+                case StaleChanged(stale=stale, reason=reason):
+                    self._emit(StaleChange(self.name, stale, reason))
+        self._wake.set()
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def _answer(self, n: int, outcome: tuple[str, Any]) -> None:
+        waiter = self._waiters.get(n)
+        if waiter is not None:
+            waiter[1].append(outcome)
+            waiter[0].set()
+
+    def _emit(self, event: Any) -> None:
+        for s in self._streams:
+            s._put(event)
+
+    async def _wait_change(self) -> None:
+        await self._changed.wait()
+
+    async def _flush(self) -> None:
+        """Send queued messages in order; one drainer at a time."""
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            while self._sendq:
+                batch, self._sendq = self._sendq, []
+                for msg in batch:
+                    await self.ep.send_node(Kind.COMMAND, self.topic, msg)
+        finally:
+            self._draining = False
+
+
+async def attach_store(
+    ep: Endpoint,
+    name: str,
+    *,
+    backend: str = "memory",
+    path: str | Path | None = None,
+    election: dict[str, Any] | None = None,
+    mode: str = "sticky",
+    durability: str = "one",
+    resolver: Resolver = last_writer_wins,
+    write_timeout: float = 30.0,
+    config: ReplicaConfig | None = None,
+    allow_short_cycle: bool = False,
+) -> ElectedStore:
+    """Join elected store ``name`` on ``ep``; see :class:`ElectedStore` and ``docs/stores.md`` § 8.
+
+    ``backend``: ``"memory"`` or ``"sqlite"`` (with ``path``: survives restarts). ``election``: the
+    actor's configuration (``cycle``, ``gap``, ...; default cycle 10 s, gap 1.5 s). ``mode``:
+    ``"sticky"`` (the master keeps the role while it lives) or ``"rotate"`` (a new master every slot).
+    ``durability``: ``"one"`` (default: the master and one other replica), ``"master"``, ``"all"``.
+    ``resolver``: how a healed split picks a key's version (default: last writer wins).
+    Raises ValueError for bad options.
+    """
+    if mode not in ("sticky", "rotate"):
+        raise ValueError(f"mode must be 'sticky' or 'rotate', not {mode!r}")
+    if backend not in ("memory", "sqlite"):
+        raise ValueError(f"backend must be 'memory' or 'sqlite', not {backend!r}")
+    if backend == "sqlite" and path is None:
+        raise ValueError("backend='sqlite' needs a path")
+    if not name or "/" in name or "+" in name or "#" in name:
+        raise ValueError(f"bad store name {name!r}")
+    durability = Durability(durability).value
+    election = dict(election or {})
+    from asyncactor import Config
+
+    gap = Config.from_mapping(election, allow_short_cycle=allow_short_cycle).gap
+    if config is None:  # timings follow the election's: a handover should not outlast a slot
+        hb = min(0.25, gap / 2)
+        config = ReplicaConfig(heartbeat=hb, member_timeout=4 * hb, claim_timeout=max(4 * hb, gap),
+                               write_timeout=write_timeout)
+    state = VersionedState(path if backend == "sqlite" else None)
+    node_id = f"{ep.id.hex}.{secrets.token_hex(4)}"
+    replica = Replica(name, node_id, state, anyio.current_time(), durability=durability, config=config,
+                      resolver=resolver)
+    store = ElectedStore(ep, name, replica, mode=mode, election=election, allow_short_cycle=allow_short_cycle)
+    await ep.start_service(store._service)
+    return store

@@ -1,0 +1,96 @@
+"""An elected-store node in its own process, for tests and bench/failover.py.
+
+``elected_node.py URL NAMESPACE STORE MODE CYCLE GAP [--sqlite PATH] [--writers K] [--durability D]``
+
+Joins elected store STORE and, with ``--writers K`` (K > 0), keeps K writes in flight, each pushing the
+next number onto the list ``log-<node id>``. It prints one line per fact, flushed at once:
+
+* ``READY <node id>``
+* ``ACK <i>``: the push of ``i`` was acknowledged (durable per the store's setting);
+* ``MASTER <term> <master node id> <monotonic time>``: a master became active;
+* ``CONFLICT <key>``;
+* ``QUIET``: on SIGUSR1 writing stops and the node waits until its writes are all answered;
+* ``DUMP <json>``: on SIGUSR2 the node waits until idle and prints its contents.
+
+SIGTERM closes the store (handing mastership over) and exits.
+"""
+
+import argparse
+import itertools
+import json
+import signal
+import sys
+import time
+
+import anyio
+
+from broker_mqtt import Endpoint
+from broker_mqtt.store.elected import Conflict, MasterChange
+
+
+def out(*parts: object) -> None:
+    print(*parts, flush=True)
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("url")
+    p.add_argument("namespace")
+    p.add_argument("store")
+    p.add_argument("mode")
+    p.add_argument("cycle", type=float)
+    p.add_argument("gap", type=float)
+    p.add_argument("--sqlite")
+    p.add_argument("--writers", type=int, default=0)
+    p.add_argument("--durability", default="one")
+    args = p.parse_args()
+    async with Endpoint(args.url, namespace=args.namespace) as ep:
+        store = await ep.attach_store(
+            args.store, backend="sqlite" if args.sqlite else "memory", path=args.sqlite, mode=args.mode,
+            election={"cycle": args.cycle, "gap": args.gap}, durability=args.durability, write_timeout=60)
+        stop = anyio.Event()
+        counter = itertools.count()
+        key = f"log-{store.node_id}"
+
+        async def writer() -> None:
+            await store.await_master()
+            while not stop.is_set():
+                i = next(counter)
+                await store.push(key, i)
+                out("ACK", i)
+
+        async def watch() -> None:
+            async with store.events() as events:
+                async for e in events:
+                    if isinstance(e, MasterChange) and e.master is not None and e.epoch is not None:
+                        out("MASTER", e.epoch[0], e.master, time.monotonic())
+                    elif isinstance(e, Conflict):
+                        out("CONFLICT", json.dumps(e.key))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            await anyio.sleep(0)
+            out("READY", store.node_id)
+            for _ in range(args.writers):
+                tg.start_soon(writer)
+            with anyio.open_signal_receiver(signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM) as signals:
+                async for sig in signals:
+                    if sig == signal.SIGUSR1:
+                        stop.set()
+                        await store.await_idle(30)
+                        out("QUIET")
+                    elif sig == signal.SIGUSR2:
+                        await store.await_idle(30)
+                        contents = {json.dumps(k): v for k, v in store.items()}
+                        out("DUMP", json.dumps({"contents": contents, "master": store.master,
+                                                 "epoch": store.epoch, "is_master": store.is_master}))
+                    else:
+                        break
+            stop.set()
+            await store.close()
+            tg.cancel_scope.cancel()
+
+
+if __name__ == "__main__":
+    anyio.run(main)
+    sys.exit(0)

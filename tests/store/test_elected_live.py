@@ -1,0 +1,152 @@
+"""Elected stores over a real mosquitto, nodes as separate OS processes killed for real.
+
+The election is the real asyncactor over MQTT; the assertions are about data (no acknowledged
+write lost, none applied twice, identical replicas, one master), never about speed: the times
+are measured by bench/failover.py.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+
+from broker_mqtt import Endpoint
+from broker_mqtt.embedded import EmbeddedBroker
+from broker_mqtt.store.elected import MasterChange
+from broker_mqtt.store.errors import NoSuchKey
+
+from elected_procs import ElectedProc, check_converged, wait_for
+
+pytestmark = [pytest.mark.mosquitto]
+
+CYCLE, GAP = 1.0, 0.25
+
+
+@pytest.fixture
+def procs() -> Any:
+    started: list[ElectedProc] = []
+
+    def start(*args: Any, **kwargs: Any) -> ElectedProc:
+        p = ElectedProc(*args, **kwargs)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.kill()
+
+
+def _master_of(nodes: list[ElectedProc]) -> str | None:
+    seen = [n.current_master() for n in nodes if n.current_master()]
+    return max(seen)[1] if seen else None
+
+
+@pytest.mark.anyio
+async def test_in_process_store_api(broker: EmbeddedBroker, namespace: str) -> None:
+    election = {"cycle": CYCLE, "gap": GAP}
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        sa = await a.attach_store("cfg", election=election)
+        sb = await b.attach_store("cfg", election=election)
+        async with sb.events() as events:
+            assert await sb.await_master(15)
+            await sb.put("fan", 3)
+            await sa.increment("n", 2)
+            assert await sa.put_unique("u", 1) is True
+            assert await sb.put_unique("u", 2) is False
+            assert await sa.await_idle(10) and await sb.await_idle(10)
+            assert dict(sa.items()) == dict(sb.items()) == {"fan": 3, "n": 2, "u": 1}
+            assert sa.master == sb.master and sa.epoch == sb.epoch and sa.is_master != sb.is_master
+            with pytest.raises(NoSuchKey):
+                sb.get("missing")
+            seen = []
+            with anyio.fail_after(5):
+                async for e in events:
+                    seen.append(e)
+                    if len([x for x in seen if not isinstance(x, MasterChange)]) >= 3 and \
+                            any(getattr(x, "key", None) == "u" for x in seen):
+                        break
+            assert any(isinstance(e, MasterChange) and e.master == sb.master for e in seen)
+            inserted = {e.key: e.value for e in seen if type(e).__name__ == "Inserted"}
+            assert inserted["fan"] == 3
+            publisher = next(e.publisher for e in seen if getattr(e, "key", None) == "fan")
+            assert publisher == b.id
+        await sa.close()
+        await sb.close()
+
+
+@pytest.mark.slow
+def test_kill_9_master_under_load_loses_no_acknowledged_write(broker: EmbeddedBroker, namespace: str,
+                                                              procs: Any) -> None:
+    nodes = [procs(broker.url, namespace, "s", "sticky", CYCLE, GAP, writers=4) for _ in range(3)]
+    for n in nodes:
+        n.wait_ready()
+    assert wait_for(lambda: _master_of(nodes) is not None, 20)
+    assert wait_for(lambda: all(len(n.acks) > 50 for n in nodes), 30)
+    master = _master_of(nodes)
+    victim = next(n for n in nodes if n.node_id == master)
+    survivors = [n for n in nodes if n is not victim]
+    term = max(n.current_master()[0] for n in nodes)  # type: ignore[index]
+    victim.kill()
+    assert wait_for(lambda: all(n.current_master() and n.current_master()[0] > term for n in survivors), 30)
+    new_master = _master_of(survivors)
+    assert new_master != master
+    acks = [len(n.acks) for n in survivors]
+    assert wait_for(lambda: all(len(n.acks) > a + 50 for n, a in zip(survivors, acks, strict=True)), 30)
+    check_converged(survivors, nodes)
+
+
+@pytest.mark.slow
+def test_100_migrations_in_rotate_mode_lose_and_duplicate_nothing(broker: EmbeddedBroker, namespace: str,
+                                                                  procs: Any) -> None:
+    nodes = [procs(broker.url, namespace, "s", "rotate", 0.4, 0.1, writers=2) for _ in range(3)]
+    for n in nodes:
+        n.wait_ready()
+    assert wait_for(lambda: len({m[0] for m in nodes[0].masters}) >= 101, 120, step=0.2)
+    masters = {m[1] for m in nodes[0].masters}
+    assert len(masters) == 3  # every node was master
+    reference = check_converged(nodes, nodes)
+    assert sum(len(v) for k, v in reference.items() if k.startswith('"log-')) > 300
+
+
+@pytest.mark.slow
+def test_paused_deposed_master_changes_nothing(broker: EmbeddedBroker, namespace: str, procs: Any) -> None:
+    nodes = [procs(broker.url, namespace, "s", "sticky", CYCLE, GAP, writers=2) for _ in range(3)]
+    for n in nodes:
+        n.wait_ready()
+    assert wait_for(lambda: _master_of(nodes) is not None and all(len(n.acks) > 20 for n in nodes), 30)
+    master = _master_of(nodes)
+    paused = next(n for n in nodes if n.node_id == master)
+    others = [n for n in nodes if n is not paused]
+    term = max(n.current_master()[0] for n in nodes)  # type: ignore[index]
+    paused.stop()  # SIGSTOP: it still believes it is master, its sockets stay open
+    assert wait_for(lambda: all(n.current_master() and n.current_master()[0] > term for n in others), 30)
+    acks = [len(n.acks) for n in others]
+    assert wait_for(lambda: all(len(n.acks) > a + 20 for n, a in zip(others, acks, strict=True)), 30)
+    paused.cont()
+    assert wait_for(lambda: len(paused.acks) > 0 and paused.current_master() is not None
+                    and paused.current_master()[0] > term, 30)
+    check_converged(nodes, nodes)
+
+
+@pytest.mark.slow
+def test_sqlite_master_restart_keeps_acknowledged_writes(broker: EmbeddedBroker, namespace: str, procs: Any,
+                                                         tmp_path: Any) -> None:
+    paths = [str(tmp_path / f"n{i}.db") for i in range(2)]
+    nodes = [procs(broker.url, namespace, "s", "sticky", CYCLE, GAP, writers=2, sqlite=p) for p in paths]
+    for n in nodes:
+        n.wait_ready()
+    assert wait_for(lambda: all(len(n.acks) > 30 for n in nodes), 30)
+    for n in nodes:  # both die: only the files remain
+        n.kill()
+    acked = {n.node_id: set(n.acks) for n in nodes}
+    again = [procs(broker.url, namespace, "s", "sticky", CYCLE, GAP, sqlite=p) for p in paths]
+    for n in again:
+        n.wait_ready()
+    assert wait_for(lambda: _master_of(again) is not None, 30)
+    contents = check_converged(again, again)
+    for node_id, acks in acked.items():
+        got = contents[json.dumps(f"log-{node_id}")]
+        assert acks <= set(got) and len(got) == len(set(got))
