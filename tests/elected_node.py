@@ -16,6 +16,7 @@ SIGTERM closes the store (handing mastership over) and exits.
 """
 
 import argparse
+import dataclasses
 import itertools
 import json
 import signal
@@ -83,7 +84,8 @@ async def main() -> None:
                         await store.await_idle(30)
                         contents = {json.dumps(k): v for k, v in store.items()}
                         out("DUMP", json.dumps({"contents": contents, "master": store.master,
-                                                 "epoch": store.epoch, "is_master": store.is_master}))
+                                                 "epoch": store.epoch, "is_master": store.is_master,
+                                                 "stats": dataclasses.asdict(store.statistics())}))
                     else:
                         break
             stop.set()

@@ -18,6 +18,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 import time
@@ -54,6 +55,7 @@ from .replication import (
     MasterChanged,
     Replica,
     ReplicaConfig,
+    ReplicaStats,
     StaleChanged,
     WriteDone,
     WriteFailed,
@@ -205,6 +207,10 @@ class ElectedStore:
     @property
     def stale(self) -> bool:
         return self.replica.stale
+
+    def statistics(self) -> ReplicaStats:
+        """A copy of the replica's counters (handovers, data moved, malformed messages)."""
+        return dataclasses.replace(self.replica.stats, malformed=self.malformed)
 
     def events(self, *, buffer: int = 10_000) -> _Events:
         """Data changes, :class:`MasterChange`, :class:`Conflict` and :class:`StaleChange` events."""

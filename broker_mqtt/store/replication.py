@@ -74,6 +74,7 @@ __all__ = [
     "WriteFailed",
     "StaleChanged",
     "ReplicaEvent",
+    "ReplicaStats",
     "Replica",
 ]
 
@@ -178,6 +179,20 @@ def compute_op(state: VersionedState, cmd: WriteCommand, wall: float) -> tuple[t
 
 
 @dataclass(slots=True)
+class ReplicaStats:
+    """Counters since start: what handovers cost (records and snapshot entries moved)."""
+
+    claims: int = 0  #: claims this node started
+    masterships: int = 0  #: claims that made it master
+    merges: int = 0  #: masterships that merged diverged histories
+    records_fetched: int = 0  #: log records received by tail (catching up)
+    snapshots_installed: int = 0  #: snapshots installed (or fetched for a merge)
+    snapshot_entries: int = 0  #: entries (tombstones included) in those snapshots
+    records_applied: int = 0  #: records applied (as master or follower)
+    malformed: int = 0  #: messages that did not decode (counted by the I/O layer)
+
+
+@dataclass(slots=True)
 class _Pending:
     cmd: list[Any]
     deadline: float
@@ -245,6 +260,10 @@ class Replica:
         self._outbox: list[list[Any]] = []
         self._events: list[ReplicaEvent] = []
         self._ack_due = False
+        self.stats = ReplicaStats()
+        self._verified = False  # our history is known to be a prefix of the master's: apply its log
+        self._durable_seq = 0  # as master: the highest durable seq
+        self._discard_after: int | None = None  # a deposed master's unacknowledged tail starts after this
         self._next_hb = now
         self._reclaim_at = now
         self._now = now
@@ -301,9 +320,7 @@ class Replica:
         self.tag = False
         if self.role is not Role.FOLLOWER:
             was_master = self.role is Role.MASTER
-            self.role = Role.FOLLOWER
-            self._claim = None
-            self._held.clear()
+            self._step_down()
             if was_master:
                 self._send(["resign", list(self.epoch or (0, "")), position_to_wire(self.state.position)])
             self._set_master(None, "master resigned")
@@ -358,7 +375,7 @@ class Replica:
             self._start_claim(now)  # the tag holder is master, or trying to be
         if now >= self._next_hb:
             self._next_hb = now + self.config.heartbeat
-            self._send(["hb", self.id, _ep(self.epoch), self.role.value, position_to_wire(self.state.position),
+            self._send(["hb", self.id, _ep(self.epoch), self.role.value, position_to_wire(self._reported()[0]),
                         self.master])
         if now >= self._retry_at:
             self._retry_at = now + self.config.retry_interval
@@ -430,8 +447,8 @@ class Replica:
         if epoch[1] == self.id or (self.epoch is not None and epoch <= self.epoch):
             return
         self._adopt(epoch, now)
-        self._send(["promise", list(epoch), self.id, position_to_wire(self.state.position),
-                    lineage_to_wire(self.state.lineage), self.state.last_seq])
+        pos, lineage, last = self._reported()
+        self._send(["promise", list(epoch), self.id, position_to_wire(pos), lineage_to_wire(lineage), last])
 
     def _on_promise(self, args: list[Any], now: float) -> None:
         epoch, node, pos, lineage, last_seq = epoch_from_wire(args[0]), args[1], args[2], args[3], args[4]
@@ -467,6 +484,7 @@ class Replica:
         if to != self.id:
             return
         recs = [Record.from_wire(r) for r in records]
+        self.stats.records_fetched += len(recs)
         claim = self._claim
         if claim is not None and claim.fetching is not None and epoch == claim.epoch:
             if source in claim.fetching and claim.fetched is None:
@@ -475,8 +493,9 @@ class Replica:
                     claim.fetching.pop(source)
                     self._progress_claim(now)
             return
-        if epoch != self.epoch:
+        if epoch != self.epoch or source != self.master:
             return
+        self._verified = True  # the master checked that our history is a prefix of its own
         self._apply_records(recs)
         self._drain_ahead()
         self._check_synced(upto)
@@ -486,6 +505,8 @@ class Replica:
         if to != self.id:
             return
         parts = VersionedState.parts_from_wire(wire)
+        self.stats.snapshots_installed += 1
+        self.stats.snapshot_entries += len(parts["versions"])
         claim = self._claim
         if claim is not None and claim.fetching is not None and epoch == claim.epoch:
             if source not in claim.fetching:
@@ -522,11 +543,16 @@ class Replica:
             self._events.append(ConflictsFound(epoch, [Conflict.from_wire(c) for c in conflicts]))
         mine = self.state.position
         if contains(lineage, pos[0], mine):
+            self._discard_after = None
             if mine[0] < pos[0]:
                 self._mark_stale("catching up")
                 self._request_fetch(epoch[1], now)
             else:
+                self._verified = True
                 self._mark_synced()
+        elif contains(lineage, pos[0], self._reported()[0]):
+            self._mark_stale("dropping an unacknowledged tail")
+            self._request_fetch(epoch[1], now)
         elif any(contains(lin, last, mine) for lin, last in self._subsumed):
             self._mark_stale("taking the merged state")
             self._request_fetch(epoch[1], now)
@@ -548,6 +574,10 @@ class Replica:
         for rec in records:
             if rec.seq > self.state.last_seq:
                 self._ahead[rec.seq] = rec
+        if not self._verified:
+            if len(self._ahead) > self.config.max_held:
+                self._ahead.clear()
+            return  # applied once a tail or snapshot from the master shows we follow its history
         self._drain_ahead()
         if self._ahead and not self._fetch_deadline:
             self._fetch_deadline = now + self.config.heartbeat  # a gap: fetch unless it fills by then
@@ -605,6 +635,7 @@ class Replica:
         self.max_term = max(self.max_term, self.epoch[0] if self.epoch else 0)
         self.max_term += 1
         epoch = (self.max_term, self.id)
+        self.stats.claims += 1
         self.role = Role.CLAIMING
         self.epoch = epoch
         self._set_master(None, "electing a master")
@@ -632,7 +663,7 @@ class Replica:
 
     def _choose_sources(self, claim: _Claim, now: float) -> None:
         """Promises are in: find the most advanced histories (those no other history contains)."""
-        heads = {self.id: (self.state.position, self.state.lineage, self.state.last_seq), **claim.promises}
+        heads = {self.id: self._reported(), **claim.promises}
         maximal: dict[Position, str] = {}
         for node in [self.id, *sorted(claim.promises)]:
             pos = heads[node][0]
@@ -643,7 +674,7 @@ class Replica:
         claim.fetching = {s: now + self.config.fetch_timeout for s in sources}
         if len(maximal) == 1:  # one history at least as advanced as all: its tail (or a snapshot)
             for s in sources:
-                self._send(["fetch", list(claim.epoch), self.id, s, position_to_wire(self.state.position)])
+                self._send(["fetch", list(claim.epoch), self.id, s, self._fetch_from()])
         else:  # diverged histories (a healed split): take them all, and merge
             claim.fetched = {}
             claim.merge_self = self.id in maximal.values()
@@ -678,6 +709,11 @@ class Replica:
                 self._events.append(DataChanged(changes))
         self._claim = None
         self.role = Role.MASTER
+        self._verified = True
+        self._discard_after = None
+        self._durable_seq = self.state.last_seq  # what we took over counts as acknowledged
+        self.stats.masterships += 1
+        self.stats.merges += bool(claim.fetched)
         self._subsumed = subsumed or self._subsumed
         for m in self._members.values():
             m.acked = 0
@@ -708,6 +744,7 @@ class Replica:
 
     def _append(self, record: Record) -> None:
         changes = self.state.apply(record)
+        self.stats.records_applied += 1
         self._log.append(record)
         self._out_log.append(record)
         if changes:
@@ -735,6 +772,7 @@ class Replica:
                 durable = max(acks)
             else:
                 durable = min(acks)
+        self._durable_seq = max(self._durable_seq, durable)
         for writer, acked in list(self._acked_n.items()):
             a = self.state.applied.get(writer)
             if a is None or a.n <= acked or a.seq > durable:
@@ -771,13 +809,38 @@ class Replica:
 
     # -- follower side ---------------------------------------------------------------------------------
 
+    def _step_down(self) -> None:
+        """Stop being master (or claiming). Records past the durable point were acknowledged to
+        nobody (unless durability is "master"): if the next master's history lacks them, they are
+        dropped for its snapshot rather than merged; their writers send them again."""
+        if self.role is Role.MASTER and self.durability is not Durability.MASTER \
+                and self._durable_seq < self.state.last_seq:
+            self._discard_after = self._durable_seq
+        self.role = Role.FOLLOWER
+        self._claim = None
+        self._held.clear()
+        self._verified = False
+
+    def _reported(self) -> tuple[Position, Lineage, int]:
+        """Our history as we announce it: without a deposed master's unacknowledged tail."""
+        d = self._discard_after
+        if d is None or d >= self.state.last_seq:
+            return self.state.position, self.state.lineage, self.state.last_seq
+        lineage = [(e, f) for e, f in self.state.lineage if f <= d]
+        return (d, self.state.epoch_at(d)), lineage, d
+
+    def _fetch_from(self) -> list[Any] | None:
+        """The position to fetch a tail from; None (a snapshot) when our tail is to be dropped."""
+        if self._discard_after is not None and self._discard_after < self.state.last_seq:
+            return None
+        return position_to_wire(self.state.position)
+
     def _adopt(self, epoch: Epoch, now: float) -> None:
         """Follow the newer ``epoch``. A tagged node claims again after ``claim_timeout`` (two nodes
         hold the tag until the election settles: each claim supersedes, and merges, the other)."""
         if self.role is not Role.FOLLOWER:
-            self.role = Role.FOLLOWER
-            self._claim = None
-            self._held.clear()
+            self._step_down()
+        self._verified = False
         self._reclaim_at = now + self.config.claim_timeout
         self.epoch = epoch
         self._ahead.clear()
@@ -788,6 +851,7 @@ class Replica:
             if rec.seq == self.state.last_seq + 1:
                 self.clock.observe(rec.hlc)
                 changes = self.state.apply(rec)
+                self.stats.records_applied += 1
                 self._log.append(rec)
                 self._ack_due = True
                 if changes:
@@ -805,6 +869,8 @@ class Replica:
             self._fetch_deadline = 0.0 if not self.stale else self._fetch_deadline
 
     def _install(self, parts: dict[str, Any]) -> None:
+        self._discard_after = None
+        self._verified = True
         changes = self.state.replace(**parts)
         self.clock.observe(self.state.max_hlc)
         self._log.clear()
@@ -814,7 +880,7 @@ class Replica:
 
     def _request_fetch(self, source: str, now: float) -> None:
         self._fetch_deadline = now + self.config.fetch_timeout
-        self._send(["fetch", _ep(self.epoch), self.id, source, position_to_wire(self.state.position)])
+        self._send(["fetch", _ep(self.epoch), self.id, source, self._fetch_from()])
 
     def _check_synced(self, upto: int) -> None:
         if self.state.last_seq >= upto and not self._ahead:

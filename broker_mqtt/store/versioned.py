@@ -498,6 +498,11 @@ class VersionedState:
             self._db = None
 
 
+def _same(a: Version, b: Version) -> bool:
+    """Both sides ended with the same value (e.g. the same write applied on each): no conflict."""
+    return a.deleted == b.deleted and (a.deleted or (type(a.value) is type(b.value) and a.value == b.value))
+
+
 def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_writer_wins
           ) -> tuple[list[tuple[Any, Version]], dict[str, _Applied], list[Conflict]]:
     """Merge two diverged states: ``(versions, applied, conflicts)``. Deterministic: the result does
@@ -522,7 +527,7 @@ def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_wri
         chosen = resolver(ia[0], first, second)
         other = second if chosen is first else first
         out.append((ia[0], chosen))
-        if va.seq > fork and vb.seq > fork:
+        if va.seq > fork and vb.seq > fork and not _same(va, vb):
             conflicts.append(Conflict(ia[0], chosen, other))
     applied: dict[str, _Applied] = {}
     for side in (a.applied, b.applied):
