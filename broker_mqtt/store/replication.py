@@ -19,8 +19,9 @@ Theory of operation (``docs/stores.md`` § 8; the anyio layer is :mod:`.elected`
   (``applied[w]`` travels with the state, so the next master knows it too), appends a :class:`Record`
   to its log and broadcasts it. Replicas apply records in sequence order, make them durable, and
   ``ack``. The master answers ``wack(w, upto)`` once the write is durable per ``durability``:
-  ``"master"`` (applied by the master), ``"one"`` (and by at least one other live replica, or by the
-  master alone when no other replica is live), ``"all"`` (by every live replica). A writer re-sends its
+  ``"master"`` (applied by the master), ``"one"`` (and by at least one other live replica: a store
+  with no other replica cannot acknowledge such writes), ``"all"`` (by every live replica, at least
+  one). A writer re-sends its
   unanswered writes to every new master and every ``retry_interval``; a write not answered within
   ``write_timeout`` fails with :class:`NoMaster` (its outcome is then unknown).
 * **Resync.** A replica that misses records fetches them from the master; one whose history is not a
@@ -216,6 +217,8 @@ class _Claim:
     fetching: dict[str, float] | None = None  # source -> deadline
     fetched: dict[str, VersionedState] | None = None  # merging: source -> its state
     merge_self: bool = False
+    ready: float = 0.0  # not before this time (a new node learns who is there first)
+    counted: bool = False
 
 
 class Replica:
@@ -266,6 +269,7 @@ class Replica:
         self._discard_after: int | None = None  # a deposed master's unacknowledged tail starts after this
         self._next_hb = now
         self._reclaim_at = now
+        self._started = now
         self._now = now
 
     # -- queries --------------------------------------------------------------------------------------
@@ -383,9 +387,14 @@ class Replica:
         for n, p in list(self._writes.items()):
             if now >= p.deadline:
                 del self._writes[n]
+                if self.role is Role.MASTER and not self._live_members():
+                    why = (f"this node is master but no other replica is live to confirm it (durability "
+                           f"{self.durability.value!r}; a single node needs durability='master')")
+                else:
+                    why = "no master took it"
                 self._events.append(WriteFailed(n, NoMaster(
-                    f"store {self.name!r}: write {n} not acknowledged by a master within "
-                    f"{self.config.write_timeout} s (outcome unknown)")))
+                    f"store {self.name!r}: write {n} not acknowledged within {self.config.write_timeout} s: "
+                    f"{why} (outcome unknown)")))
         if self._claim is not None:
             self._progress_claim(now)
         if self._fetch_due() and now >= self._fetch_deadline:
@@ -640,7 +649,9 @@ class Replica:
         self.epoch = epoch
         self._set_master(None, "electing a master")
         live = set(self._live_members())
-        self._claim = _Claim(epoch, now + self.config.claim_timeout, live, {})
+        # a node that just started waits until it has heard the others' heartbeats
+        ready = max(now, self._started + self.config.member_timeout)
+        self._claim = _Claim(epoch, max(now + self.config.claim_timeout, ready), live, {}, ready=ready)
         self._send(["claim", list(epoch), position_to_wire(self.state.position)])
         self._progress_claim(now)
 
@@ -649,6 +660,11 @@ class Replica:
         if claim is None or self.role is not Role.CLAIMING:
             return
         if claim.fetching is None:
+            if now < claim.ready:
+                return
+            if not claim.counted:  # now we know who is there: wait for their promises too
+                claim.counted = True
+                claim.waiting |= set(self._live_members()) - set(claim.promises)
             if claim.waiting and now < claim.deadline:
                 return
             self._choose_sources(claim, now)
@@ -767,7 +783,7 @@ class Replica:
         else:
             acks = [m.acked for m in self._live_members().values()]
             if not acks:
-                durable = last
+                durable = self._durable_seq  # no other live replica: nothing more is durable
             elif self.durability is Durability.ONE:
                 durable = max(acks)
             else:

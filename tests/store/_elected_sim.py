@@ -55,6 +55,7 @@ class SimNet:
         self.sent = 0
         for name in names:
             self.add(name, (paths or {}).get(name))
+        self.run(self.config.member_timeout)  # the replicas hear each other before anything happens
 
     def add(self, name: str, path: Any = None) -> Node:
         clock = Clock(wall=lambda: 1_000_000 + self.now)

@@ -323,3 +323,17 @@ def test_fork_seq_finds_the_common_history() -> None:
     assert fork_seq([(e1, 1)], 10, [(e1, 1)], 7) == 7
     assert fork_seq([(e1, 1), (e2, 11)], 20, [(e1, 1), (e3, 9)], 15) == 8
     assert fork_seq([(e1, 1), (e2, 11)], 20, [(e1, 1)], 15) == 10
+
+
+def test_durability_one_on_a_lone_master_fails_clearly_and_master_mode_works() -> None:
+    net = SimNet(["a"], seed=15, config=ReplicaConfig(write_timeout=2.0))
+    net.tag("a")
+    n = net.write("a", Put("k", 1))
+    net.run(3.0)
+    error = net.nodes["a"].failed[n]
+    assert isinstance(error, NoMaster) and "durability='master'" in str(error)
+    alone = SimNet(["a"], seed=15, durability="master")
+    alone.tag("a")
+    alone.run(1.5)
+    m = alone.write("a", Put("k", 1))
+    assert alone.nodes["a"].done == {m: None}
