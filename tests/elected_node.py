@@ -24,6 +24,7 @@ import sys
 import time
 
 import anyio
+import anyio.lowlevel
 
 from broker_mqtt import Endpoint
 from broker_mqtt.store.elected import Conflict, MasterChange
@@ -70,7 +71,7 @@ async def main() -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch)
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
             out("READY", store.node_id)
             for _ in range(args.writers):
                 tg.start_soon(writer)

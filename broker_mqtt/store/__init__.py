@@ -5,7 +5,9 @@
 - :mod:`.master`, :mod:`.clone`: the replica state machines, wired with ``broker_mqtt.channel``;
 - :mod:`.errors`: the store errors;
 - :mod:`.attached`: the anyio I/O layer, store handles attached to an Endpoint
-  (``Endpoint.attach_master`` / ``attach_clone``).
+  (``Endpoint.attach_master`` / ``attach_clone``);
+- elected stores (``docs/elected-stores.md``): :mod:`.versioned` (replicated state, merge),
+  :mod:`.replication` (the sans-io protocol), :mod:`.elected` (``Endpoint.attach_store``).
 """
 
 from .attached import (
@@ -68,6 +70,7 @@ from .commands import (
     snapshot_from_wire,
     snapshot_to_wire,
 )
+from .elected import Conflict, ElectedEvent, ElectedStore, MasterChange, StaleChange, attach_store
 from .errors import (
     BackendError,
     ErrorCode,
@@ -92,6 +95,8 @@ from .master import (
     WritesLost,
     apply_write,
 )
+from .replication import Durability, NoMaster, Replica, ReplicaConfig, ReplicaStats
+from .versioned import Version, VersionedState, last_writer_wins
 
 __all__ = [
     "Append", "AttachClone", "Backend", "BackendError", "BroadcastCommand", "Clear", "Clone",
@@ -108,4 +113,8 @@ __all__ = [
     "CloneStore", "DEFAULT_CHANNEL", "Erased", "EventsDropped", "Expired", "Faults", "Inserted",
     "MasterConflict", "MasterFound", "MasterStore", "StaleChanged", "StoreEvent", "StoreStatistics",
     "StoreStatus", "Updated", "WriteRejected", "attach_clone", "attach_master",
+    # elected stores
+    "Conflict", "Durability", "ElectedEvent", "ElectedStore", "MasterChange", "NoMaster", "Replica",
+    "ReplicaConfig", "ReplicaStats", "StaleChange", "Version", "VersionedState", "attach_store",
+    "last_writer_wins",
 ]

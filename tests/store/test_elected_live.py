@@ -12,13 +12,12 @@ from typing import Any
 
 import anyio
 import pytest
+from elected_procs import ElectedProc, check_converged, wait_for
 
 from broker_mqtt import Endpoint
 from broker_mqtt.embedded import EmbeddedBroker
 from broker_mqtt.store.elected import MasterChange
 from broker_mqtt.store.errors import NoSuchKey
-
-from elected_procs import ElectedProc, check_converged, wait_for
 
 pytestmark = [pytest.mark.mosquitto]
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _elected_sim import SimNet
 
 from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
 from broker_mqtt.store.errors import StoreDecodeError, TypeClash
 from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig
 from broker_mqtt.store.versioned import Clock, VersionedState, fork_seq
-
-from _elected_sim import SimNet
 
 
 class Load:
