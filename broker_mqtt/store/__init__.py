@@ -97,6 +97,7 @@ from .master import (
 )
 from .replication import Durability, NoMaster, Replica, ReplicaConfig, ReplicaStats
 from .versioned import Version, VersionedState, last_writer_wins
+from .writer import StoreWriter, WriterCore
 
 __all__ = [
     "Append", "AttachClone", "Backend", "BackendError", "BroadcastCommand", "Clear", "Clone",
@@ -115,6 +116,6 @@ __all__ = [
     "StoreStatus", "Updated", "WriteRejected", "attach_clone", "attach_master",
     # elected stores
     "Conflict", "Durability", "ElectedEvent", "ElectedStore", "MasterChange", "NoMaster", "Replica",
-    "ReplicaConfig", "ReplicaStats", "StaleChange", "Version", "VersionedState", "attach_store",
-    "last_writer_wins",
+    "ReplicaConfig", "ReplicaStats", "StaleChange", "StoreWriter", "Version", "VersionedState", "WriterCore",
+    "attach_store", "last_writer_wins",
 ]

@@ -149,3 +149,30 @@ def test_sqlite_master_restart_keeps_acknowledged_writes(broker: EmbeddedBroker,
     for node_id, acks in acked.items():
         got = contents[json.dumps(f"log-{node_id}")]
         assert acks <= set(got) and len(got) == len(set(got))
+
+
+@pytest.mark.anyio
+async def test_store_writer_repeats_are_answered_not_applied(broker: EmbeddedBroker, namespace: str) -> None:
+    from broker_mqtt.store.commands import Increment
+    from broker_mqtt.store.writer import StoreWriter
+
+    election = {"cycle": CYCLE, "gap": GAP}
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b, \
+            Endpoint(broker, namespace=namespace) as w:
+        sa = await a.attach_store("sink", election=election)
+        sb = await b.attach_store("sink", election=election)
+        assert await sa.await_master(15)
+        for attempt in range(2):  # a task that ran twice: the same writer id, the same writes
+            async with StoreWriter(w, "sink", "job-1/batch-0/part-3") as writer:
+                assert await writer.await_master(10)
+                for i in range(50):
+                    await writer.put_nowait(("row", i), {"attempt": attempt, "i": i})
+                await writer.write(Increment("rows", 50))
+                await writer.drain()
+        assert await sa.await_idle(10) and await sb.await_idle(10)
+        for s in (sa, sb):
+            assert s.get("rows") == 50  # the repeated increment was not applied again
+            assert s.get(("row", 7)) == {"attempt": 0, "i": 7}  # first attempt's values stand
+            assert len(s) == 51
+        await sa.close()
+        await sb.close()
