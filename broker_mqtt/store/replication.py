@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .commands import Clear, Erase, Put, PutUnique, WriteCommand, decode_command
-from .errors import StoreDecodeError, StoreError, Timeout, error_from_wire
+from .errors import StoreDecodeError, StoreError
 from .master import _new_value
 from .versioned import (
     Change,
@@ -62,6 +62,7 @@ from .versioned import (
     position_from_wire,
     position_to_wire,
 )
+from .writer import NoMaster, WriterCore
 
 __all__ = [
     "Durability",
@@ -90,10 +91,6 @@ class Role(enum.Enum):
     FOLLOWER = "follower"
     CLAIMING = "claiming"
     MASTER = "master"
-
-
-class NoMaster(Timeout):
-    """A write could not be placed: no master answered within the write timeout (outcome unknown)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,13 +191,6 @@ class ReplicaStats:
 
 
 @dataclass(slots=True)
-class _Pending:
-    cmd: list[Any]
-    deadline: float
-    sent: float = -1.0
-
-
-@dataclass(slots=True)
 class _Member:
     seen: float
     epoch: Epoch | None
@@ -256,9 +246,8 @@ class Replica:
         self._acked_n: dict[str, int] = {}
         self._out_log: list[Record] = []
         # writer side
-        self._next_n = 1
-        self._writes: dict[int, _Pending] = {}
-        self._retry_at = now + self.config.retry_interval
+        self._writer = WriterCore(node_id, self.origin, now, write_timeout=self.config.write_timeout,
+                                  retry_interval=self.config.retry_interval)
         # output
         self._outbox: list[list[Any]] = []
         self._events: list[ReplicaEvent] = []
@@ -280,12 +269,12 @@ class Replica:
 
     @property
     def pending_writes(self) -> int:
-        return len(self._writes)
+        return self._writer.pending
 
     @property
     def idle(self) -> bool:
         """Not stale, no write unanswered and, at the master, every live member caught up."""
-        if self.stale or self._writes:
+        if self.stale or self._writer.pending:
             return False
         if self.role is Role.MASTER:
             return all(m.acked >= self.state.last_seq for m in self._live_members().values())
@@ -293,11 +282,9 @@ class Replica:
 
     @property
     def next_deadline(self) -> float:
-        times = [self._next_hb, self._retry_at]
+        times = [self._next_hb, self._writer.next_deadline]
         if self.tag and self.role is Role.FOLLOWER:
             times.append(self._reclaim_at)
-        if self._writes:
-            times.append(min(p.deadline for p in self._writes.values()))
         if self._claim is not None:
             times.append(self._claim.deadline)
             if self._claim.fetching:
@@ -345,15 +332,8 @@ class Replica:
         if not isinstance(command, WriteCommand):
             raise TypeError(f"not a store write command: {command!r}")
         self._now = now
-        n = self._next_n
-        self._next_n += 1
-        pending = self._writes[n] = _Pending(command.to_wire(), now + self.config.write_timeout)
-        if self.role is Role.MASTER:
-            pending.sent = now
-            self._on_write(self.id, n, self.origin, pending.cmd, now)
-        elif self.master is not None:
-            pending.sent = now
-            self._send(["write", self.id, n, self.origin, pending.cmd])
+        n = self._writer.write(command, now)
+        self._pump_writer(now)
         return n
 
     # -- inputs: messages ------------------------------------------------------------------------------
@@ -381,20 +361,8 @@ class Replica:
             self._next_hb = now + self.config.heartbeat
             self._send(["hb", self.id, _ep(self.epoch), self.role.value, position_to_wire(self._reported()[0]),
                         self.master])
-        if now >= self._retry_at:
-            self._retry_at = now + self.config.retry_interval
-            self._resend_writes(now, only_older_than=now - self.config.retry_interval)
-        for n, p in list(self._writes.items()):
-            if now >= p.deadline:
-                del self._writes[n]
-                if self.role is Role.MASTER and not self._live_members():
-                    why = (f"this node is master but no other replica is live to confirm it (durability "
-                           f"{self.durability.value!r}; a single node needs durability='master')")
-                else:
-                    why = "no master took it"
-                self._events.append(WriteFailed(n, NoMaster(
-                    f"store {self.name!r}: write {n} not acknowledged within {self.config.write_timeout} s: "
-                    f"{why} (outcome unknown)")))
+        self._writer.tick(now)
+        self._pump_writer(now)
         if self._claim is not None:
             self._progress_claim(now)
         if self._fetch_due() and now >= self._fetch_deadline:
@@ -567,7 +535,6 @@ class Replica:
             self._request_fetch(epoch[1], now)
         else:
             self._mark_stale("history diverged: waiting for the master to merge it")
-        self._resend_writes(now)
 
     def _on_log(self, args: list[Any], now: float) -> None:
         epoch = epoch_from_wire(args[0])
@@ -631,7 +598,8 @@ class Replica:
         epoch, writer, upto, results = epoch_from_wire(args[0]), args[1], int(args[2]), args[3]
         if writer != self.id or (self.epoch is not None and epoch < self.epoch):
             return
-        self._answered(upto, {int(n): r for n, r in results})
+        self._writer.answered(upto, {int(n): r for n, r in results})
+        self._collect_answers()
 
     def _on_resign(self, args: list[Any], now: float) -> None:
         epoch = epoch_from_wire(args[0])
@@ -742,7 +710,6 @@ class Replica:
             self._events.append(ConflictsFound(claim.epoch, conflicts))
         self._set_master(self.id, "")
         self._mark_synced()
-        self._resend_writes(now)
 
     # -- master: applying writes --------------------------------------------------------------------------
 
@@ -796,32 +763,33 @@ class Replica:
             self._acked_n[writer] = a.n
             results = [[n, r] for n, r in a.results.items() if acked < n <= a.n]
             if writer == self.id:
-                self._answered(a.n, dict(results))
+                self._writer.answered(a.n, dict(results))
+                self._collect_answers()
             else:
                 self._send(["wack", list(self.epoch or (0, "")), writer, a.n, results])
 
     # -- writer side -----------------------------------------------------------------------------------
 
-    def _answered(self, upto: int, results: dict[int, Any]) -> None:
-        for n in [n for n in self._writes if n <= upto]:
-            del self._writes[n]
-            result = results.get(n)
-            if isinstance(result, list) and result[:1] == ["error"]:
-                self._events.append(WriteFailed(n, error_from_wire(result[1:])))
+    def _pump_writer(self, now: float) -> None:
+        """Route this node's own writes: applied here when master, else sent to the master."""
+        for msg in self._writer.to_send():
+            if self.role is Role.MASTER:
+                self._on_write(self.id, msg[2], msg[3], msg[4], now)
+            elif self.role is Role.FOLLOWER and self.master is not None:
+                self._send(msg)
+            # else: held by the writer until the next master
+        self._collect_answers()
+
+    def _collect_answers(self) -> None:
+        for n, result in self._writer.answers():
+            if isinstance(result, NoMaster) and self.role is Role.MASTER and not self._live_members():
+                result = NoMaster(f"store {self.name!r}: write {n} not acknowledged: this node is master but no "
+                                  f"other replica is live to confirm it (durability {self.durability.value!r}; a "
+                                  f"single node needs durability='master'; outcome unknown)")
+            if isinstance(result, StoreError):
+                self._events.append(WriteFailed(n, result))
             else:
                 self._events.append(WriteDone(n, result))
-
-    def _resend_writes(self, now: float, *, only_older_than: float | None = None) -> None:
-        if not self._writes or self.role is Role.CLAIMING or (self.master is None and self.role is Role.FOLLOWER):
-            return
-        if only_older_than is not None and min(p.sent for p in self._writes.values()) > only_older_than:
-            return
-        for n, p in sorted(self._writes.items()):
-            p.sent = now
-            if self.role is Role.MASTER:
-                self._on_write(self.id, n, self.origin, p.cmd, now)
-            else:
-                self._send(["write", self.id, n, self.origin, p.cmd])
 
     # -- follower side ---------------------------------------------------------------------------------
 
@@ -921,7 +889,11 @@ class Replica:
             self.master = master
             self._events.append(MasterChanged(master, self.epoch if master is not None else None))
         if master is None:
+            self._writer.clear_master()
             self._mark_stale(reason)
+        elif self.epoch is not None:
+            self._writer.set_master(self.epoch, master, self._now)
+            self._pump_writer(self._now)
 
     def _mark_stale(self, reason: str) -> None:
         if not self.stale:

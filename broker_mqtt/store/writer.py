@@ -27,14 +27,17 @@ import anyio
 
 from ..message import Kind
 from .commands import Put, WriteCommand
-from .errors import StoreDecodeError, StoreError, error_from_wire
-from .replication import NoMaster
+from .errors import StoreDecodeError, StoreError, Timeout, error_from_wire
 from .versioned import Epoch, epoch_from_wire
 
 if TYPE_CHECKING:
     from ..endpoint import Endpoint
 
-__all__ = ["WriterCore", "StoreWriter"]
+__all__ = ["NoMaster", "WriterCore", "StoreWriter"]
+
+
+class NoMaster(Timeout):
+    """A write could not be placed: no master answered within the write timeout (outcome unknown)."""
 
 
 @dataclass(slots=True)
@@ -89,14 +92,14 @@ class WriterCore:
         kind = msg[0]
         try:
             if kind == "hb" and msg[3] == "master":
-                self._master(epoch_from_wire(msg[2]), msg[1], now)
+                self.set_master(epoch_from_wire(msg[2]), msg[1], now)
             elif kind == "active":
                 epoch = epoch_from_wire(msg[1])
-                self._master(epoch, epoch[1], now)
+                self.set_master(epoch, epoch[1], now)
             elif kind == "wack" and msg[2] == self.writer:
                 epoch = epoch_from_wire(msg[1])
                 if self.epoch is None or epoch >= self.epoch:
-                    self._answered(int(msg[3]), {int(n): r for n, r in msg[4]})
+                    self.answered(int(msg[3]), {int(n): r for n, r in msg[4]})
         except (TypeError, ValueError, IndexError) as exc:
             raise StoreDecodeError(f"bad {kind} message: {exc}") from exc
 
@@ -119,7 +122,8 @@ class WriterCore:
         out, self._answers = self._answers, []
         return out
 
-    def _master(self, epoch: Epoch, master: str, now: float) -> None:
+    def set_master(self, epoch: Epoch, master: str, now: float) -> None:
+        """``master`` is active in ``epoch``: send it every unanswered write (ignored if older)."""
         if self.epoch is not None and epoch < self.epoch:
             return
         changed = master != self.master or epoch != self.epoch
@@ -127,12 +131,17 @@ class WriterCore:
         if changed:
             self._resend(now)
 
+    def clear_master(self) -> None:
+        """No master is active (a handover): hold writes until the next one."""
+        self.master = None
+
     def _resend(self, now: float) -> None:
         for n, p in sorted(self._writes.items()):
             p.sent = now
             self._outbox.append(["write", self.writer, n, self.origin, p.cmd])
 
-    def _answered(self, upto: int, results: dict[int, Any]) -> None:
+    def answered(self, upto: int, results: dict[int, Any]) -> None:
+        """The master applied (durably) every write up to ``upto``; ``results``: answers by number."""
         for n in [n for n in self._writes if n <= upto]:
             del self._writes[n]
             result = results.get(n)
