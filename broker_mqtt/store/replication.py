@@ -35,16 +35,26 @@ Nothing here does I/O or reads a clock: the caller passes ``now`` (monotonic sec
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from .commands import Clear, Erase, Put, PutUnique, WriteCommand, decode_command
+from .commands import WriteCommand, decode_command
 from .errors import StoreDecodeError, StoreError
-from .master import _new_value
+from .replica_events import (
+    ConflictsFound,
+    DataChanged,
+    Durability,
+    MasterChanged,
+    ReplicaConfig,
+    ReplicaEvent,
+    ReplicaStats,
+    Role,
+    StaleChanged,
+    WriteDone,
+    WriteFailed,
+)
 from .versioned import (
-    Change,
     Clock,
     Conflict,
     Epoch,
@@ -53,12 +63,13 @@ from .versioned import (
     Record,
     Resolver,
     VersionedState,
+    compute_op,
     contains,
     epoch_from_wire,
     last_writer_wins,
     lineage_from_wire,
     lineage_to_wire,
-    merge,
+    merge_histories,
     position_from_wire,
     position_to_wire,
 )
@@ -79,115 +90,6 @@ __all__ = [
     "ReplicaStats",
     "Replica",
 ]
-
-
-class Durability(enum.Enum):
-    MASTER = "master"
-    ONE = "one"
-    ALL = "all"
-
-
-class Role(enum.Enum):
-    FOLLOWER = "follower"
-    CLAIMING = "claiming"
-    MASTER = "master"
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaConfig:
-    """Timings in seconds. ``log_keep``: records kept for catching up others by tail, not snapshot."""
-
-    heartbeat: float = 0.25
-    member_timeout: float = 1.0
-    claim_timeout: float = 1.0
-    fetch_timeout: float = 2.0
-    retry_interval: float = 1.0
-    write_timeout: float = 30.0
-    max_held: int = 10_000
-    log_keep: int = 100_000
-
-
-# -- events ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class DataChanged:
-    changes: list[Change]
-
-
-@dataclass(frozen=True, slots=True)
-class MasterChanged:
-    """``master`` (a node id, or None while no master is active) holds ``epoch``."""
-
-    master: str | None
-    epoch: Epoch | None
-
-
-@dataclass(frozen=True, slots=True)
-class ConflictsFound:
-    epoch: Epoch
-    conflicts: list[Conflict]
-
-
-@dataclass(frozen=True, slots=True)
-class WriteDone:
-    n: int
-    result: Any
-
-
-@dataclass(frozen=True, slots=True)
-class WriteFailed:
-    n: int
-    error: StoreError
-
-
-@dataclass(frozen=True, slots=True)
-class StaleChanged:
-    stale: bool
-    reason: str
-
-
-ReplicaEvent = DataChanged | MasterChanged | ConflictsFound | WriteDone | WriteFailed | StaleChanged
-
-
-def compute_op(state: VersionedState, cmd: WriteCommand, wall: float) -> tuple[tuple[Any, ...], Any]:
-    """The log effect of ``cmd`` on ``state`` and its answer; raise StoreError (then a ``noop``)."""
-    def expiry_of(duration: float | None) -> float | None:
-        return None if duration is None else wall + duration
-
-    def live(key: Any) -> tuple[bool, Any]:
-        v = state.version(key)
-        if v is None or v.deleted or (v.expiry is not None and v.expiry <= wall):
-            return False, None
-        return True, v.value
-
-    match cmd:
-        case Put(key=key, value=value, expiry=expiry):
-            return ("put", key, value, expiry_of(expiry)), None
-        case PutUnique(key=key, value=value, expiry=expiry):
-            if live(key)[0]:
-                return ("noop",), False
-            return ("put", key, value, expiry_of(expiry)), True
-        case Erase(key=key):
-            return ("erase", key), None
-        case Clear():
-            return ("clear",), None
-    exists, current = live(cmd.key)
-    return ("put", cmd.key, _new_value(current, exists, cmd), expiry_of(cmd.expiry)), None
-
-
-@dataclass(slots=True)
-class ReplicaStats:
-    """Counters since start: what handovers cost (records and snapshot entries moved)."""
-
-    claims: int = 0  #: claims this node started
-    masterships: int = 0  #: claims that made it master
-    merges: int = 0  #: masterships that merged diverged histories
-    records_fetched: int = 0  #: log records received by tail (catching up)
-    snapshots_installed: int = 0  #: snapshots installed (or fetched for a merge)
-    snapshot_entries: int = 0  #: entries (tombstones included) in those snapshots
-    records_applied: int = 0  #: records applied (as master or follower)
-    malformed: int = 0  #: messages that did not decode (counted by the I/O layer)
 
 
 @dataclass(slots=True)
@@ -671,24 +573,11 @@ class Replica:
         subsumed: list[tuple[Lineage, int]] = []
         if claim.fetched:  # diverged histories: merge them all into a new line of this epoch
             states = [*([self.state] if claim.merge_self else []), *(claim.fetched[s] for s in sorted(claim.fetched))]
-            merged = states[0]
-            lines = [(s.lineage, s.last_seq) for s in states]
-            fork = min(_common(lines))
-            top = max(s.last_seq for s in states)
-            for other in states[1:]:
-                versions, applied, found = merge(merged, other, resolver=self.resolver)
-                conflicts.extend(found)
-                tmp = VersionedState()
-                tmp.replace(versions, last_seq=max(merged.last_seq, other.last_seq), lineage=[],
-                            applied=applied, max_hlc=max(merged.max_hlc, other.max_hlc))
-                tmp.lineage = _prefix(merged.lineage, fork)
-                merged = tmp
-            lineage = [*_prefix(states[0].lineage, fork), (claim.epoch, fork + 1)]
-            changes = self.state.replace(list(merged.versions()), last_seq=top + 1, lineage=lineage,
-                                         applied=merged.applied, max_hlc=merged.max_hlc)
+            parts, conflicts = merge_histories(states, claim.epoch, resolver=self.resolver)
+            changes = self.state.replace(**parts)
             self.clock.observe(self.state.max_hlc)
             self._log.clear()
-            subsumed = lines
+            subsumed = [(s.lineage, s.last_seq) for s in states]
             if changes:
                 self._events.append(DataChanged(changes))
         self._claim = None
@@ -913,17 +802,6 @@ class Replica:
 
 def _ep(epoch: Epoch | None) -> list[Any] | None:
     return None if epoch is None else list(epoch)
-
-
-def _prefix(lineage: Lineage, upto: int) -> Lineage:
-    return [(e, s) for e, s in lineage if s <= upto]
-
-
-def _common(lines: list[tuple[Lineage, int]]) -> list[int]:
-    from .versioned import fork_seq
-
-    first_lin, first_last = lines[0]
-    return [fork_seq(first_lin, first_last, lin, last) for lin, last in lines[1:]] or [first_last]
 
 
 _HANDLERS = {

@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from .backend import _pack, _unpack
+from .commands import Clear, Erase, Put, PutUnique, WriteCommand
 from .errors import BackendError, NoSuchKey, StoreDecodeError
+from .master import _new_value
 
 __all__ = [
     "Epoch",
@@ -49,6 +51,8 @@ __all__ = [
     "contains",
     "fork_seq",
     "Clock",
+    "compute_op",
+    "merge_histories",
 ]
 
 Epoch = tuple[int, str]  #: (term, node id of the master): ordered, and no two nodes claim the same
@@ -538,3 +542,54 @@ def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_wri
             else:
                 mine.results = {**entry.results, **mine.results}
     return out, applied, conflicts
+
+
+def merge_histories(states: list[VersionedState], epoch: Epoch, *, resolver: Resolver = last_writer_wins
+                    ) -> tuple[dict[str, Any], list[Conflict]]:
+    """Merge diverged histories into a new line of ``epoch``: ``(replace() arguments, conflicts)``.
+
+    The new lineage is the histories' common prefix followed by ``epoch`` from the fork on; its last
+    seq lies past every input's, so no input's position is contained in it (followers take a snapshot).
+    """
+    first = states[0]
+    fork = min([fork_seq(first.lineage, first.last_seq, s.lineage, s.last_seq) for s in states[1:]]
+               or [first.last_seq])
+    merged, conflicts = first, []
+    for other in states[1:]:
+        versions, applied, found = merge(merged, other, resolver=resolver)
+        conflicts.extend(found)
+        step = VersionedState()
+        step.replace(versions, last_seq=max(merged.last_seq, other.last_seq),
+                     lineage=[(e, s) for e, s in merged.lineage if s <= fork],
+                     applied=applied, max_hlc=max(merged.max_hlc, other.max_hlc))
+        merged = step
+    lineage = [*((e, s) for e, s in first.lineage if s <= fork), (epoch, fork + 1)]
+    parts = {"versions": list(merged.versions()), "last_seq": max(s.last_seq for s in states) + 1,
+             "lineage": lineage, "applied": merged.applied, "max_hlc": merged.max_hlc}
+    return parts, conflicts
+
+
+def compute_op(state: VersionedState, cmd: WriteCommand, wall: float) -> tuple[tuple[Any, ...], Any]:
+    """The log effect of ``cmd`` on ``state`` and its answer; raise StoreError (then a ``noop``)."""
+    def expiry_of(duration: float | None) -> float | None:
+        return None if duration is None else wall + duration
+
+    def live(key: Any) -> tuple[bool, Any]:
+        v = state.version(key)
+        if v is None or v.deleted or (v.expiry is not None and v.expiry <= wall):
+            return False, None
+        return True, v.value
+
+    match cmd:
+        case Put(key=key, value=value, expiry=expiry):
+            return ("put", key, value, expiry_of(expiry)), None
+        case PutUnique(key=key, value=value, expiry=expiry):
+            if live(key)[0]:
+                return ("noop",), False
+            return ("put", key, value, expiry_of(expiry)), True
+        case Erase(key=key):
+            return ("erase", key), None
+        case Clear():
+            return ("clear",), None
+    exists, current = live(cmd.key)
+    return ("put", cmd.key, _new_value(current, exists, cmd), expiry_of(cmd.expiry)), None

@@ -1,0 +1,111 @@
+"""The vocabulary of an elected-store replica: its settings, roles, counters and the events it reports.
+
+Used by :mod:`.replication` (which produces them) and :mod:`.elected` (which turns them into the
+store's public events).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import StoreError
+from .versioned import Change, Conflict, Epoch
+
+__all__ = [
+    "Durability",
+    "Role",
+    "ReplicaConfig",
+    "ReplicaStats",
+    "DataChanged",
+    "MasterChanged",
+    "ConflictsFound",
+    "WriteDone",
+    "WriteFailed",
+    "StaleChanged",
+    "ReplicaEvent",
+]
+
+
+class Durability(enum.Enum):
+    MASTER = "master"
+    ONE = "one"
+    ALL = "all"
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    CLAIMING = "claiming"
+    MASTER = "master"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """Timings in seconds. ``log_keep``: records kept for catching up others by tail, not snapshot."""
+
+    heartbeat: float = 0.25
+    member_timeout: float = 1.0
+    claim_timeout: float = 1.0
+    fetch_timeout: float = 2.0
+    retry_interval: float = 1.0
+    write_timeout: float = 30.0
+    max_held: int = 10_000
+    log_keep: int = 100_000
+
+
+# -- events ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DataChanged:
+    changes: list[Change]
+
+
+@dataclass(frozen=True, slots=True)
+class MasterChanged:
+    """``master`` (a node id, or None while no master is active) holds ``epoch``."""
+
+    master: str | None
+    epoch: Epoch | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictsFound:
+    epoch: Epoch
+    conflicts: list[Conflict]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteDone:
+    n: int
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFailed:
+    n: int
+    error: StoreError
+
+
+@dataclass(frozen=True, slots=True)
+class StaleChanged:
+    stale: bool
+    reason: str
+
+
+ReplicaEvent = DataChanged | MasterChanged | ConflictsFound | WriteDone | WriteFailed | StaleChanged
+
+
+@dataclass(slots=True)
+class ReplicaStats:
+    """Counters since start: what handovers cost (records and snapshot entries moved)."""
+
+    claims: int = 0  #: claims this node started
+    masterships: int = 0  #: claims that made it master
+    merges: int = 0  #: masterships that merged diverged histories
+    records_fetched: int = 0  #: log records received by tail (catching up)
+    snapshots_installed: int = 0  #: snapshots installed (or fetched for a merge)
+    snapshot_entries: int = 0  #: entries (tombstones included) in those snapshots
+    records_applied: int = 0  #: records applied (as master or follower)
+    malformed: int = 0  #: messages that did not decode (counted by the I/O layer)
