@@ -65,6 +65,11 @@ class _Stream:
                 raise StopAsyncIteration from None
         return self._items.popleft()
 
+    @property
+    def buffered(self) -> int:
+        """Items of the current PUBLISH already received and not yet taken (0: the next may wait)."""
+        return len(self._items)
+
     def _close(self) -> None:
         self._send.close()
         self._receive.close()

@@ -173,6 +173,7 @@ class ElectedStore:
         self._sendq: list[list[Any]] = []
         self._draining = False
         self._wake = anyio.Event()
+        self._sleep_until = -math.inf
         self._changed = anyio.Event()
         self._scope: anyio.CancelScope | None = None
         self._done = anyio.Event()
@@ -376,6 +377,8 @@ class ElectedStore:
                 self.replica.handle(msg.data, anyio.current_time())
             except StoreDecodeError:
                 self.malformed += 1
+            if sub.buffered:
+                continue  # the rest of this PUBLISH first: one drain (one ack, one log message) for all
             self._drain()
             await self._flush()
 
@@ -402,11 +405,14 @@ class ElectedStore:
 
     async def _timer_loop(self) -> None:
         while True:
-            delay = self.replica.next_deadline - anyio.current_time()
+            now = anyio.current_time()
+            delay = self.replica.next_deadline - now
             if delay > 0:
+                self._sleep_until = now + min(delay, 1.0)
                 with anyio.move_on_after(min(delay, 1.0)):
                     await self._wake.wait()
                 self._wake = anyio.Event()
+            self._sleep_until = -math.inf
             self.replica.tick(anyio.current_time(), time.time())
             self._drain()
             await self._flush()
@@ -439,7 +445,8 @@ class ElectedStore:
                         self._emit(Conflict(self.name, c.key, c.chosen, c.other))
                 case StaleChanged(stale=stale, reason=reason):
                     self._emit(StaleChange(self.name, stale, reason))
-        self._wake.set()
+        if self.replica.next_deadline < self._sleep_until:
+            self._wake.set()  # the timer sleeps past the replica's new deadline
         self._changed.set()
         self._changed = anyio.Event()
 
