@@ -30,6 +30,8 @@ def test_demo_shows_peers_and_a_real_kill() -> None:
     out = run("demo", "--duration", "3", timeout=90)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "PeerLost" in out.stdout and "PeerRemoved" in out.stdout
+    assert out.stdout.count("store master is now") >= 2  # one before the kill, another after it
+    assert "(MISSING)" not in out.stdout
     assert "result: OK" in out.stdout
 
 

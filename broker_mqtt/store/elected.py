@@ -159,11 +159,12 @@ class ElectedStore:
     """
 
     def __init__(self, ep: Endpoint, name: str, replica: Replica, *, mode: str, election: dict[str, Any],
-                 allow_short_cycle: bool) -> None:
+                 allow_short_cycle: bool, candidate: bool = True) -> None:
         self.ep = ep
         self.name = name
         self.replica = replica
         self.mode = mode
+        self.candidate = candidate
         self._election = election
         self._allow_short_cycle = allow_short_cycle
         self.topic = f"/$store/{name}/e"
@@ -351,7 +352,7 @@ class ElectedStore:
                         self.ep.status() as status:
                     transport = MQTTTransport(self.ep, self.actor_topic)
                     async with Actor(transport, name=self.replica.id, cfg=self._election, value=0,
-                                     sticky=self.mode == "sticky",
+                                     sticky=self.mode == "sticky", enabled=self.candidate,
                                      allow_short_cycle=self._allow_short_cycle) as actor:
                         self._actor = actor
                         async with anyio.create_task_group() as tg:
@@ -490,6 +491,7 @@ async def attach_store(
     write_timeout: float = 30.0,
     config: ReplicaConfig | None = None,
     allow_short_cycle: bool = False,
+    candidate: bool = True,
 ) -> ElectedStore:
     """Join elected store ``name`` on ``ep``; see :class:`ElectedStore` and ``docs/stores.md`` § 8.
 
@@ -498,7 +500,8 @@ async def attach_store(
     ``"sticky"`` (the master keeps the role while it lives) or ``"rotate"`` (a new master every slot).
     ``durability``: ``"one"`` (default: the master and one other replica), ``"master"``, ``"all"``.
     ``resolver``: how a healed split picks a key's version (default: last writer wins).
-    Raises ValueError for bad options.
+    ``candidate=False``: a replica that never becomes master (it follows, reads
+    locally, writes, and confirms writes for durability). Raises ValueError for bad options.
     """
     if mode not in ("sticky", "rotate"):
         raise ValueError(f"mode must be 'sticky' or 'rotate', not {mode!r}")
@@ -521,6 +524,7 @@ async def attach_store(
     node_id = f"{ep.id.hex}.{secrets.token_hex(4)}"
     replica = Replica(name, node_id, state, anyio.current_time(), durability=durability, config=config,
                       resolver=resolver)
-    store = ElectedStore(ep, name, replica, mode=mode, election=election, allow_short_cycle=allow_short_cycle)
+    store = ElectedStore(ep, name, replica, mode=mode, election=election, allow_short_cycle=allow_short_cycle,
+                         candidate=candidate)
     await ep.start_service(store._service)
     return store

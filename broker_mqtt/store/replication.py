@@ -220,6 +220,8 @@ class Replica:
 
     def peer_gone(self, endpoint_hex: str) -> None:
         """The endpoint ``endpoint_hex`` left or died: forget its replicas (claims stop waiting)."""
+        if self.master is not None and self.master != self.id and self.master.startswith(endpoint_hex):
+            self._set_master(None, "the master's endpoint is gone")
         for node in [n for n in self._members if n.startswith(endpoint_hex)]:
             del self._members[node]
             if self._claim is not None:
