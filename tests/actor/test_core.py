@@ -174,6 +174,9 @@ def test_config_validation():
     with pytest.raises(ValueError, match="3 \\* gap"):
         Config.from_mapping({"cycle": 2, "gap": 1})
     assert Config.from_mapping({"cycle": 2, "gap": 1}, allow_short_cycle=True).cycle == 2
+    assert Config.from_mapping({"cycle": 0.6, "gap": 0.2}).cycle == 0.6  # exactly 3 * gap, despite floats
+    with pytest.raises(ValueError, match="3 \\* gap"):
+        Config.from_mapping({"cycle": 0.59, "gap": 0.2})
     with pytest.raises(ValueError, match="unknown"):
         Config.from_mapping({"cylce": 5})
     with pytest.raises(ValueError):
