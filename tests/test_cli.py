@@ -65,3 +65,32 @@ def test_unreachable_broker_exit_code() -> None:
 def test_usage_errors() -> None:
     assert run("pub", "--broker", "mqtt://127.0.0.1:1", "/x/#", "1").returncode == 2
     assert run("pub", "--broker", "mqtt://127.0.0.1:1", "/x", "{not json").returncode == 2
+
+
+def test_store_put_get_keys_and_errors(broker: EmbeddedBroker) -> None:
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent / "store"))
+    from elected_procs import ElectedProc, wait_for
+
+    ns = "clistore"
+    nodes = [ElectedProc(broker.url, ns, "cfg", "sticky", 1.0, 0.25) for _ in range(2)]
+    try:
+        for n in nodes:
+            n.wait_ready()
+        assert wait_for(lambda: any(n.current_master() for n in nodes), 20)
+        common = ["--broker", broker.url, "--namespace", ns]
+        put = run("store", "put", *common, "cfg", "fan", '{"speed": 3}')
+        assert put.returncode == 0, put.stderr
+        got = run("store", "get", *common, "cfg", "fan")
+        assert got.returncode == 0, got.stderr
+        assert json.loads(got.stdout) == {"speed": 3}
+        keys = run("store", "keys", *common, "cfg")
+        assert [json.loads(line) for line in keys.stdout.splitlines()] == ["fan"]
+        missing = run("store", "get", *common, "cfg", "nope")
+        assert missing.returncode == 1 and "no such key" in missing.stderr
+        nobody = run("store", "get", *common, "--timeout", "2", "other-store", "fan")
+        assert nobody.returncode == 1 and "no master" in nobody.stderr
+        listed = run("peers", *common, "--json")
+        assert len([json.loads(line) for line in listed.stdout.splitlines()]) >= 2
+    finally:
+        for n in nodes:
+            n.kill()

@@ -18,6 +18,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import secrets
@@ -349,18 +350,19 @@ class ElectedStore:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 async with self.ep.subscribe(self.topic, kind=Kind.COMMAND, buffer=4096) as sub, \
-                        self.ep.status() as status:
-                    transport = MQTTTransport(self.ep, self.actor_topic)
-                    async with Actor(transport, name=self.replica.id, cfg=self._election, value=0,
-                                     sticky=self.mode == "sticky", enabled=self.candidate,
-                                     allow_short_cycle=self._allow_short_cycle) as actor:
-                        self._actor = actor
-                        async with anyio.create_task_group() as tg:
-                            tg.start_soon(self._receive_loop, sub)
-                            tg.start_soon(self._election_loop, actor)
-                            tg.start_soon(self._status_loop, status)
-                            tg.start_soon(self._timer_loop)
-                            task_status.started(self)
+                        self.ep.status() as status, contextlib.AsyncExitStack() as stack:
+                    if self.candidate:  # only candidates take part in the election
+                        transport = MQTTTransport(self.ep, self.actor_topic)
+                        self._actor = await stack.enter_async_context(Actor(
+                            transport, name=self.replica.id, cfg=self._election, value=0,
+                            sticky=self.mode == "sticky", allow_short_cycle=self._allow_short_cycle))
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(self._receive_loop, sub)
+                        if self._actor is not None:
+                            tg.start_soon(self._election_loop, self._actor)
+                        tg.start_soon(self._status_loop, status)
+                        tg.start_soon(self._timer_loop)
+                        task_status.started(self)
         finally:
             self.closed = True
             self._actor = None
@@ -500,8 +502,9 @@ async def attach_store(
     ``"sticky"`` (the master keeps the role while it lives) or ``"rotate"`` (a new master every slot).
     ``durability``: ``"one"`` (default: the master and one other replica), ``"master"``, ``"all"``.
     ``resolver``: how a healed split picks a key's version (default: last writer wins).
-    ``candidate=False``: a replica that never becomes master (it follows, reads
-    locally, writes, and confirms writes for durability). Raises ValueError for bad options.
+    ``candidate=False``: a replica that never becomes master and stays out of the election (it
+    follows, reads locally, writes, and confirms writes for durability). Raises ValueError for bad
+    options.
     """
     if mode not in ("sticky", "rotate"):
         raise ValueError(f"mode must be 'sticky' or 'rotate', not {mode!r}")
