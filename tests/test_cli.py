@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -94,3 +95,42 @@ def test_store_put_get_keys_and_errors(broker: EmbeddedBroker) -> None:
     finally:
         for n in nodes:
             n.kill()
+
+
+def test_node_from_a_toml_file_serves_a_store_and_hands_over_on_sigterm(broker: EmbeddedBroker,
+                                                                        tmp_path: Any) -> None:
+    import signal
+
+    ns = "clinode"
+    config = tmp_path / "node.toml"
+    config.write_text(f'broker = "{broker.url}"\nnamespace = "{ns}"\n\n[[store]]\nname = "fleet"\n'
+                      f'backend = "sqlite"\npath = "{tmp_path / "fleet-%s.db"}"\n'
+                      'election = {{ cycle = 1.0, gap = 0.25 }}\n'.replace("{{", "{").replace("}}", "}"))
+    procs = []
+    try:
+        for i in range(3):  # after one leaves, two replicas still confirm writes (durability "one")
+            text = config.read_text().replace("%s", str(i))
+            path = tmp_path / f"node{i}.toml"
+            path.write_text(text)
+            procs.append(subprocess.Popen([*CLI, "node", "--config", str(path), "--name", f"n{i}"],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        common = ["--broker", broker.url, "--namespace", ns]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if run("store", "put", *common, "--timeout", "3", "fleet", "fan", "3").returncode == 0:
+                break
+        assert json.loads(run("store", "get", *common, "fleet", "fan").stdout) == 3
+        procs[0].send_signal(signal.SIGTERM)
+        out, err = procs[0].communicate(timeout=30)
+        assert procs[0].returncode == 0, err
+        assert "handing over and leaving" in out and "left" in out
+        put = run("store", "put", *common, "fleet", "fan", "4")  # the other node is (or becomes) master
+        assert put.returncode == 0, put.stderr
+        assert json.loads(run("store", "get", *common, "fleet", "fan").stdout) == 4
+        bad = subprocess.run([*CLI, "node", "--broker", broker.url], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and "at least one store" in bad.stderr
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()

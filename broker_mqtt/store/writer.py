@@ -111,8 +111,11 @@ class WriterCore:
         for n, p in list(self._writes.items()):
             if now >= p.deadline:
                 del self._writes[n]
+                why = ("no master is known" if self.master is None else
+                       f"master {self.master} did not confirm it in time (busy, unreachable, or without a "
+                       f"second live replica to confirm it, as durability 'one' and 'all' need)")
                 self._answers.append((n, NoMaster(f"write {n} of {self.writer} not acknowledged within "
-                                                  f"{self.write_timeout} s (outcome unknown)")))
+                                                  f"{self.write_timeout} s: {why} (outcome unknown)")))
 
     def to_send(self) -> list[list[Any]]:
         out, self._outbox = self._outbox, []

@@ -1,0 +1,128 @@
+"""``broker-mqtt node``: a long-lived node (an endpoint and its elected stores).
+
+Configured by a TOML file, flags and the environment (flags win over the file; ``--broker`` also
+reads ``BROKER_MQTT_URL``)::
+
+    broker = "mqtt://broker.local:1883"
+    namespace = "bm"
+    name = "gw-1"
+
+    [[store]]
+    name = "site-config"
+    backend = "sqlite"          # or "memory"
+    path = "site-config.db"
+    mode = "sticky"             # or "rotate"
+    durability = "one"          # or "master", "all"
+    election = { cycle = 2.0, gap = 0.5 }
+
+``--store NAME`` (repeatable) adds a memory store with the default election. The node prints one line
+per event worth knowing (connected, store master changes, conflicts, peers) and on SIGTERM or SIGINT
+hands every store's mastership over, leaves cleanly and exits 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import anyio
+import click
+
+from .cli import _fail, _run, broker_option, main
+from .endpoint import Endpoint
+from .events import PeerAdded, PeerLost, PeerRemoved
+
+_STORE_KEYS = {"name", "backend", "path", "mode", "durability", "election", "candidate", "write_timeout"}
+
+
+def _load(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        with Path(path).open("rb") as f:
+            config = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        _fail(f"cannot read {path}: {exc}", 2)
+    unknown = set(config) - {"broker", "namespace", "name", "store"}
+    if unknown:
+        _fail(f"{path}: unknown settings {sorted(unknown)}", 2)
+    for entry in config.get("store", []):
+        if not isinstance(entry, dict) or "name" not in entry:
+            _fail(f"{path}: every [[store]] needs a name", 2)
+        bad = set(entry) - _STORE_KEYS
+        if bad:
+            _fail(f"{path}: store {entry['name']!r} has unknown settings {sorted(bad)}", 2)
+    return config
+
+
+def _say(text: str) -> None:
+    click.echo(f"{time.strftime('%H:%M:%S')} {text}", nl=True)
+
+
+@main.command()
+@broker_option
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="A TOML file (see below).")
+@click.option("--namespace", default=None, help="Topic namespace (default: the file's, else bm).")
+@click.option("--name", default=None, help="This node's name (default: the file's, else the host's).")
+@click.option("--store", "stores", multiple=True, help="Join this elected store (memory backend); repeatable.")
+def node(broker: str | None, config_path: str | None, namespace: str | None, name: str | None,
+         stores: tuple[str, ...]) -> None:
+    """Run a long-lived node: an endpoint and its elected stores, until SIGTERM."""
+    config = _load(config_path)
+    url = broker or config.get("broker")
+    if url is None:
+        _fail("node needs --broker, BROKER_MQTT_URL or `broker` in the config file", 2)
+    store_specs = [dict(s) for s in config.get("store", [])] + [{"name": s} for s in stores]
+    if not store_specs:
+        _fail("node needs at least one store (--store NAME or [[store]] in the config file)", 2)
+
+    async def run() -> None:
+        async with Endpoint(url, namespace=namespace or config.get("namespace", "bm"),
+                            name=name or config.get("name")) as ep:
+            _say(f"node {ep.name} ({ep.id}) connected to {url}")
+            handles = []
+            for spec in store_specs:
+                store_name = spec.pop("name")
+                try:
+                    handles.append(await ep.attach_store(store_name, **spec))
+                except (TypeError, ValueError) as exc:
+                    _fail(f"store {store_name!r}: {exc}", 2)
+                _say(f"joined store {store_name}")
+            async with anyio.create_task_group() as tg:
+                for h in handles:
+                    tg.start_soon(_watch_store, h)
+                tg.start_soon(_watch_peers, ep)
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for sig in signals:
+                        _say(f"{signal.Signals(sig).name}: handing over and leaving")
+                        break
+                for h in handles:
+                    await h.close()
+                tg.cancel_scope.cancel()
+            _say("left")
+
+    _run(run)
+
+
+async def _watch_store(store: Any) -> None:
+    from .store import Conflict, MasterChange
+
+    async with store.events() as events:
+        async for e in events:
+            if isinstance(e, MasterChange):
+                who = "this node" if e.master == store.node_id else e.master
+                _say(f"store {store.name}: master {who or 'none (electing)'}"
+                     + (f", epoch {e.epoch[0]}" if e.epoch else ""))
+            elif isinstance(e, Conflict):
+                _say(f"store {store.name}: conflict on {e.key!r}: kept {e.chosen.value!r}, "
+                     f"dropped {e.other.value!r}")
+
+
+async def _watch_peers(ep: Endpoint) -> None:
+    async with ep.status() as events:
+        async for e in events:
+            if isinstance(e, (PeerAdded, PeerLost, PeerRemoved)):
+                _say(f"{type(e).__name__} {e.peer.name} {e.peer.id}")
