@@ -26,7 +26,7 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -400,6 +400,44 @@ class Endpoint:
         else:  # the fast path: no extra coroutine frame per message
             self._enqueue_nowait(mqtt_topic, self.qos if qos is None else qos, data)
 
+    async def publish_encoded(self, topic: str, payloads: Sequence[bytes], *, qos: int | None = None) -> None:
+        """Publish values already encoded, one data message per item of ``payloads``, in order.
+
+        Each item must be one value exactly as :func:`broker_mqtt.codec.encode` returns it (one
+        CBOR item of the data model); each message is then byte for byte the one
+        :meth:`publish` sends for that value, so subscribers cannot tell them apart. This is for
+        producers that encode many values at once (the Spark bridge encodes whole Arrow batches
+        column by column): the envelopes are built in one pass and the messages queued together.
+        The items are **not** checked: a malformed one reaches the subscribers, which skip it and
+        report an :class:`ErrorEvent` (``MALFORMED_PAYLOAD``).
+
+        All or nothing: returns once every message is queued, waiting (while the broker is
+        reachable) until the outgoing queue has room for all of them — an empty queue always
+        has; cancelled while waiting, none is queued. Raises :class:`TopicError` for a bad topic,
+        :class:`UsageError` when ``payloads`` is a single bytes object rather than a sequence of
+        them, :class:`PayloadTooLarge` when one message exceeds what the broker accepts and
+        :class:`PublishQueueFull` when the broker is unreachable and the queue has no room.
+        """
+        if isinstance(payloads, (bytes, bytearray, memoryview)):
+            raise UsageError("publish_encoded takes a sequence of encoded values, not one bytes object")
+        mqtt_topic = self._data_topic(topic)
+        if not payloads:
+            return
+        messages = self._encoder.encode_many(Kind.DATA, topic, payloads)
+        self._check_size(max(map(len, messages)))
+        size = sum(map(len, messages))
+        outbox = self._outbox
+        while not outbox.has_room(len(messages), size):
+            if self._client is None:
+                raise PublishQueueFull(
+                    f"broker unreachable and {outbox.pending_messages} messages "
+                    f"({outbox.pending_bytes} bytes) already queued"
+                )
+            await self._progress.wait()
+        outbox.add_many(mqtt_topic, self.qos if qos is None else qos, messages)
+        self._stats.published += len(messages)
+        self._wakeup.notify()
+
     async def unicast(self, peer: uuid.UUID, topic: str, value: Any, *, qos: int | None = None) -> None:
         """Send ``value`` on ``topic`` to the endpoint ``peer`` only (its subscribers of ``topic``)."""
         await self.send_node(Kind.DATA, topic, value, receivers=(peer,), qos=qos)
@@ -743,6 +781,12 @@ class Endpoint:
         from .store.attached import attach_clone
 
         return await attach_clone(self, name, **options)
+
+    async def attach_store(self, name: str, **options: Any) -> Any:
+        """Join elected store ``name``: its master is the node an election picks (docs/stores.md § 8)."""
+        from .store.elected import attach_store
+
+        return await attach_store(self, name, **options)
 
     # -- status and peers ---------------------------------------------------------------------
     def status(self, *, buffer: int | None = None) -> StatusStream:

@@ -13,8 +13,11 @@ for the caller: wait while connected, fail with PublishQueueFull while disconnec
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 __all__ = ["Batch", "InFlight", "Outbox"]
 
@@ -73,6 +76,43 @@ class Outbox:
         batch.count += 1
         self.pending_bytes += len(data)
         self.pending_messages += 1
+
+    def add_many(self, topic: str, qos: int, messages: Sequence[bytes]) -> None:
+        """Queue node messages for one topic, in order: the batches :meth:`add` for each would
+        build, with the cuts found on the running total of their sizes."""
+        if not messages:
+            return
+        key = (topic, qos)
+        limit = self.max_batch_bytes
+        ends = list(accumulate(map(len, messages)))
+        batch = self._open.get(key)
+        start, begin = 0, 0  # index and running-total offset of the first message not queued
+        while start < len(messages):
+            if batch is None:
+                batch = self._open[key] = Batch(topic, qos)
+            # Messages fit while their running total stays within the batch's room; an empty
+            # batch takes at least one, however large.
+            stop = bisect_right(ends, begin + limit - len(batch.data), lo=start)
+            if stop == start and not batch.data:
+                stop = start + 1
+            if stop > start:
+                batch.data += b"".join(messages[start:stop])
+                batch.count += stop - start
+                begin = ends[stop - 1]
+                start = stop
+            if start < len(messages):
+                self._sealed.append(self._open.pop(key))
+                batch = None
+        self.pending_bytes += ends[-1]
+        self.pending_messages += len(messages)
+
+    def has_room(self, messages: int, size: int) -> bool:
+        """Whether ``messages`` more messages of ``size`` bytes in all stay within the bounds
+        (always true when nothing is pending, so that any group fits an idle outbox)."""
+        if not self.pending_messages:
+            return True
+        return (self.pending_messages + messages <= self.max_pending_messages
+                and self.pending_bytes + size <= self.max_pending_bytes)
 
     def take(self) -> Batch | None:
         """The next batch to send (oldest first), or None. Call :meth:`done` or :meth:`retry` after."""

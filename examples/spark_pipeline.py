@@ -39,12 +39,22 @@ class EdgeNode:
         self.deduplicator = Deduplicator()
         self.ready = threading.Event()
         self.done = threading.Event()
-        self.thread = threading.Thread(target=lambda: anyio.run(self.main), daemon=True)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        try:
+            anyio.run(self.main)
+        except BaseException as exc:  # reported by the main thread, not lost with this thread
+            self.error = exc
+        finally:
+            self.ready.set()
+            self.done.set()
 
     async def main(self) -> None:
         async with Endpoint(self.url, name="edge-node") as ep, ep.subscribe("/sensors/agg") as sub:
             self.ready.set()
-            with anyio.move_on_after(45):
+            with anyio.move_on_after(300):  # a bound for a stuck run; Spark's start can be slow on a busy host
                 async for msg in dedup(sub, self.deduplicator):
                     row = msg.data
                     self.received.append(row)
@@ -54,7 +64,6 @@ class EdgeNode:
                     store_sink(row)
                     if len(self.received) == EXPECTED:
                         break
-        self.done.set()
 
 
 def store_sink(row: dict) -> None:
@@ -74,7 +83,8 @@ def main() -> None:
     with EmbeddedBroker() as broker:
         edge = EdgeNode(broker.url)
         edge.thread.start()
-        edge.ready.wait(30)
+        if not edge.ready.wait(30) or edge.error is not None:
+            raise SystemExit(f"edge node did not subscribe: {edge.error!r}")
 
         spark = (
             SparkSession.builder.master("local[2]").appName("broker-mqtt-example")
@@ -106,8 +116,9 @@ def main() -> None:
             print(f"spark: emitted {EXPECTED} aggregates through the bridge", flush=True)
         finally:
             spark.stop()
-        if not edge.done.wait(30):
-            raise SystemExit(f"edge node got {len(edge.received)} of {EXPECTED} aggregates")
+        if not edge.done.wait(60) or edge.error is not None:
+            raise SystemExit(f"edge node got {len(edge.received)} of {EXPECTED} aggregates"
+                             + (f": {edge.error!r}" if edge.error is not None else ""))
         stats = edge.deduplicator.statistics()
         print(f"edge node: {len(edge.received)} aggregates, {stats.dropped} repeats dropped; "
               f"took {time.monotonic() - started:.1f}s", flush=True)

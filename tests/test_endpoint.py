@@ -252,3 +252,34 @@ async def test_a_burst_of_unicasts_arrives_in_order(broker: EmbeddedBroker, name
             assert [m.data for m in await take(sub, 2000)] == list(range(2000))
             assert [m.data for m in await take(odd, 1000)] == list(range(1, 2000, 2))
             assert b.statistics().publishes_received < 2000  # coalesced, and still in order
+
+
+async def test_publish_encoded_sends_what_publish_sends(broker: EmbeddedBroker, namespace: str) -> None:
+    from broker_mqtt import codec
+
+    values = [{"i": i, "t": dt.datetime(2024, 1, 2, tzinfo=dt.UTC), "pad": "x" * (i * 40)} for i in range(12)]
+    async with Endpoint(broker, namespace=namespace, max_pending_messages=5) as a, \
+            Endpoint(broker, namespace=namespace) as b, b.subscribe("/enc") as sub:
+        published = a.statistics().published
+        await a.publish("/enc", "first")
+        # A group larger than the bound goes out whole once the queue is idle; the next one waits for room.
+        await a.publish_encoded("/enc", [codec.encode(v) for v in values])
+        await a.publish_encoded("/enc/sub", [codec.encode(v) for v in values[:3]])
+        await a.publish("/enc", "last")
+        got = await take(sub, 1 + 12 + 3 + 1)
+        assert [m.data for m in got] == ["first", *values, *values[:3], "last"]
+        assert [m.topic for m in got[13:16]] == ["/enc/sub"] * 3
+        assert all(m.sender == a.id for m in got)
+        assert [m.payload for m in got[1:13]] == [codec.encode(v) for v in values]  # the same bytes
+        assert a.statistics().published - published == 17
+
+
+async def test_publish_encoded_refuses_bad_input_and_queues_nothing(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as a:
+        published = a.statistics().published
+        with pytest.raises(UsageError, match="sequence"):
+            await a.publish_encoded("/ok", cbor2.dumps(1))  # one bytes object is not a sequence of them
+        with pytest.raises(TopicError):
+            await a.publish_encoded("/a/+", [cbor2.dumps(1)])
+        await a.publish_encoded("/ok", [])
+        assert a.statistics().published == published

@@ -68,9 +68,15 @@ def test_empty_payload_is_an_error() -> None:
     assert decode_batch(b"")[1] is not None
 
 
-def test_fast_path_never_accepts_what_the_exact_path_would_refuse() -> None:
-    """A stray break byte, trailing bytes, or a non-canonical foreign encoding fall back to the
-    exact decoder, which keeps the good prefix and names the error."""
+@pytest.mark.parametrize("seeks_back", [True, False], ids=["position-check", "re-encode-check"])
+def test_fast_path_never_accepts_what_the_exact_path_would_refuse(seeks_back: bool,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stray break byte or trailing bytes fall back to the exact decoder, which keeps the
+    good prefix and names the error; a non-canonical foreign encoding is accepted. Both ways of
+    telling whether the fast path decoded exactly the input are checked."""
+    import broker_mqtt.message
+
+    monkeypatch.setattr(broker_mqtt.message, "_DECODER_SEEKS_BACK", seeks_back)
     enc = NodeEncoder(SENDER)
     good = enc.encode(Kind.DATA, "/t", cbor2.dumps(1))
     for tail in (b"\xff", b"\xff\xf7", b"\x00", b"\xff\xff\x01"):
@@ -80,3 +86,13 @@ def test_fast_path_never_accepts_what_the_exact_path_would_refuse() -> None:
     foreign = b"\x87\x18\x01" + good[2:]
     (msg,), err = decode_batch(foreign)
     assert err is None and msg.kind is Kind.DATA
+
+
+def test_encode_many_is_encode_for_each_payload() -> None:
+    enc = NodeEncoder(SENDER)
+    payloads = [os.urandom(n) for n in (0, 1, 23, 24, 255, 256, 65_535, 65_536)]
+    for receivers, ttl in ((None, 16), ((os.urandom(16),), 3)):
+        for kind in Kind:
+            many = enc.encode_many(kind, "/a/b", payloads, receivers, ttl)
+            assert many == [enc.encode(kind, "/a/b", p, receivers, ttl) for p in payloads]
+    assert enc.encode_many(Kind.DATA, "/a", []) == []

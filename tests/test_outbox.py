@@ -65,3 +65,42 @@ def test_inflight_confirmation_before_registration() -> None:
     assert window.confirm(7) == []
     a = Batch("t", 0)
     assert window.sent(a, 7) == [a]
+
+
+def _drain(box: Outbox) -> list[tuple[str, bytes, int]]:
+    out = []
+    while (b := box.take()) is not None:
+        out.append((b.topic, bytes(b.data), b.count))
+        box.done(b)
+    return out
+
+
+def test_add_many_builds_the_batches_add_would() -> None:
+    import random
+
+    rnd = random.Random(7)
+    for _ in range(500):
+        limit = rnd.randint(1, 40)
+        before = [bytes([rnd.randrange(256)]) * rnd.randint(1, 12) for _ in range(rnd.randint(0, 4))]
+        messages = [bytes([rnd.randrange(256)]) * rnd.randint(1, 15) for _ in range(rnd.randint(0, 30))]
+        one, many = Outbox(max_batch_bytes=limit), Outbox(max_batch_bytes=limit)
+        for box in (one, many):
+            for m in before:
+                box.add("t", 1, m)
+            box.add("u", 0, b"other")
+        for m in messages:
+            one.add("t", 1, m)
+        many.add_many("t", 1, messages)
+        assert (many.pending_messages, many.pending_bytes) == (one.pending_messages, one.pending_bytes)
+        assert _drain(many) == _drain(one)
+
+
+def test_has_room_counts_a_whole_group_and_an_idle_outbox_takes_any() -> None:
+    box = Outbox(max_pending_messages=10, max_pending_bytes=100)
+    assert box.has_room(1000, 10_000)  # nothing pending: any group fits
+    box.add_many("a", 1, [b"x" * 10] * 4)
+    assert box.has_room(6, 60) and not box.has_room(7, 60) and not box.has_room(6, 61)
+    batch = box.take()
+    assert batch is not None and not box.has_room(7, 10)  # in flight still counts
+    box.done(batch)
+    assert box.has_room(10, 100)

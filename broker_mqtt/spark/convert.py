@@ -4,7 +4,9 @@ Theory of operation. The sink receives each partition as Arrow record batches (S
 columnar hand-over to Python). For each Arrow schema we build, once, one converter per column:
 ``None`` for types that ``to_pylist`` already gives as data-model values (integers, floats,
 booleans, strings, binary, durations), a function otherwise. A batch becomes Python values
-column by column, then one dict per row. The mapping:
+column by column, then one dict per row: the *row path*. The sink itself encodes column-wise
+(columnar.py), using :func:`value_converter` for the types it has no kernel for; its output is
+pinned to the row path (:class:`RowConverter` + ``codec.encode``) byte for byte. The mapping:
 
 =====================================  =============================================
 Spark type                             data model (Python)
