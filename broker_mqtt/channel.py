@@ -16,6 +16,9 @@ Theory of operation (Zeek Broker's ``broker::detail::channel``; wire format in `
 * The producer answers a NACK by unicasting the requested events again; if one was already
   evicted it sends :class:`RetransmitFailed` and the consumer reports :class:`EventsLost` (a gap
   the application must repair, e.g. by resynchronising) and skips ahead.
+* Consecutive events may travel as one :class:`EventBatch` (``Producer.to_send(batch=n)``: many
+  small events in one message); a consumer treats it exactly like its events arriving one after
+  another.
 * When the producer has broadcast nothing for a heartbeat interval it broadcasts a
   :class:`Heartbeat` carrying its last sequence number, so consumers also notice lost tail events.
 * A consumer silent for ``connection_timeout`` heartbeat intervals is dropped
@@ -33,6 +36,7 @@ numbers restart at 1 and consumers bound to the old id ignore it.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -47,6 +51,7 @@ __all__ = [
     "MessageKind",
     "Handshake",
     "Event",
+    "EventBatch",
     "RetransmitFailed",
     "Heartbeat",
     "CumulativeAck",
@@ -144,6 +149,7 @@ class MessageKind(enum.Enum):
 
     HANDSHAKE = "handshake"
     EVENT = "event"
+    EVENTS = "events"
     RETRANSMIT_FAILED = "retransmit_failed"
     HEARTBEAT = "heartbeat"
     CUMULATIVE_ACK = "cumulative_ack"
@@ -187,6 +193,35 @@ class Event:
 
     @classmethod
     def from_wire(cls, wire: Any) -> Event:
+        """Decode; raise ChannelDecodeError if malformed or another kind of message."""
+        return _expect(cls, wire)
+
+
+@dataclass(frozen=True, slots=True)
+class EventBatch:
+    """Producer → consumers: the events ``first_seq``, ``first_seq + 1``, … with these payloads.
+
+    The same as the :class:`Event` messages one after another (``Producer.to_send(batch=n)``
+    builds it); never empty.
+    """
+
+    producer: str
+    first_seq: int
+    payloads: tuple[Any, ...]
+
+    @property
+    def last_seq(self) -> int:
+        return self.first_seq + len(self.payloads) - 1
+
+    def events(self) -> list[Event]:
+        """The single events this batch stands for."""
+        return [Event(self.producer, self.first_seq + i, p) for i, p in enumerate(self.payloads)]
+
+    def to_wire(self) -> list[Any]:
+        return [MessageKind.EVENTS.value, self.producer, self.first_seq, list(self.payloads)]
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> EventBatch:
         """Decode; raise ChannelDecodeError if malformed or another kind of message."""
         return _expect(cls, wire)
 
@@ -259,7 +294,7 @@ class Nack:
         return _expect(cls, wire)
 
 
-ProducerMessage = Handshake | Event | RetransmitFailed | Heartbeat
+ProducerMessage = Handshake | Event | EventBatch | RetransmitFailed | Heartbeat
 ConsumerMessage = CumulativeAck | Nack
 Message = ProducerMessage | ConsumerMessage
 
@@ -276,6 +311,11 @@ def _seq(value: Any, what: str, minimum: int = 0) -> int:
     return value
 
 
+_KINDS = {k.value: k for k in MessageKind}
+_ARITY = {MessageKind.HANDSHAKE: 6, MessageKind.EVENT: 4, MessageKind.EVENTS: 4, MessageKind.RETRANSMIT_FAILED: 5,
+          MessageKind.HEARTBEAT: 3, MessageKind.CUMULATIVE_ACK: 4, MessageKind.NACK: 4}
+
+
 def decode_message(wire: Any) -> Message:
     """Decode the wire form produced by ``to_wire``; raise :class:`ChannelDecodeError` if malformed.
 
@@ -283,23 +323,27 @@ def decode_message(wire: Any) -> Message:
     """
     if not isinstance(wire, (list, tuple)) or not wire:
         raise ChannelDecodeError(f"a channel message is a non-empty list, got {wire!r}")
-    try:
-        kind = MessageKind(wire[0])
-    except (ValueError, TypeError):
-        raise ChannelDecodeError(f"unknown channel message kind {wire[0]!r}") from None
-    arity = {MessageKind.HANDSHAKE: 6, MessageKind.EVENT: 4, MessageKind.RETRANSMIT_FAILED: 5,
-             MessageKind.HEARTBEAT: 3, MessageKind.CUMULATIVE_ACK: 4, MessageKind.NACK: 4}[kind]
+    head = wire[0]
+    kind = _KINDS.get(head) if isinstance(head, str) else None
+    if kind is None:
+        raise ChannelDecodeError(f"unknown channel message kind {head!r}")
+    arity = _ARITY[kind]
     if len(wire) != arity:
         raise ChannelDecodeError(f"{kind.value} has {arity} elements, got {len(wire)}")
     match kind:
+        case MessageKind.EVENT:
+            return Event(_str(wire[1], "producer"), _seq(wire[2], "seq", 1), wire[3])
+        case MessageKind.EVENTS:
+            payloads = wire[3]
+            if not isinstance(payloads, (list, tuple)) or not payloads:
+                raise ChannelDecodeError(f"events payloads must be a non-empty list, got {payloads!r:.200}")
+            return EventBatch(_str(wire[1], "producer"), _seq(wire[2], "first_seq", 1), tuple(payloads))
         case MessageKind.HANDSHAKE:
             interval = wire[4]
             if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0:
                 raise ChannelDecodeError(f"heartbeat_interval must be a positive number, got {interval!r}")
             return Handshake(_str(wire[1], "producer"), _str(wire[2], "consumer"),
                              _seq(wire[3], "first_seq", 1), float(interval), wire[5])
-        case MessageKind.EVENT:
-            return Event(_str(wire[1], "producer"), _seq(wire[2], "seq", 1), wire[3])
         case MessageKind.RETRANSMIT_FAILED:
             first, last = _seq(wire[3], "first", 1), _seq(wire[4], "last", 1)
             if first > last:
@@ -430,6 +474,17 @@ class PathState(enum.Enum):
     CONNECTED = "connected"
 
 
+class _Run:
+    """Outgoing events not yet drained: ``payloads`` numbered from ``first``, to ``to`` (None: all)."""
+
+    __slots__ = ("to", "first", "payloads")
+
+    def __init__(self, to: str | None, first: int, payloads: list[Any]) -> None:
+        self.to = to
+        self.first = first
+        self.payloads = payloads
+
+
 @dataclass(slots=True)
 class _Path:
     state: PathState
@@ -447,9 +502,9 @@ class Producer:
         self.id = producer_id
         self.config = config if config is not None else ChannelConfig()
         self._next_seq = 1
-        self._buffer: deque[Event] = deque()  # events buf_start .. next_seq-1
+        self._buffer: deque[Any] = deque()  # payloads of events next_seq - len(_buffer) .. next_seq - 1
         self._paths: dict[str, _Path] = {}
-        self._outbox: list[Outgoing] = []
+        self._outbox: list[Outgoing | _Run] = []
         self._last_broadcast = now
         self._now = now
 
@@ -463,6 +518,10 @@ class Producer:
     @property
     def consumers(self) -> dict[str, PathState]:
         return {cid: path.state for cid, path in self._paths.items()}
+
+    def has_consumer(self, consumer: str) -> bool:
+        """Whether ``consumer`` is a consumer (handshaking or connected)."""
+        return consumer in self._paths
 
     def acked(self, consumer: str) -> int:
         """Highest sequence number ``consumer`` acknowledged cumulatively."""
@@ -518,16 +577,26 @@ class Producer:
 
     def produce(self, payload: Any, now: float) -> int:
         """Broadcast ``payload`` as the next event; return its sequence number."""
-        self._advance(now)
-        event = Event(self.id, self._next_seq, payload)
-        self._next_seq += 1
-        self._buffer.append(event)
-        while len(self._buffer) > self.config.buffer_size:
-            self._buffer.popleft()
-        self._outbox.append(Outgoing(event))
+        if now < self._now:
+            self._advance(now)
+        self._now = now
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        buffer = self._buffer
+        if self._paths:  # the lowest ACK does not change: only the size bound can evict
+            buffer.append(payload)
+            if len(buffer) > self.config.buffer_size:
+                buffer.popleft()
+        elif buffer:  # no consumers: nothing is kept
+            buffer.clear()
+        out = self._outbox
+        last = out[-1] if out else None
+        if type(last) is _Run and last.to is None:  # it ends with seq - 1: extend it
+            last.payloads.append(payload)
+        else:
+            out.append(_Run(None, seq, [payload]))
         self._last_broadcast = now
-        self._trim()
-        return event.seq
+        return seq
 
     def handle(self, message: ConsumerMessage, now: float) -> list[ProducerEvent]:
         """Process a message from a consumer; return what happened.
@@ -580,10 +649,34 @@ class Producer:
             self._last_broadcast = now
         return events
 
-    def to_send(self) -> list[Outgoing]:
-        """Drain and return the messages to send, in order."""
-        out, self._outbox = self._outbox, []
+    def to_send(self, *, batch: int = 1) -> list[Outgoing]:
+        """Drain and return the messages to send, in order.
+
+        With ``batch`` > 1, each run of consecutive events to the same destination comes as
+        :class:`EventBatch` messages of up to ``batch`` events (a lone event stays an
+        :class:`Event`).
+        """
+        pending, self._outbox = self._outbox, []
+        out: list[Outgoing] = []
+        pid = self.id
+        for item in pending:
+            if type(item) is not _Run:
+                out.append(item)  # type: ignore[arg-type]  # not a _Run: an Outgoing
+                continue
+            payloads, first, to = item.payloads, item.first, item.to
+            if batch <= 1 or len(payloads) == 1:
+                out.extend(Outgoing(Event(pid, first + i, p), to) for i, p in enumerate(payloads))
+                continue
+            for i in range(0, len(payloads), batch):
+                chunk = payloads[i:i + batch]
+                out.append(Outgoing(EventBatch(pid, first + i, tuple(chunk)) if len(chunk) > 1
+                                    else Event(pid, first + i, chunk[0]), to))
         return out
+
+    def buffered_payloads(self, after: int = 0) -> list[Any]:
+        """The payloads of the buffered events with sequence numbers above ``after``, in order."""
+        start = self._next_seq - len(self._buffer)
+        return list(self._buffer)[max(0, after + 1 - start):]
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -595,21 +688,28 @@ class Producer:
     def _trim(self) -> None:
         """Drop buffered events that every consumer acknowledged."""
         low = min((p.acked for p in self._paths.values()), default=self.last_seq)
-        while self._buffer and self._buffer[0].seq <= low:
-            self._buffer.popleft()
+        buffer = self._buffer
+        drop = min(low - (self._next_seq - len(buffer)) + 1, len(buffer))
+        if drop == len(buffer):
+            buffer.clear()
+        else:
+            for _ in range(drop):
+                buffer.popleft()
 
     def _retransmit(self, consumer: str, path: _Path, ranges: Iterable[tuple[int, int]]) -> None:
         buf_start = self._next_seq - len(self._buffer)
         failed: list[tuple[int, int]] = []
-        resend: list[Outgoing] = []
+        resend: list[_Run] = []
         for first, last in ranges:
             first = max(first, path.acked + 1)
             if first > last:
                 continue
             if first < buf_start:
                 failed.append((first, min(last, buf_start - 1)))
-            for seq in range(max(first, buf_start), last + 1):
-                resend.append(Outgoing(self._buffer[seq - buf_start], consumer))
+            start = max(first, buf_start)
+            if start <= last:
+                resend.append(_Run(consumer, start, list(itertools.islice(self._buffer, start - buf_start,
+                                                                          last + 1 - buf_start))))
         if failed:
             first, last = min(f for f, _ in failed), max(hi for _, hi in failed)
             self._outbox.append(Outgoing(RetransmitFailed(self.id, consumer, first, last), consumer))
@@ -708,14 +808,25 @@ class Consumer:
                 events.extend(self._drain())
                 self._note_known(max(self._buffer, default=0))
             case Event(seq=seq, payload=payload):
-                if self.state is ConsumerState.CONNECTED and seq < self._next:
-                    return events  # duplicate
-                room = seq == self._next or len(self._buffer) < self.config.buffer_size
-                if seq not in self._buffer and room:
-                    self._buffer[seq] = payload
-                if self.state is ConsumerState.CONNECTED:
-                    events.extend(self._drain())
-                    self._note_known(seq)
+                self._on_event(seq, payload, events)
+            case EventBatch(first_seq=first, payloads=payloads):
+                if self.state is ConsumerState.CONNECTED and first == self._next and not self._buffer:
+                    # the common case: in order, nothing held (what _on_event does, without the dict)
+                    events.extend(Delivered(first + i, p) for i, p in enumerate(payloads))
+                    self._next = first + len(payloads)
+                    self._max_known = max(self._max_known, self._next - 1)
+                else:  # as its events one by one, but NACK a revealed gap only once
+                    connected = self.state is ConsumerState.CONNECTED
+                    buffer, size = self._buffer, self.config.buffer_size
+                    for seq, p in enumerate(payloads, first):
+                        if connected and seq < self._next:
+                            continue  # duplicate
+                        if seq not in buffer and (seq == self._next or len(buffer) < size):
+                            buffer[seq] = p
+                        if connected and seq == self._next:
+                            events.extend(self._drain())
+                    if connected:
+                        self._note_known(first + len(payloads) - 1)
             case Heartbeat(last_seq=last):
                 if self.state is ConsumerState.CONNECTED:
                     self._note_known(last)
@@ -748,6 +859,16 @@ class Consumer:
         return out
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _on_event(self, seq: int, payload: Any, events: list[ConsumerEvent]) -> None:
+        if self.state is ConsumerState.CONNECTED and seq < self._next:
+            return  # duplicate
+        room = seq == self._next or len(self._buffer) < self.config.buffer_size
+        if seq not in self._buffer and room:
+            self._buffer[seq] = payload
+        if self.state is ConsumerState.CONNECTED:
+            events.extend(self._drain())
+            self._note_known(seq)
 
     def _note_known(self, seq: int) -> None:
         """Learned that ``seq`` exists: NACK at once if that reveals a new gap."""

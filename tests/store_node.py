@@ -7,12 +7,15 @@ operation (``get``, ``put``, ``put_unique``, ``increment``, ``push``, ...); the 
 ``await_idle`` / ``await_synced`` (``timeout``), ``dump`` (sorted ``[key, value]`` pairs),
 ``info`` (stale, master id) and ``bench_*`` (see bench/store.py). Answers: ``{"ok": value}`` or
 ``{"error": "ClassName", "message": "..."}``. EOF on stdin: a clean leave; SIGKILL: a crash.
+With ``STORE_NODE_PROFILE=PATH`` in the environment the node runs under cProfile and writes its
+statistics to ``PATH.<role>.<pid>`` when it ends (for profiling bench/store.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import uuid
@@ -166,4 +169,15 @@ async def main() -> None:
             print(json.dumps(answer), flush=True)
 
 if __name__ == "__main__":
-    anyio.run(main)
+    if profile := os.environ.get("STORE_NODE_PROFILE"):  # cProfile the node: stats to <path>.<role>.<pid>
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+        try:
+            anyio.run(main)
+        finally:
+            prof.disable()
+            prof.dump_stats(f"{profile}.{sys.argv[4]}.{os.getpid()}")
+    else:
+        anyio.run(main)

@@ -33,6 +33,7 @@ from broker_mqtt.channel import (
     CumulativeAck,
     Delivered,
     Event,
+    EventBatch,
     EventsLost,
     Handshake,
     HandshakeCompleted,
@@ -85,8 +86,9 @@ class Net:
 
 
 class Sim:
-    def __init__(self, net: Net, config: ChannelConfig, *, now: float = 0.0) -> None:
+    def __init__(self, net: Net, config: ChannelConfig, *, now: float = 0.0, batch: int = 1) -> None:
         self.net = net
+        self.batch = batch  # Producer.to_send(batch=...): runs of events as EventBatch messages
         self.config = config
         self.now = now
         self.producer = Producer(PRODUCER, now, config=config)
@@ -108,7 +110,7 @@ class Sim:
         heapq.heappush(self.script, (when, next(self._n), action))
 
     def flush(self) -> None:
-        for out in self.producer.to_send():
+        for out in self.producer.to_send(batch=self.batch):
             targets = [out.to] if out.to is not None else list(self.consumers)
             for cid in targets:
                 self.net.send(self.now, PRODUCER, cid, out.message)
@@ -165,6 +167,7 @@ MESSAGES = [
     Handshake("P", "C", 7, 0.5, {"snap": [1, 2]}),
     Handshake("P", "C", 1, 1.0),
     Event("P", 3, ["put", "k", b"v"]),
+    EventBatch("P", 4, (["put", "k", 1], None, {"a": 2})),
     RetransmitFailed("P", "C", 2, 9),
     Heartbeat("P", 0),
     CumulativeAck("C", "P", 12),
@@ -192,7 +195,8 @@ def test_wire_truncated(msg: Any) -> None:
     ["event", 3, 1, None], ["heartbeat", "P", -1], ["retransmit_failed", "P", "C", 5, 4],
     ["nack", "C", "P", []], ["nack", "C", "P", [[3, 1]]], ["nack", "C", "P", [[1]]],
     ["nack", "C", "P", 7], ["handshake", "P", "C", 1, 0, None], ["handshake", "P", "C", 1, "x", None],
-    ["cumulative_ack", "C", "P", 1, 2],
+    ["cumulative_ack", "C", "P", 1, 2], ["events", "P", 1, []], ["events", "P", 0, [1]], ["events", "P", 1, 5],
+    ["events", "P", 1, {"a": 1}], ["events", 1, 1, [1]], ["events", "P", False, [1]],
 ])
 def test_wire_malformed(wire: Any) -> None:
     with pytest.raises(ChannelDecodeError):
@@ -202,6 +206,14 @@ def test_wire_malformed(wire: Any) -> None:
 def test_from_wire_checks_kind() -> None:
     with pytest.raises(ChannelDecodeError):
         Event.from_wire(Heartbeat("P", 1).to_wire())
+    with pytest.raises(ChannelDecodeError):
+        EventBatch.from_wire(Event("P", 1, None).to_wire())
+
+
+def test_event_batch_stands_for_its_events() -> None:
+    batch = EventBatch("P", 5, ("a", "b", "c"))
+    assert batch.last_seq == 7
+    assert batch.events() == [Event("P", 5, "a"), Event("P", 6, "b"), Event("P", 7, "c")]
 
 
 def test_config_validation() -> None:
@@ -249,6 +261,53 @@ def test_in_order_delivery_and_buffering() -> None:
     assert p.buffered == 3 and not p.idle
     p.handle(CumulativeAck("C", "P", 3), 0.3)
     assert p.buffered == 0 and p.idle
+
+
+def test_to_send_batches_runs_of_events() -> None:
+    p, c = connect()
+    for i in range(5):
+        p.produce(i, 0.1)
+    p.tick(1.2)  # heartbeat after the run
+    p.produce(5, 1.2)
+    out = p.to_send(batch=3)
+    assert [o.message for o in out] == [EventBatch("P", 1, (0, 1, 2)), EventBatch("P", 4, (3, 4)),
+                                        Heartbeat("P", 5), Event("P", 6, 5)]
+    assert all(o.to is None for o in out)
+    events = [e for o in out for e in c.handle(o.message, 1.3)]
+    assert [e.payload for e in events if isinstance(e, Delivered)] == [0, 1, 2, 3, 4, 5]
+    assert p.buffered_payloads() == [0, 1, 2, 3, 4, 5] and p.buffered_payloads(4) == [4, 5]
+    p.handle(CumulativeAck("C", "P", 6), 1.3)
+    assert p.buffered == 0 and p.buffered_payloads() == []
+
+
+def test_to_send_without_batch_gives_single_events() -> None:
+    p, _ = connect()
+    for i in range(3):
+        p.produce(i, 0.1)
+    assert [o.message for o in p.to_send()] == [Event("P", 1, 0), Event("P", 2, 1), Event("P", 3, 2)]
+
+
+def test_batch_with_gap_duplicates_and_early_part() -> None:
+    p, c = connect()
+    for i in range(6):
+        p.produce(i, 0.1)
+    [first, second] = [o.message for o in p.to_send(batch=3)]
+    assert c.handle(second, 0.2) == []  # early: held, the gap is NACKed
+    assert c.to_send() == [Nack("C", "P", ((1, 3),))]
+    assert c.handle(first, 0.2) == [Delivered(i + 1, i) for i in range(6)]
+    assert c.handle(first, 0.3) == [] and c.handle(second, 0.3) == []  # duplicates
+    overlapping = EventBatch("P", 5, (4, 5, 6))  # partly delivered already
+    assert c.handle(overlapping, 0.3) == [Delivered(7, 6)]
+    assert c.idle
+
+
+def test_batched_retransmission() -> None:
+    p, c = connect()
+    for i in range(5):
+        p.produce(i, 0.1)
+    p.to_send()  # all lost
+    p.handle(Nack("C", "P", ((2, 4),)), 0.2)
+    assert [(o.message, o.to) for o in p.to_send(batch=8)] == [(EventBatch("P", 2, (1, 2, 3)), "C")]
 
 
 def test_nack_triggers_unicast_retransmission() -> None:
@@ -421,9 +480,9 @@ LOSSY = ChannelConfig(heartbeat_interval=0.5, ack_interval=0.25, connection_time
 
 
 def run_lossy(seed: int, n_events: int, n_consumers: int, gaps: list[float], *, loss: float = 0.2,
-              dup: float = 0.1, max_delay: float = 0.3, late: bool = False) -> Sim:
+              dup: float = 0.1, max_delay: float = 0.3, late: bool = False, batch: int = 1) -> Sim:
     net = Net(random.Random(seed), loss=loss, dup=dup, max_delay=max_delay)
-    sim = Sim(net, LOSSY)
+    sim = Sim(net, LOSSY, batch=batch)
     for i in range(n_consumers):
         sim.add_consumer(f"c{i}")
     t = 0.0
@@ -450,26 +509,28 @@ def check_exactly_once_in_order(sim: Sim, n_events: int) -> None:
 @settings(max_examples=int(os.environ.get("CHANNEL_EXAMPLES", 40)), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1),
        gaps=st.lists(st.sampled_from([0.0, 0.001, 0.05, 0.4, 2.0]), min_size=1, max_size=8),
-       n_consumers=st.integers(1, 3))
+       n_consumers=st.integers(1, 3), batch=st.sampled_from([1, 1, 4, 64]))
 def test_exactly_once_in_order_under_loss_reorder_duplication(seed: int, gaps: list[float],
-                                                               n_consumers: int) -> None:
-    sim = run_lossy(seed, 150, n_consumers, gaps)
+                                                               n_consumers: int, batch: int) -> None:
+    sim = run_lossy(seed, 150, n_consumers, gaps, batch=batch)
     check_exactly_once_in_order(sim, 150)
 
 
+@pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("seed", range(5))
-def test_late_joiner_under_loss(seed: int) -> None:
-    sim = run_lossy(seed, 80, 2, [0.05, 0.3], late=True)
+def test_late_joiner_under_loss(seed: int, batch: int) -> None:
+    sim = run_lossy(seed, 80, 2, [0.05, 0.3], late=True, batch=batch)
     check_exactly_once_in_order(sim, 80)
     first = next(e.first_seq for e in sim.events["late"] if isinstance(e, Connected))
     assert 1 < first <= 80
 
 
+@pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("seed", range(5))
-def test_small_buffer_reports_gaps_and_continues(seed: int) -> None:
+def test_small_buffer_reports_gaps_and_continues(seed: int, batch: int) -> None:
     config = ChannelConfig(heartbeat_interval=0.5, ack_interval=0.25, connection_timeout=40, buffer_size=3)
     net = Net(random.Random(seed), loss=0.3, dup=0.1, max_delay=0.2)
-    sim = Sim(net, config)
+    sim = Sim(net, config, batch=batch)
     sim.add_consumer("c0")
     sim.run_until(0.1)
     for i in range(100):
@@ -516,6 +577,8 @@ def test_simulated_dead_consumer_and_dead_producer() -> None:
 producer_messages = st.one_of(
     st.builds(Handshake, st.just("P"), st.just("C"), st.integers(1, 30), st.just(1.0)),
     st.builds(Event, st.just("P"), st.integers(1, 30), st.integers()),
+    st.builds(EventBatch, st.just("P"), st.integers(1, 30),
+              st.lists(st.integers(), min_size=1, max_size=5).map(tuple)),
     st.builds(Heartbeat, st.just("P"), st.integers(0, 30)),
     st.integers(1, 30).flatmap(
         lambda a: st.integers(a, 30).map(lambda b: RetransmitFailed("P", "C", a, b))),

@@ -9,7 +9,8 @@ a clock that survives restarts (wall-clock seconds). Every mutation accepts ``se
 number of the command being applied, recorded atomically with the change (``last_seq``), so a
 restarted replica knows how far it got.
 
-``SQLiteBackend`` runs in WAL mode with ``synchronous=FULL``: once a mutating call returns, the
+``MemoryBackend`` keeps immutable scalars (and ``str``/``int`` keys) as they are and encodes the
+rest; ``SQLiteBackend`` stores the encodings. ``SQLiteBackend`` runs in WAL mode with ``synchronous=FULL``: once a mutating call returns, the
 change survives a process kill or power loss. Any failure raises :class:`BackendError`, and the
 transaction is rolled back (the backend is unchanged).
 """
@@ -106,37 +107,76 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+class _Packed:
+    """A stored value kept as its CBOR encoding (every mutable or composite value: a fresh copy on
+    every read)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+#: Immutable scalars a MemoryBackend keeps as they are: encodable by construction, and decoding
+#: their encoding gives an equal value of the same type.
+_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def _mem_key(key: Any) -> Any:
+    """A MemoryBackend's dict key for ``key``: a ``str`` or ``int`` as is, anything else its
+    canonical encoding (``bytes``). No two of these kinds compare equal (``1 == 1.0 == True`` in
+    Python, but floats and booleans are encoded), so keys still compare by their encoding."""
+    t = type(key)
+    return key if t is str or t is int else _pack(key)
+
+
+def _mem_unkey(k: Any) -> Any:
+    return _unpack(k) if type(k) is bytes else k
+
+
+def _mem_value(value: Any) -> Any:
+    return value if type(value) in _PLAIN else _Packed(_pack(value))
+
+
+def _mem_unvalue(v: Any) -> Any:
+    return _unpack(v.data) if type(v) is _Packed else v
+
+
 class MemoryBackend:
-    """A dict of encoded keys; fast, gone when the process ends."""
+    """A dict; fast, gone when the process ends.
+
+    Keys are held as ``str``/``int`` or their canonical encoding (see ``_mem_key``); values as
+    they are when they are immutable scalars, else encoded (so reads return fresh copies and an
+    unencodable value fails at ``put``, as with SQLite).
+    """
 
     def __init__(self) -> None:
-        self._data: dict[bytes, tuple[bytes, float | None]] = {}
-        self._expiring: dict[bytes, float] = {}  # the keys with an expiry (next_expiry scans only these)
+        self._data: dict[Any, tuple[Any, float | None]] = {}
+        self._expiring: dict[Any, float] = {}  # the keys with an expiry (next_expiry scans only these)
         self._last_seq = 0
 
     @property
     def last_seq(self) -> int:
         return self._last_seq
 
-    def _note(self, seq: int | None) -> None:
-        if seq is not None:
-            self._last_seq = seq
-
     def get(self, key: Any) -> Any:
-        item = self._data.get(_pack(key))
+        t = type(key)
+        item = self._data.get(key if t is str or t is int else _pack(key))
         if item is None:
             raise NoSuchKey(key)
-        return _unpack(item[0])
+        v = item[0]
+        return _unpack(v.data) if type(v) is _Packed else v
 
     def get_entry(self, key: Any) -> Entry | None:
-        item = self._data.get(_pack(key))
-        return None if item is None else Entry(key, _unpack(item[0]), item[1])
+        t = type(key)
+        item = self._data.get(key if t is str or t is int else _pack(key))
+        return None if item is None else Entry(key, _mem_unvalue(item[0]), item[1])
 
     def exists(self, key: Any) -> bool:
-        return _pack(key) in self._data
+        return _mem_key(key) in self._data
 
     def keys(self) -> list[Any]:
-        return [_unpack(k) for k in self._data]
+        return [_mem_unkey(k) for k in self._data]
 
     def __len__(self) -> int:
         return len(self._data)
@@ -145,45 +185,51 @@ class MemoryBackend:
         return iter(self.snapshot())
 
     def snapshot(self) -> list[Entry]:
-        return [Entry(_unpack(k), _unpack(v), e) for k, (v, e) in self._data.items()]
+        return [Entry(_mem_unkey(k), _mem_unvalue(v), e) for k, (v, e) in self._data.items()]
 
     def next_expiry(self) -> float | None:
         return min(self._expiring.values(), default=None)
 
     def put(self, key: Any, value: Any, expiry: float | None = None, *, seq: int | None = None) -> None:
-        k, v = _pack(key), _pack(value)
-        self._data[k] = (v, expiry)
+        t = type(key)
+        k = key if t is str or t is int else _pack(key)
+        self._data[k] = (value if type(value) in _PLAIN else _Packed(_pack(value)), expiry)
         if expiry is not None:
             self._expiring[k] = expiry
         elif self._expiring:
             self._expiring.pop(k, None)
-        self._note(seq)
+        if seq is not None:
+            self._last_seq = seq
 
     def erase(self, key: Any, *, seq: int | None = None) -> bool:
-        k = _pack(key)
+        k = _mem_key(key)
         existed = self._data.pop(k, None) is not None
         self._expiring.pop(k, None)
-        self._note(seq)
+        if seq is not None:
+            self._last_seq = seq
         return existed
 
     def clear(self, *, seq: int | None = None) -> None:
         self._data.clear()
         self._expiring.clear()
-        self._note(seq)
+        if seq is not None:
+            self._last_seq = seq
 
     def expire(self, now: float, *, seq: int | None = None) -> list[Any]:
         gone = [k for k, e in self._expiring.items() if e <= now]
         for k in gone:
             del self._data[k]
             del self._expiring[k]
-        self._note(seq)
-        return [_unpack(k) for k in gone]
+        if seq is not None:
+            self._last_seq = seq
+        return [_mem_unkey(k) for k in gone]
 
     def replace_all(self, entries: list[Entry], *, seq: int | None = None) -> None:
-        data = {_pack(e.key): (_pack(e.value), e.expiry) for e in entries}
+        data = {_mem_key(e.key): (_mem_value(e.value), e.expiry) for e in entries}
         self._data = data
         self._expiring = {k: e for k, (_, e) in data.items() if e is not None}
-        self._note(seq)
+        if seq is not None:
+            self._last_seq = seq
 
     def set_last_seq(self, seq: int) -> None:
         self._last_seq = seq

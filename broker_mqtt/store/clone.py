@@ -44,7 +44,7 @@ from .commands import (
     snapshot_from_wire,
 )
 from .errors import Stale, StoreDecodeError, StoreError, Timeout, WriteBufferFull
-from .master import NEVER_TIMEOUT, Envelope
+from .master import _WRITES, MAX_BATCH, NEVER_TIMEOUT, Envelope
 
 __all__ = [
     "CloneState",
@@ -124,7 +124,9 @@ class Clone:
         self._writer_config = dataclasses.replace(self.config, connection_timeout=NEVER_TIMEOUT,
                                                   buffer_size=max(write_buffer, 1))
         self.state = CloneState.ATTACHING
-        self.applying: Any = None  # the broadcast command being applied to the backend, if any
+        # the broadcast command being applied to the backend, if any: lets an observing backend
+        # tell an erase from an expiry, and see the publisher
+        self.applying: Any = None
         self._attempt = -1
         self._consumer = ch.Consumer(clone_id, master_id, now, config=self.config)
         self._writer: ch.Producer | None = None
@@ -162,7 +164,7 @@ class Clone:
 
     @property
     def unacked_writes(self) -> int:
-        if self._writer is None or self.master not in self._writer.consumers:
+        if self._writer is None or not self._writer.has_consumer(self.master):
             return 0
         return self._writer.last_seq - self._writer.acked(self.master)
 
@@ -189,8 +191,9 @@ class Clone:
         Never blocks. Raises WriteBufferFull (nothing queued) when ``write_buffer`` writes are
         still unacknowledged. The effect shows locally once the master's broadcast arrives.
         """
-        self._now = max(self._now, now)
-        if not isinstance(command, WriteCommand):
+        if now > self._now:
+            self._now = now
+        if type(command) not in _WRITES:
             raise TypeError(f"not a store write command: {command!r}")
         if self.unacked_writes >= self.write_buffer:
             raise WriteBufferFull(f"clone {self.id}: {self.unacked_writes} writes not yet acknowledged "
@@ -204,8 +207,7 @@ class Clone:
         if self._writer is None:
             self._writer = ch.Producer(self.writer_id, now, config=self._writer_config)
             self._writer.add_consumer(self.master, now, greeting=self.id)  # greeting: where to ACK
-        self._writer.produce(command.to_wire(), now)
-        self._collect()
+        self._writer.produce(command.to_wire(), now)  # collected by to_send()
         return request_id
 
     def put_unique(self, key: Any, value: Any, now: float, *, expiry: float | None = None) -> int:
@@ -224,7 +226,7 @@ class Clone:
             case ch.CumulativeAck() | ch.Nack():
                 if self._writer is not None and message.producer == self.writer_id:
                     self._writer.handle(message, now)
-            case ch.Handshake() | ch.Event() | ch.Heartbeat() | ch.RetransmitFailed():
+            case ch.Handshake() | ch.Event() | ch.EventBatch() | ch.Heartbeat() | ch.RetransmitFailed():
                 events.extend(self._from_master(self._consumer.handle(message, now), now))
         self._collect()
         return events
@@ -258,6 +260,18 @@ class Clone:
         out: list[CloneEvent] = []
         lost: str | None = None
         for event in events:
+            if type(event) is ch.Delivered and lost is None and self.state is CloneState.SYNCED:
+                try:  # the common case first (what the Delivered case below does)
+                    command = decode_broadcast(event.payload)
+                except StoreDecodeError as exc:
+                    lost = f"bad command {event.seq}: {exc}"
+                    break
+                if type(command) is Put:
+                    self.applying = command
+                    self.backend.put(command.key, command.value, None, seq=event.seq)
+                else:
+                    out.extend(self._apply(command, event.seq))
+                continue
             match event:
                 case ch.Connected(first_seq=first, greeting=greeting):
                     try:
@@ -284,7 +298,7 @@ class Clone:
         return out
 
     def _apply(self, command: Any, seq: int) -> list[CloneEvent]:
-        self.applying = command  # lets an observing backend tell an erase from an expiry
+        self.applying = command
         match command:
             case Put(key=key, value=value):
                 self.backend.put(key, value, None, seq=seq)
@@ -316,5 +330,5 @@ class Clone:
         for msg in self._consumer.to_send():
             self._outbox.append(Envelope(msg, self.master))
         if self._writer is not None:
-            for out in self._writer.to_send():
+            for out in self._writer.to_send(batch=MAX_BATCH):
                 self._outbox.append(Envelope(out.message, self.master))

@@ -14,8 +14,14 @@ write before the answer (other clones ignore answers that are not theirs). The o
 outside the channels is :class:`AttachClone` (a clone looking for its master, Broker's
 ``attach_clone_command``). ``expiry`` fields are relative durations in seconds (``None``: never).
 
+The master's broadcasts of a clone's write name the writing node: ``Put``/``Erase``/``Clear`` have an
+optional ``publisher`` (the node id of the writer, Zeek Broker's publisher), sent as one extra
+trailing field only when set, and only by the master (writers may not claim one). A broadcast
+without it was written at the master.
+
 Wire form: a list ``[kind, field, ...]`` with the fields in declaration order; ``decode_command`` /
-``decode_control`` are the only decoders, and raise :class:`StoreDecodeError` on malformed input.
+``decode_broadcast`` / ``decode_control`` are the only decoders, and raise
+:class:`StoreDecodeError` on malformed input.
 """
 
 from __future__ import annotations
@@ -113,6 +119,12 @@ def _bool(value: Any) -> bool:
     return value
 
 
+def _publisher(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise StoreDecodeError(f"publisher must be a non-empty string, got {value!r}")
+    return value
+
+
 def _error(value: Any) -> StoreError:
     return error_from_wire(value)
 
@@ -132,7 +144,7 @@ class _Wire:
     @classmethod
     def from_wire(cls, wire: Any) -> Any:
         """Decode this class's wire form; raise StoreDecodeError if malformed or another kind."""
-        msg = _decode(wire, _ALL)
+        msg = _decode(wire, _ALL, stamped=True)
         if not isinstance(msg, cls):
             raise StoreDecodeError(f"expected {cls.__name__}, got {type(msg).__name__}")
         return msg
@@ -156,9 +168,12 @@ class Put(_Wire):
     key: Any
     value: Any
     expiry: float | None = None
+    publisher: str | None = None  # broadcasts only: the node that wrote it (None: the master)
 
     def to_wire(self) -> list[Any]:  # the hot path: same form as _Wire.to_wire, without fields()
-        return ["put", self.key, self.value, self.expiry]
+        if self.publisher is None:
+            return ["put", self.key, self.value, self.expiry]
+        return ["put", self.key, self.value, self.expiry, self.publisher]
 
 
 @_cmd(CommandKind.PUT_UNIQUE, _any, _any, _expiry, _str, _uint)
@@ -179,12 +194,21 @@ class Erase(_Wire):
     """Remove ``key``; erasing a missing key is not an error."""
 
     key: Any
+    publisher: str | None = None  # broadcasts only: the node that wrote it (None: the master)
+
+    def to_wire(self) -> list[Any]:
+        return ["erase", self.key] if self.publisher is None else ["erase", self.key, self.publisher]
 
 
 @_cmd(CommandKind.CLEAR)
 @dataclass(frozen=True, slots=True)
 class Clear(_Wire):
     """Remove every key."""
+
+    publisher: str | None = None  # broadcasts only: the node that wrote it (None: the master)
+
+    def to_wire(self) -> list[Any]:
+        return ["clear"] if self.publisher is None else ["clear", self.publisher]
 
 
 @_cmd(CommandKind.INCREMENT, _any, _number, _expiry)
@@ -315,16 +339,28 @@ _ALL = {**_COMMANDS, **_CONTROL, **_RESULTS}
 _BROADCAST = {cls.KIND.value: cls for cls in (Put, Erase, Clear, Expire, PutUniqueResult, RequestFailed)}
 
 
-def _decode(wire: Any, table: Mapping[str, type]) -> Any:
+_STAMPED = (Put, Erase, Clear)  # the broadcasts that may name their publisher
+
+
+def _decode(wire: Any, table: Mapping[str, type], *, stamped: bool = False) -> Any:
+    """Decode with ``table``; ``stamped``: allow the trailing publisher of a broadcast."""
     if not isinstance(wire, (list, tuple)) or not wire:
         raise StoreDecodeError(f"a store message is a non-empty list, got {wire!r}")
     head = wire[0]
     cls = table.get(head) if isinstance(head, str) else None  # tables are keyed by CommandKind values
     if cls is None:
         raise StoreDecodeError(f"unexpected store message kind {head!r}")
+    if cls is Put:  # the hot path
+        if len(wire) == 4:
+            return Put(wire[1], wire[2], _expiry(wire[3]))
+        if stamped and len(wire) == 5:
+            return Put(wire[1], wire[2], _expiry(wire[3]), _publisher(wire[4]))
     checks = cls._CHECKS  # type: ignore[attr-defined]  # every table value is a _Wire subclass
     if len(wire) != len(checks) + 1:
-        raise StoreDecodeError(f"{head} has {len(checks) + 1} elements, got {len(wire)}")
+        if stamped and cls in _STAMPED and len(wire) == len(checks) + 2:
+            checks = (*checks, _publisher)
+        else:
+            raise StoreDecodeError(f"{head} has {len(checks) + 1} elements, got {len(wire)}")
     return cls(*[check(v) for check, v in zip(checks, wire[1:], strict=True)])
 
 
@@ -336,7 +372,7 @@ def decode_command(wire: Any) -> Command:
 
 def decode_broadcast(wire: Any) -> BroadcastCommand | PutUniqueResult | RequestFailed:
     """Decode a payload of the master's channel; raise StoreDecodeError if malformed or not allowed."""
-    msg: BroadcastCommand | PutUniqueResult | RequestFailed = _decode(wire, _BROADCAST)
+    msg: BroadcastCommand | PutUniqueResult | RequestFailed = _decode(wire, _BROADCAST, stamped=True)
     return msg
 
 

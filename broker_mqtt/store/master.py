@@ -67,6 +67,11 @@ __all__ = [
     "Master",
 ]
 
+_WRITES = frozenset({Put, PutUnique, Erase, Clear, Increment, Decrement, Append, InsertInto, RemoveFrom, Push, Pop})
+
+#: Events per EventBatch message: the cores send each run of consecutive channel events in batches
+#: of at most this many (``Producer.to_send(batch=...)``).
+MAX_BATCH = 256
 NEVER_TIMEOUT = 10**9  # heartbeat intervals: writer channels are never dropped for silence
 
 
@@ -141,36 +146,39 @@ def _live(entry: Entry | None, now: float) -> Entry | None:
     return None if entry is None or (entry.expiry is not None and entry.expiry <= now) else entry
 
 
-def apply_write(backend: Backend, cmd: WriteCommand, now: float, *,
-                seq: int | None = None) -> tuple[Any, BroadcastCommand | None]:
+def apply_write(backend: Backend, cmd: WriteCommand, now: float, *, seq: int | None = None,
+                publisher: str | None = None) -> tuple[Any, BroadcastCommand | None]:
     """Apply one write to ``backend``; return ``(result, effect to broadcast or None)``.
 
-    ``result`` is whether a PutUnique inserted, else None. ``seq`` is recorded with the change.
+    ``result`` is whether a PutUnique inserted, else None. ``seq`` is recorded with the change;
+    ``publisher`` (the writing node, None: the master itself) is stamped on the effect.
     Raises TypeClash / NoSuchKey / BackendError with the backend unchanged.
     """
+    if type(cmd) is Put:  # the hot path
+        expiry = cmd.expiry
+        backend.put(cmd.key, cmd.value, None if expiry is None else now + expiry, seq=seq)
+        return None, cmd if cmd.publisher == publisher else Put(cmd.key, cmd.value, expiry, publisher)
+
     def expiry_of(duration: float | None) -> float | None:
         return None if duration is None else now + duration
 
     match cmd:
-        case Put(key=key, value=value, expiry=expiry):
-            backend.put(key, value, expiry_of(expiry), seq=seq)
-            return None, Put(key, value, expiry)
         case PutUnique(key=key, value=value, expiry=expiry):
             if _live(backend.get_entry(key), now) is not None:
                 return False, None
             backend.put(key, value, expiry_of(expiry), seq=seq)
-            return True, Put(key, value, expiry)
+            return True, Put(key, value, expiry, publisher)
         case Erase(key=key):
             backend.erase(key, seq=seq)
-            return None, Erase(key)
+            return None, Erase(key, publisher)
         case Clear():
             backend.clear(seq=seq)
-            return None, Clear()
+            return None, Clear(publisher)
     entry = _live(backend.get_entry(cmd.key), now)
     value = _new_value(None if entry is None else entry.value, entry is not None, cmd)
     expiry = cmd.expiry
     backend.put(cmd.key, value, expiry_of(expiry), seq=seq)
-    return None, Put(cmd.key, value, expiry)
+    return None, Put(cmd.key, value, expiry, publisher)
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,12 +268,23 @@ class Master:
         Raises TypeClash / NoSuchKey / BackendError; then nothing changed and nothing is sent.
         Raises TypeError for anything that is not a write command (caller's mistake).
         """
-        if not isinstance(command, WriteCommand):
+        if type(command) not in _WRITES:
             raise TypeError(f"not a store write command: {command!r}")
-        self._now = max(self._now, now)
-        result, effect = apply_write(self.backend, command, now, seq=self.producer.last_seq + 1)
+        return self._apply(command, now, None)
+
+    def _apply(self, command: WriteCommand, now: float, publisher: str | None) -> Any:
+        if now > self._now:
+            self._now = now
+        producer = self.producer
+        if type(command) is Put:  # the hot path: apply_write's Put case, broadcast without an effect object
+            key, value, expiry = command.key, command.value, command.expiry
+            self.backend.put(key, value, None if expiry is None else now + expiry, seq=producer.last_seq + 1)
+            producer.produce(["put", key, value, expiry] if publisher is None
+                             else ["put", key, value, expiry, publisher], now)
+            return None
+        result, effect = apply_write(self.backend, command, now, seq=producer.last_seq + 1, publisher=publisher)
         if effect is not None:
-            self.producer.produce(effect.to_wire(), now)
+            producer.produce(effect.to_wire(), now)
         return result
 
     def handle(self, message: ch.Message | ControlMessage, now: float) -> list[MasterEvent]:
@@ -284,7 +303,7 @@ class Master:
             case ch.CumulativeAck() | ch.Nack():
                 if message.producer == self.id:
                     events.extend(self._producer_events(self.producer.handle(message, now), now))
-            case ch.Handshake() | ch.Event() | ch.Heartbeat() | ch.RetransmitFailed():
+            case ch.Handshake() | ch.Event() | ch.EventBatch() | ch.Heartbeat() | ch.RetransmitFailed():
                 events.extend(self._from_writer(message, now))
         self._collect()
         return events
@@ -342,9 +361,10 @@ class Master:
     def _writer_events(self, writer: str, events: list[ch.ConsumerEvent], now: float) -> list[MasterEvent]:
         out: list[MasterEvent] = []
         for event in events:
+            if type(event) is ch.Delivered:  # the common case first
+                out.extend(self._remote_write(writer, event.payload, now))
+                continue
             match event:
-                case ch.Delivered(payload=payload):
-                    out.extend(self._remote_write(writer, payload, now))
                 case ch.EventsLost(first=first, last=last):
                     out.append(WritesLost(writer, first, last))
                 case ch.ProducerLost():  # pragma: no cover - writer channels never time out
@@ -354,9 +374,9 @@ class Master:
     def _remote_write(self, writer: str, payload: Any, now: float) -> list[MasterEvent]:
         try:
             command = decode_command(payload)
-            if isinstance(command, Expire):
-                raise StoreDecodeError("writers may not send expire")
-            result = self.execute(command, now)
+            if type(command) not in _WRITES:
+                raise StoreDecodeError(f"writers may not send {command.KIND.value}")
+            result = self._apply(command, now, self._reply_to.get(writer, writer))
         except StoreError as exc:
             if isinstance(payload, list) and payload[:1] == ["put_unique"]:
                 try:
@@ -372,7 +392,7 @@ class Master:
         return []
 
     def _collect(self) -> None:
-        for out in self.producer.to_send():
+        for out in self.producer.to_send(batch=MAX_BATCH):
             self._outbox.append(Envelope(out.message, out.to))
         for writer, consumer in self._inputs.items():
             for msg in consumer.to_send():

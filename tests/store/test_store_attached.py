@@ -157,10 +157,22 @@ async def test_event_stream_reports_changes_with_old_values_and_publisher(broker
                 got_m = [await mev.__anext__() for _ in expected]
                 got_c = [await cev.__anext__() for _ in expected]
         assert sorted(got_m, key=repr) == sorted(expected, key=repr)
-        # a clone does not learn who published a change (the broadcast does not carry it)
-        assert sorted(got_c, key=repr) == sorted(
-            [Inserted("s", "k", 1, None), Updated("s", "k", 1, 2, None), Erased("s", "k", 2, None),
-             Inserted("s", "t", 1, None), Expired("s", "t", 1)], key=repr)
+        # the broadcast names the writing clone (the master's own writes: the master's endpoint)
+        assert sorted(got_c, key=repr) == sorted(expected, key=repr)
+
+
+async def test_clone_events_name_another_clone_as_publisher(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2, \
+            Endpoint(broker, namespace=namespace) as e3:
+        await e1.attach_master("s", channel=FAST, discovery_timeout=0.05)
+        writer = await e2.attach_clone("s", channel=FAST, wait=5)
+        reader = await e3.attach_clone("s", channel=FAST, wait=5)
+        async with reader.events() as ev:
+            await writer.put("k", 1)
+            await writer.clear()
+            with anyio.fail_after(5):
+                got = [await ev.__anext__() for _ in range(2)]
+        assert got == [Inserted("s", "k", 1, e2.id), Erased("s", "k", 1, e2.id)]
 
 
 async def test_put_unique_times_out_without_a_master(broker: EmbeddedBroker, namespace: str) -> None:
@@ -173,3 +185,21 @@ async def test_put_unique_times_out_without_a_master(broker: EmbeddedBroker, nam
         await c.close()
         with pytest.raises(StoreError):
             await c.put("k", 1)
+
+
+async def test_an_oversized_write_fails_in_the_caller_and_the_store_goes_on(namespace: str) -> None:
+    from broker_mqtt.errors import PayloadTooLarge
+
+    with EmbeddedBroker(max_packet_size=64 * 1024) as small:
+        async with Endpoint(small, namespace=namespace) as e1, Endpoint(small, namespace=namespace) as e2:
+            m = await e1.attach_master("config", channel=FAST, discovery_timeout=0.05)
+            c = await e2.attach_clone("config", channel=FAST, wait=5)
+            for store in (c, m):
+                with pytest.raises(PayloadTooLarge):
+                    await store.put("big", "x" * 100_000)
+                with pytest.raises(PayloadTooLarge):
+                    await store.push("vec", ["y" * 100_000])
+            await c.put("small", 1)
+            await m.put("other", 2)
+            assert await c.await_idle(5) and await m.await_idle(5)
+            assert await c.get("small") == 1 and await c.get("other") == 2 and not await c.exists("big")

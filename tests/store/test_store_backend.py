@@ -51,6 +51,30 @@ def test_sets_and_copies(backend: Backend) -> None:
     assert backend.get("s") == {1, 2, 3}
 
 
+def test_keys_of_every_kind_compare_by_encoding(backend: Backend) -> None:
+    keys = ["1", 1, 1.0, True, b"1", None, 2**70, -0.0, 0.0, ("t", 1), frozenset({3, 1, 2})]
+    for i, key in enumerate(keys):
+        backend.put(key, i)
+    assert len(backend) == len(keys)  # 1, 1.0 and True are equal in Python, not here
+    for i, key in enumerate(keys):
+        assert backend.get(key) == i and backend.exists(key)
+    assert backend.get(["t", 1]) == 9 and backend.get({1, 2, 3}) == 10  # list == tuple, sets by content
+    assert sorted(map(repr, backend.keys())) == sorted(map(repr, [*keys[:9], ["t", 1], {1, 2, 3}]))
+    assert backend.erase(1) and backend.exists(1.0) and backend.exists(True) and not backend.exists(1)
+
+
+def test_values_come_back_equal_and_as_fresh_copies(backend: Backend) -> None:
+    values = ["s", 7, 2**80, 1.5, True, None, b"b", [1, [2]], {"a": {"b": 1}}, (1, 2)]
+    for i, value in enumerate(values):
+        backend.put(i, value)
+    got = [backend.get(i) for i in range(len(values))]
+    assert got == [*values[:-1], [1, 2]] and type(got[4]) is bool and type(got[2]) is int
+    got[7][1].append(3)
+    got[8]["a"]["c"] = 2
+    assert backend.get(7) == [1, [2]] and backend.get(8) == {"a": {"b": 1}}
+    assert [e.value for e in sorted(backend.snapshot(), key=lambda e: e.key)][7:9] == [[1, [2]], {"a": {"b": 1}}]
+
+
 def test_erase_clear(backend: Backend) -> None:
     backend.put("a", 1)
     backend.put("b", 2)

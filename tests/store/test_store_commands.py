@@ -46,7 +46,8 @@ COMMANDS = [
     Expire("k"),
 ]
 CONTROL = [AttachClone("c1", 3)]
-BROADCAST = [Put("k", 1, None), Erase("k"), Clear(), Expire("k"), PutUniqueResult("c1", 7, True)]
+BROADCAST = [Put("k", 1, None), Erase("k"), Clear(), Expire("k"), PutUniqueResult("c1", 7, True),
+             Put("k", [1], 2.0, "node.1"), Erase("k", "node.1"), Clear("node.1")]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: c.KIND.value)
@@ -78,6 +79,23 @@ def test_broadcast_round_trip(msg: Any) -> None:
 def test_broadcast_rejects_writes_and_control(msg: Any) -> None:
     with pytest.raises(StoreDecodeError):
         decode_broadcast(msg.to_wire())
+
+
+def test_publisher_only_in_broadcasts() -> None:
+    for msg in (Put("k", 1, None, "n"), Erase("k", "n"), Clear("n")):
+        wire = msg.to_wire()
+        assert wire[-1] == "n" and len(wire) == len(type(msg)(*[*vars_of(msg)][:-1]).to_wire()) + 1
+        assert decode_broadcast(wire) == msg and type(msg).from_wire(wire) == msg
+        with pytest.raises(StoreDecodeError):
+            decode_command(wire)  # a writer may not claim a publisher
+        for bad in ("", 5, None, b"n"):
+            with pytest.raises(StoreDecodeError):
+                decode_broadcast([*wire[:-1], bad])
+    assert Put("k", 1).to_wire() == ["put", "k", 1, None]  # no publisher: the form writers send
+
+
+def vars_of(msg: Any) -> list[Any]:
+    return [getattr(msg, name) for name in msg.__dataclass_fields__]
 
 
 def test_request_failed_carries_error_class() -> None:

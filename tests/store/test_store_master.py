@@ -28,6 +28,7 @@ from broker_mqtt.store import (
     RemoveFrom,
     SQLiteBackend,
     TypeClash,
+    decode_broadcast,
     decode_command,
 )
 
@@ -45,7 +46,13 @@ def master(backend: Backend) -> Master:
 
 
 def broadcasts(m: Master) -> list[Any]:
-    return [decode_command(env.message.payload) for env in m.to_send() if isinstance(env.message, ch.Event)]
+    out = []
+    for env in m.to_send():
+        if isinstance(env.message, ch.Event):
+            out.append(decode_command(env.message.payload))
+        elif isinstance(env.message, ch.EventBatch):  # a run of events goes as one message
+            out.extend(decode_command(p) for p in env.message.payloads)
+    return out
 
 
 def test_put_get_erase_clear(master: Master) -> None:
@@ -179,3 +186,22 @@ def test_last_seq_follows_broadcasts(master: Master, backend: Backend) -> None:
 def test_execute_rejects_non_writes(master: Master, bad: Any) -> None:
     with pytest.raises(TypeError):
         master.execute(bad, 0.0)
+
+
+def test_remote_writes_are_broadcast_with_the_writing_node(master: Master) -> None:
+    writer = ch.Producer("c1/w0", 0.0)
+    writer.add_consumer(master.id, 0.0, greeting="c1")  # the greeting names the writing node
+    writer.produce(Put("a", 1).to_wire(), 0.0)
+    writer.produce(Erase("a").to_wire(), 0.0)
+    writer.produce(Clear().to_wire(), 0.0)
+    master.execute(Put("b", 2), 0.0)
+    for out in writer.to_send(batch=8):
+        master.handle(out.message, 0.0)
+    payloads = []
+    for env in master.to_send():
+        if isinstance(env.message, ch.EventBatch):
+            payloads.extend(env.message.payloads)
+        elif isinstance(env.message, ch.Event):
+            payloads.append(env.message.payload)
+    assert [decode_broadcast(p) for p in payloads] == [Put("b", 2), Put("a", 1, None, "c1"), Erase("a", "c1"),
+                                                        Clear("c1")]
