@@ -3,11 +3,14 @@
 ``elected_node.py URL NAMESPACE STORE MODE CYCLE GAP [--sqlite PATH] [--writers K] [--durability D]``
 
 Joins elected store STORE and, with ``--writers K`` (K > 0), keeps K writes in flight, each pushing the
-next number onto the list ``log-<node id>``. It prints one line per fact, flushed at once:
+next number onto the list ``log-<node id>``. It prints one line per fact, flushed at once; times are
+this process's ``time.monotonic()`` (CLOCK_MONOTONIC, shared by the processes of one machine):
 
 * ``READY <node id>``
-* ``ACK <i>``: the push of ``i`` was acknowledged (durable per the store's setting);
-* ``MASTER <term> <master node id> <monotonic time>``: a master became active;
+* ``ACK <i> <time>``: the push of ``i`` was acknowledged (durable per the store's setting);
+* ``MASTER <term> <master node id> <time>``: a master became active;
+* ``STATS <json>``: right after each MASTER line, this node's statistics (what it fetched so far);
+* ``COUNTERS <json>``: on SIGWINCH, this node's statistics at once;
 * ``CONFLICT <key>``;
 * ``QUIET``: on SIGUSR1 writing stops and the node waits until its writes are all answered;
 * ``DUMP <json>``: on SIGUSR2 the node waits until idle and prints its contents.
@@ -31,7 +34,9 @@ from broker_mqtt.store.elected import Conflict, MasterChange
 
 
 def out(*parts: object) -> None:
-    print(*parts, flush=True)
+    """One write per line (a line cut by SIGKILL would otherwise be read as a shorter fact)."""
+    sys.stdout.write(" ".join(map(str, parts)) + "\n")
+    sys.stdout.flush()
 
 
 async def main() -> None:
@@ -59,13 +64,14 @@ async def main() -> None:
             while not stop.is_set():
                 i = next(counter)
                 await store.push(key, i)
-                out("ACK", i)
+                out("ACK", i, time.monotonic())
 
         async def watch() -> None:
             async with store.events() as events:
                 async for e in events:
                     if isinstance(e, MasterChange) and e.master is not None and e.epoch is not None:
                         out("MASTER", e.epoch[0], e.master, time.monotonic())
+                        out("STATS", json.dumps(dataclasses.asdict(store.statistics())))
                     elif isinstance(e, Conflict):
                         out("CONFLICT", json.dumps(e.key))
 
@@ -75,9 +81,12 @@ async def main() -> None:
             out("READY", store.node_id)
             for _ in range(args.writers):
                 tg.start_soon(writer)
-            with anyio.open_signal_receiver(signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM) as signals:
+            with anyio.open_signal_receiver(signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM,
+                                            signal.SIGWINCH) as signals:
                 async for sig in signals:
-                    if sig == signal.SIGUSR1:
+                    if sig == signal.SIGWINCH:
+                        out("COUNTERS", json.dumps(dataclasses.asdict(store.statistics())))
+                    elif sig == signal.SIGUSR1:
                         stop.set()
                         await store.await_idle(30)
                         out("QUIET")

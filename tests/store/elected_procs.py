@@ -43,13 +43,15 @@ class ElectedProc:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            if not line.endswith("\n"):
+                break  # cut by a kill
             kind, _, rest = line.rstrip("\n").partition(" ")
             with self._lock:
                 if kind == "READY":
                     self.node_id = rest
                     self._ready.set()
                 elif kind == "ACK":
-                    self.acks.append(int(rest))
+                    self.acks.append(int(rest.split(" ")[0]))
                 elif kind == "MASTER":
                     term, node, t = rest.split(" ")
                     self.masters.append((int(term), node, float(t)))
