@@ -34,7 +34,8 @@ class MQTTTransport:
         self.malformed = 0
 
     async def send(self, msg: dict[str, Any]) -> None:
-        await self.endpoint.publish_raw(self.topic, codec.encode(msg), qos=1)
+        # urgent: a ping must not wait behind the endpoint's other traffic (a late re-ping loses the tag)
+        await self.endpoint.publish_raw(self.topic, codec.encode(msg), qos=1, urgent=True)
 
     @asynccontextmanager
     async def monitor(self) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:

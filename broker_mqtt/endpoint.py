@@ -467,10 +467,22 @@ class Endpoint:
         else:
             await self._enqueue(self._data_topic(topic), qos, data)
 
-    async def publish_raw(self, mqtt_topic: str, payload: bytes, *, qos: int = 1, retain: bool = False) -> None:
-        """Publish bare bytes on an MQTT topic, one PUBLISH per call (no envelope, no coalescing)."""
+    async def publish_raw(self, mqtt_topic: str, payload: bytes, *, qos: int = 1, retain: bool = False,
+                          urgent: bool = False) -> None:
+        """Publish bare bytes on an MQTT topic, one PUBLISH per call (no envelope, no coalescing).
+
+        ``urgent``: the PUBLISH goes before everything already queued and does not wait for room
+        in the outgoing queue (for small, time-critical messages such as an election's pings; a
+        topic's messages should all be urgent or none, since the two lanes are not ordered).
+        """
         if not mqtt_topic or "+" in mqtt_topic or "#" in mqtt_topic:
             raise UsageError(f"cannot publish on MQTT topic {mqtt_topic!r}")
+        if urgent:
+            self._check_size(len(payload))
+            self._outbox.add(mqtt_topic, qos, bytes(payload), retain=retain, urgent=True)
+            self._stats.published += 1
+            self._wakeup.notify()
+            return
         await self._enqueue(mqtt_topic, qos, bytes(payload), retain=retain, coalesce=False)
 
     def _check_size(self, size: int) -> None:

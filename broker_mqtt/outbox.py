@@ -30,6 +30,7 @@ class Batch:
     data: bytearray = field(default_factory=bytearray)
     count: int = 0
     confirmed: bool = False
+    urgent: bool = False
 
 
 class Outbox:
@@ -47,17 +48,26 @@ class Outbox:
         self.pending_messages = 0
         self._open: dict[tuple[str, int], Batch] = {}
         self._sealed: deque[Batch] = deque()
+        self._urgent: deque[Batch] = deque()  # raw payloads that go before everything else
 
     @property
     def full(self) -> bool:
         return self.pending_bytes >= self.max_pending_bytes or self.pending_messages >= self.max_pending_messages
 
     def __bool__(self) -> bool:
-        return bool(self._sealed or self._open)
+        return bool(self._urgent or self._sealed or self._open)
 
-    def add(self, topic: str, qos: int, data: bytes, *, retain: bool = False, coalesce: bool = True) -> None:
-        """Queue ``data`` (one node message, or one raw payload when ``coalesce`` is false)."""
-        if coalesce and not retain:
+    def add(self, topic: str, qos: int, data: bytes, *, retain: bool = False, coalesce: bool = True,
+            urgent: bool = False) -> None:
+        """Queue ``data`` (one node message, or one raw payload when ``coalesce`` is false).
+
+        ``urgent`` (raw payloads only): one PUBLISH that leaves before every queued batch, in order
+        with the other urgent ones. Order against non-urgent messages of the same topic is not
+        kept: a topic's messages should all be urgent or none (an election's pings, say)."""
+        if urgent:
+            batch = Batch(topic, qos, retain, urgent=True)
+            self._urgent.append(batch)
+        elif coalesce and not retain:
             key = (topic, qos)
             batch = self._open.get(key)
             if batch is not None and len(batch.data) + len(data) > self.max_batch_bytes:
@@ -115,7 +125,10 @@ class Outbox:
                 and self.pending_bytes + size <= self.max_pending_bytes)
 
     def take(self) -> Batch | None:
-        """The next batch to send (oldest first), or None. Call :meth:`done` or :meth:`retry` after."""
+        """The next batch to send (urgent ones first, then oldest first), or None. Call :meth:`done`
+        or :meth:`retry` after."""
+        if self._urgent:
+            return self._urgent.popleft()
         if self._sealed:
             return self._sealed.popleft()
         if self._open:
@@ -130,7 +143,7 @@ class Outbox:
 
     def retry(self, batch: Batch) -> None:
         """Sending ``batch`` failed: put it back at the front, to go first after reconnecting."""
-        self._sealed.appendleft(batch)
+        (self._urgent if batch.urgent else self._sealed).appendleft(batch)
 
 
 class InFlight:

@@ -104,3 +104,20 @@ def test_has_room_counts_a_whole_group_and_an_idle_outbox_takes_any() -> None:
     assert batch is not None and not box.has_room(7, 10)  # in flight still counts
     box.done(batch)
     assert box.has_room(10, 100)
+
+
+def test_urgent_payloads_go_before_queued_batches_in_their_own_order() -> None:
+    box = Outbox(max_batch_bytes=1024)
+    box.add("t/a", 1, b"x" * 10)
+    box.add("t/b", 1, b"y" * 10, coalesce=False)
+    box.add("t/ping", 1, b"p1", urgent=True)
+    box.add("t/ping", 1, b"p2", urgent=True)
+    first = box.take()
+    assert first is not None and first.urgent and bytes(first.data) == b"p1"
+    box.retry(first)  # a failed send puts it back at the front of its lane
+    order = []
+    while (batch := box.take()) is not None:
+        order.append((batch.topic, bytes(batch.data)))
+        box.done(batch)
+    assert order == [("t/ping", b"p1"), ("t/ping", b"p2"), ("t/b", b"y" * 10), ("t/a", b"x" * 10)]
+    assert box.pending_messages == 0 and box.pending_bytes == 0 and not box

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import secrets
 import time
@@ -65,6 +66,8 @@ from .versioned import Epoch, Resolver, Version, VersionedState, last_writer_win
 
 if TYPE_CHECKING:
     from ..endpoint import Endpoint
+
+log = logging.getLogger("broker_mqtt.store.elected")
 
 __all__ = ["ElectedStore", "MasterChange", "Conflict", "StaleChange", "ElectedEvent", "attach_store"]
 
@@ -391,8 +394,10 @@ class ElectedStore:
         async for event in actor:
             now = anyio.current_time()
             if isinstance(event, TagEvent) and event.node == self.replica.id:
+                log.info("store %s: %s holds the tag", self.name, self.replica.id)
                 self.replica.tagged(now)
             elif isinstance(event, (UntagEvent, DetagEvent)):
+                log.info("store %s: %s lost the tag (%s)", self.name, self.replica.id, event)
                 self.replica.untagged(now)
             else:
                 continue
