@@ -2,9 +2,12 @@
 
 Sensor readings are generated (3 devices, one reading per second for two minutes), Spark
 aggregates them per device and 30-second window, and writes the aggregates through the bridge
-(format "broker_mqtt") to topic /sensors/agg. An edge node — an ordinary broker_mqtt subscriber,
-here in a thread of this process — receives each aggregate exactly once (de-duplicated by row id)
-and prints it. Runs on its own: an embedded mosquitto and a local[2] Spark session.
+(format "broker_mqtt") twice: to topic /sensors/agg, and into the elected store "sensor-agg" keyed
+by (device, window start). Two edge nodes — ordinary broker_mqtt endpoints, here in a thread of
+this process — hold the store's replicas (one of them is its elected master) and one subscribes to
+the topic: it receives each aggregate exactly once (de-duplicated by row id) and prints it; then
+both read the aggregates from their local copies of the store. Runs on its own: an embedded
+mosquitto and a local[2] Spark session.
 
     python examples/spark_pipeline.py
 
@@ -30,12 +33,14 @@ EXPECTED = DEVICES * (SECONDS // 30)
 
 
 class EdgeNode:
-    """Subscribes to /sensors/agg and prints each aggregate once, in its own thread and event loop
-    (Spark's calls stay on the main thread: its session is thread-local in the JVM)."""
+    """Subscribes to /sensors/agg and prints each aggregate once, and keeps two replicas of the store
+    "sensor-agg", in its own thread and event loop (Spark's calls stay on the main thread: its
+    session is thread-local in the JVM)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.received: list[dict] = []
+        self.stored: list[int] = []  # keys in each replica at the end
         self.deduplicator = Deduplicator()
         self.ready = threading.Event()
         self.done = threading.Event()
@@ -52,7 +57,11 @@ class EdgeNode:
             self.done.set()
 
     async def main(self) -> None:
-        async with Endpoint(self.url, name="edge-node") as ep, ep.subscribe("/sensors/agg") as sub:
+        async with Endpoint(self.url, name="edge-node") as ep, Endpoint(self.url, name="edge-node-2") as ep2, \
+                ep.subscribe("/sensors/agg") as sub:
+            election = {"cycle": 2.0, "gap": 0.5}
+            stores = [await e.attach_store("sensor-agg", election=election) for e in (ep, ep2)]
+            await stores[0].await_master(30)  # the bridge's store sink needs a master to write to
             self.ready.set()
             with anyio.move_on_after(300):  # a bound for a stuck run; Spark's start can be slow on a busy host
                 async for msg in dedup(sub, self.deduplicator):
@@ -61,16 +70,17 @@ class EdgeNode:
                     print(f"edge node: {row['device']:>8} {row['window_start']:%H:%M:%S}-"
                           f"{row['window_end']:%H:%M:%S}  n={row['n']:>2}  avg={row['avg_temp']:.2f}  "
                           f"min={row['min_temp']:.2f}  max={row['max_temp']:.2f}", flush=True)
-                    store_sink(row)
                     if len(self.received) == EXPECTED:
                         break
-
-
-def store_sink(row: dict) -> None:
-    """TODO(stores): put the aggregate into a data store that edge nodes read, keyed by
-    (device, window_start), once broker_mqtt.store lands — either here on the edge node
-    (``await clone.put(key, row)``) or, better, straight from Spark with the store sink option of
-    the bridge (``.option("store", "sensor-agg").option("key", "device")``: issue 6)."""
+            with anyio.move_on_after(120):  # the store sink's puts, by now durable at the master
+                while not all(len(s) >= EXPECTED for s in stores):
+                    await anyio.sleep(0.1)
+            self.stored = [len(s) for s in stores]
+            key, value = sorted(stores[1].items(), key=lambda kv: (kv[0][0], kv[0][1]))[0]
+            print(f"edge node: store sensor-agg holds {self.stored[0]} aggregates on each replica; "
+                  f"{key[0]} {key[1]:%H:%M:%S}: avg={value['avg_temp']:.2f}", flush=True)
+            for s in stores:
+                await s.close()
 
 
 def main() -> None:
@@ -111,9 +121,13 @@ def main() -> None:
                         "n", "avg_temp", "min_temp", "max_temp")
             )
             print(f"spark: aggregating {DEVICES * SECONDS} readings per device and {WINDOW} window", flush=True)
+            aggregates.cache()
             (aggregates.write.format("broker_mqtt").option("broker", broker.url)
              .option("topic", "/sensors/agg").mode("append").save())
             print(f"spark: emitted {EXPECTED} aggregates through the bridge", flush=True)
+            (aggregates.write.format("broker_mqtt").option("broker", broker.url)
+             .option("store", "sensor-agg").option("key", "device,window_start").mode("append").save())
+            print(f"spark: put {EXPECTED} aggregates into the elected store sensor-agg", flush=True)
         finally:
             spark.stop()
         if not edge.done.wait(60) or edge.error is not None:
@@ -123,6 +137,7 @@ def main() -> None:
         print(f"edge node: {len(edge.received)} aggregates, {stats.dropped} repeats dropped; "
               f"took {time.monotonic() - started:.1f}s", flush=True)
         assert len(edge.received) == EXPECTED
+        assert edge.stored == [EXPECTED, EXPECTED], edge.stored
 
 
 if __name__ == "__main__":

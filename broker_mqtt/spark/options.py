@@ -121,12 +121,27 @@ class SinkOptions:
     batch_bytes: int  #: largest PUBLISH the endpoint coalesces messages into
     max_pending: int  #: bound on messages queued or unacknowledged per task
     flush_timeout: float  #: a task fails if its messages are not acknowledged within this
+    store: str | None = None  #: put rows into this elected store instead of publishing them ...
+    key: tuple[str, ...] | None = None  #: ... keyed by these columns (the rest is the value)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], column_names: list[str] | None = None) -> SinkOptions:
         topic, topic_column = _get(options, "topic"), _get(options, "topicColumn")
-        if (topic is None) == (topic_column is None):
-            raise UsageError("give exactly one of the options 'topic' and 'topicColumn'")
+        store, key = _get(options, "store"), _get(options, "key")
+        if sum(x is not None for x in (topic, topic_column, store)) != 1:
+            raise UsageError("give exactly one of the options 'topic', 'topicColumn' and 'store'")
+        keys: tuple[str, ...] | None = None
+        if store is not None:
+            if not store or "/" in store or "+" in store or "#" in store:
+                raise UsageError(f"option 'store' must be a store name, got {store!r}")
+            if not key:
+                raise UsageError("option 'store' needs option 'key' (the key column, or comma-separated columns)")
+            keys = tuple(k.strip() for k in key.split(",") if k.strip())
+            missing = [k for k in keys if column_names is not None and k not in column_names]
+            if missing:
+                raise UsageError(f"key columns {missing} are not columns of the DataFrame ({column_names})")
+        elif key is not None:
+            raise UsageError("option 'key' is for the store sink: give option 'store' too")
         if topic is not None:
             validate_topic(topic)
         if topic_column is not None and column_names is not None and topic_column not in column_names:
@@ -145,6 +160,8 @@ class SinkOptions:
             batch_bytes=int(_number(options, "batchBytes", 256 * 1024, low=1024)),
             max_pending=int(_number(options, "maxPendingMessages", 50_000, low=1)),
             flush_timeout=_number(options, "flushTimeout", 60.0, low=0.1, kind=float),
+            store=store,
+            key=keys,
         )
 
 

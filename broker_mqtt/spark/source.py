@@ -93,6 +93,15 @@ def _column_names(schema: StructType) -> list[str]:
     return [f.name for f in schema.fields]
 
 
+def _sink(options: SinkOptions) -> Any:
+    """The executor-side function: publish rows, or put them into a store."""
+    if options.store is not None:
+        from .store_sink import store_partition
+
+        return store_partition
+    return emit_partition
+
+
 def _task() -> TaskContext:
     ctx = TaskContext.get()
     if ctx is None:
@@ -107,7 +116,7 @@ class _BatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> EmitCommitMessage:
         ctx = _task()
-        rows = emit_partition(self.options, iterator, job=self.job, batch_id=0, partition=ctx.partitionId())
+        rows = _sink(self.options)(self.options, iterator, job=self.job, batch_id=0, partition=ctx.partitionId())
         return EmitCommitMessage(self.job, 0, ctx.partitionId(), ctx.attemptNumber(), rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -131,7 +140,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
             raise UsageError("the broker_mqtt stream writer found no streaming query or batch id "
                              "in the task's properties (only micro-batch queries are supported)")
         job = uuid.UUID(query).hex
-        rows = emit_partition(self.options, iterator, job=job, batch_id=int(batch), partition=ctx.partitionId())
+        rows = _sink(self.options)(self.options, iterator, job=job, batch_id=int(batch), partition=ctx.partitionId())
         return EmitCommitMessage(job, int(batch), ctx.partitionId(), ctx.attemptNumber(), rows)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
