@@ -68,6 +68,8 @@ async def main() -> None:
 
         async def watch() -> None:
             async with store.events() as events:
+                if store.master is not None and store.epoch is not None:  # active before we listened
+                    out("MASTER", store.epoch[0], store.master, time.monotonic())
                 async for e in events:
                     if isinstance(e, MasterChange) and e.master is not None and e.epoch is not None:
                         out("MASTER", e.epoch[0], e.master, time.monotonic())

@@ -36,20 +36,11 @@ from ..events import PeerLost, PeerRemoved
 from ..message import Kind
 from .attached import Erased, EventsDropped, Expired, Inserted, Updated
 from .commands import (
-    Append,
-    Clear,
-    Decrement,
-    Erase,
-    Increment,
-    InsertInto,
-    Pop,
-    Push,
-    Put,
     PutUnique,
-    RemoveFrom,
     WriteCommand,
 )
 from .errors import StoreDecodeError, StoreError
+from .operations import WriteOperations
 from .replication import (
     ConflictsFound,
     DataChanged,
@@ -153,7 +144,7 @@ class _Events:
         return event
 
 
-class ElectedStore:
+class ElectedStore(WriteOperations):
     """A replica of an elected store; see the module docstring and ``docs/stores.md`` § 8.
 
     Reads are local (``get``, ``exists``, ``keys``, ``items``); every write goes to the current
@@ -259,39 +250,12 @@ class ElectedStore:
 
     # -- writes ---------------------------------------------------------------------------------------
 
-    async def put(self, key: Any, value: Any, *, expiry: float | None = None) -> None:
-        await self.write(Put(key, value, expiry))
-
     async def put_unique(self, key: Any, value: Any, *, expiry: float | None = None) -> bool:
         """Put only if ``key`` is absent; return whether it inserted (decided by the master)."""
         return bool(await self.write(PutUnique(key, value, expiry, "", 0)))
 
-    async def erase(self, key: Any) -> None:
-        await self.write(Erase(key))
-
-    async def clear(self) -> None:
-        await self.write(Clear())
-
-    async def increment(self, key: Any, amount: int | float = 1, *, expiry: float | None = None) -> None:
-        await self.write(Increment(key, amount, expiry))
-
-    async def decrement(self, key: Any, amount: int | float = 1, *, expiry: float | None = None) -> None:
-        await self.write(Decrement(key, amount, expiry))
-
-    async def append(self, key: Any, value: str | bytes, *, expiry: float | None = None) -> None:
-        await self.write(Append(key, value, expiry))
-
-    async def insert_into(self, key: Any, index: Any, value: Any = None, *, expiry: float | None = None) -> None:
-        await self.write(InsertInto(key, index, value, expiry))
-
-    async def remove_from(self, key: Any, index: Any, *, expiry: float | None = None) -> None:
-        await self.write(RemoveFrom(key, index, expiry))
-
-    async def push(self, key: Any, value: Any, *, expiry: float | None = None) -> None:
-        await self.write(Push(key, value, expiry))
-
-    async def pop(self, key: Any, *, expiry: float | None = None) -> None:
-        await self.write(Pop(key, expiry))
+    async def _write(self, command: WriteCommand) -> Any:
+        return await self.write(command)
 
     async def write(self, command: WriteCommand) -> Any:
         """Place any write command; return its answer (put_unique: inserted) once durable."""

@@ -493,9 +493,11 @@ class Replica:
             self._apply_write(writer, n, *held.pop(n))
 
     def _on_write_msg(self, args: list[Any], now: float) -> None:
-        writer, n, origin, cmd = args
+        writer, n, origin, cmd, epoch = args
         if writer == self.id:
             return  # own writes are applied directly when this node is master
+        if epoch is None or epoch_from_wire(epoch) != self.epoch:
+            return  # sent to another mastership (a late arrival after a split): its writer re-sends
         self._on_write(writer, int(n), origin, cmd, now)
 
     def _on_wack(self, args: list[Any], now: float) -> None:
@@ -575,11 +577,12 @@ class Replica:
         subsumed: list[tuple[Lineage, int]] = []
         if claim.fetched:  # diverged histories: merge them all into a new line of this epoch
             states = [*([self.state] if claim.merge_self else []), *(claim.fetched[s] for s in sorted(claim.fetched))]
+            # the merged histories, as they were: followers at any of their positions take the merge
+            subsumed = [(list(s.lineage), s.last_seq) for s in states]
             parts, conflicts = merge_histories(states, claim.epoch, resolver=self.resolver)
             changes = self.state.replace(**parts)
             self.clock.observe(self.state.max_hlc)
             self._log.clear()
-            subsumed = [(s.lineage, s.last_seq) for s in states]
             if changes:
                 self._events.append(DataChanged(changes))
         self._claim = None

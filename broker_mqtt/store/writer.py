@@ -82,7 +82,7 @@ class WriterCore:
         p = self._writes[n] = _Pending(command.to_wire(), now + self.write_timeout)
         if self.master is not None:
             p.sent = now
-            self._outbox.append(["write", self.writer, n, self.origin, p.cmd])
+            self._outbox.append(self._message(n, p))
         return n
 
     def handle(self, msg: Any, now: float) -> None:
@@ -141,7 +141,12 @@ class WriterCore:
     def _resend(self, now: float) -> None:
         for n, p in sorted(self._writes.items()):
             p.sent = now
-            self._outbox.append(["write", self.writer, n, self.origin, p.cmd])
+            self._outbox.append(self._message(n, p))
+
+    def _message(self, n: int, p: _Pending) -> list[Any]:
+        """A write for the current master: it carries that master's epoch, and any other master
+        (one that receives it late, after a split healed) ignores it."""
+        return ["write", self.writer, n, self.origin, p.cmd, None if self.epoch is None else list(self.epoch)]
 
     def answered(self, upto: int, results: dict[int, Any]) -> None:
         """The master applied (durably) every write up to ``upto``; ``results``: answers by number."""

@@ -209,6 +209,7 @@ def test_split_heal_merges_deterministically_and_reports_conflicts() -> None:
         assert [c.key for c in net.nodes[n].conflicts] == ["shared"], n
         conflict = net.nodes[n].conflicts[0]
         assert conflict.chosen.value == "cd" and conflict.other.value == "ab"
+    assert sum(net.nodes[n].replica.stats.merges for n in names) == 1  # one merge settles it
 
 
 def test_split_both_masters_stay_tagged_then_one_untags() -> None:
@@ -240,7 +241,8 @@ def test_repeated_write_is_answered_again_not_applied_again() -> None:
     net.run(0.5)
     assert net.nodes["b"].done == {n: None}
     # the same write again (its answer "lost"): the master recognises it
-    net.nodes["a"].replica.handle(["write", "b.0", n, "b", Increment("counter", 5).to_wire()], net.now)
+    epoch = list(net.nodes["a"].replica.epoch)
+    net.nodes["a"].replica.handle(["write", "b.0", n, "b", Increment("counter", 5).to_wire(), epoch], net.now)
     net._flush("a")
     net.run(0.5)
     assert net.contents("a")["counter"] == net.contents("b")["counter"] == 5
@@ -336,3 +338,20 @@ def test_durability_one_on_a_lone_master_fails_clearly_and_master_mode_works() -
     alone.run(1.5)
     m = alone.write("a", Put("k", 1))
     assert alone.nodes["a"].done == {m: None}
+
+
+def test_a_write_sent_to_an_earlier_mastership_is_ignored_by_the_next() -> None:
+    """A write that arrives late (queued across a split, say) at a master of another epoch is not
+    applied: its writer re-sends it to the master it knows, so it is applied once, where it belongs."""
+    net = SimNet(["a", "b"], seed=16)
+    net.tag("a")
+    net.run(0.5)
+    old_epoch = list(net.nodes["a"].replica.epoch)
+    net.untag("a")
+    net.tag("b")
+    net.run(0.5)
+    b = net.nodes["b"].replica
+    b.handle(["write", "x.0", 1, "x", Put("late", 1).to_wire(), old_epoch], net.now)
+    assert not b.state.exists("late")
+    b.handle(["write", "x.0", 1, "x", Put("late", 1).to_wire(), list(b.epoch)], net.now)
+    assert b.state.get("late") == 1
