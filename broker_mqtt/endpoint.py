@@ -795,7 +795,7 @@ class Endpoint:
         return await attach_clone(self, name, **options)
 
     async def attach_store(self, name: str, **options: Any) -> Any:
-        """Join elected store ``name``: its master is the node an election picks (docs/stores.md § 8)."""
+        """Join elected store ``name``: its master is the node an election picks (docs/elected-stores.md)."""
         from .store.elected import attach_store
 
         return await attach_store(self, name, **options)

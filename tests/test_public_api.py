@@ -14,3 +14,13 @@ def test_public_api_is_pinned() -> None:
     )
     for name in broker_mqtt.__all__:
         assert hasattr(broker_mqtt, name), name
+
+
+def test_api_reference_is_current() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "docs" / "gen_api.py"
+    out = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr + " (run: python docs/gen_api.py)"

@@ -1,4 +1,4 @@
-"""Elected stores on an :class:`~broker_mqtt.Endpoint`: the anyio layer (``docs/stores.md`` § 8).
+"""Elected stores on an :class:`~broker_mqtt.Endpoint`: the anyio layer (``docs/elected-stores.md``).
 
 Theory of operation:
 
@@ -145,7 +145,7 @@ class _Events:
 
 
 class ElectedStore(WriteOperations):
-    """A replica of an elected store; see the module docstring and ``docs/stores.md`` § 8.
+    """A replica of an elected store; see the module docstring and ``docs/elected-stores.md``.
 
     Reads are local (``get``, ``exists``, ``keys``, ``items``); every write goes to the current
     master and returns once it is durable per the store's ``durability`` (raising the master's
@@ -464,7 +464,7 @@ async def attach_store(
     allow_short_cycle: bool = False,
     candidate: bool = True,
 ) -> ElectedStore:
-    """Join elected store ``name`` on ``ep``; see :class:`ElectedStore` and ``docs/stores.md`` § 8.
+    """Join elected store ``name`` on ``ep``; see :class:`ElectedStore` and ``docs/elected-stores.md``.
 
     ``backend``: ``"memory"`` or ``"sqlite"`` (with ``path``: survives restarts). ``election``: the
     actor's configuration (``cycle``, ``gap``, ...; default cycle 10 s, gap 1.5 s). ``mode``:

@@ -1,6 +1,6 @@
 """Elected-store replication, sans-io: epochs, fencing, handover, durable writes, split merge.
 
-Theory of operation (``docs/stores.md`` § 8; the anyio layer is :mod:`.elected`):
+Theory of operation (``docs/elected-stores.md``; the anyio layer is :mod:`.elected`):
 
 * Every node of an elected store runs one :class:`Replica` over a :class:`~.versioned.VersionedState`.
   An election (asyncactor) says who holds the tag: the I/O layer calls :meth:`Replica.tagged` and

@@ -1,6 +1,6 @@
 """The replicated state of an elected store: versioned entries, the log position, and the merge.
 
-Theory of operation (``docs/stores.md`` § 8):
+Theory of operation (``docs/elected-stores.md``):
 
 * Every replica of an elected store keeps the same :class:`VersionedState`: per key the current
   :class:`Version` (value, hybrid-logical-clock time, writing node, the log sequence number of the

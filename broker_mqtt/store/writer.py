@@ -1,4 +1,4 @@
-"""Writing into an elected store without holding a replica (``docs/elected-stores.md`` § 10).
+"""Writing into an elected store without holding a replica (``docs/elected-stores.md`` § 9).
 
 A :class:`WriterCore` is the writer half of a :class:`~.replication.Replica`: it learns who the master
 is from the replicas' heartbeats and ``active`` messages, sends each write ``(writer, n, command)`` to
