@@ -368,7 +368,7 @@ def demo(broker: str | None, duration: float, nodes: int) -> None:
         sys.exit(EXIT_CHECK_FAILED)
 
 
-from . import cli_node, cli_store  # noqa: E402, F401 - register `node`, `store` and `peers` on `main`
+from . import cli_bench, cli_node, cli_store  # noqa: E402, F401 - register `bench`, `node`, `store`, `peers`
 
 if __name__ == "__main__":  # pragma: no cover
     main()

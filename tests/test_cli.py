@@ -22,7 +22,7 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def test_help_everywhere() -> None:
-    for cmd in ([], ["demo"], ["pub"], ["sub"]):
+    for cmd in ([], ["demo"], ["pub"], ["sub"], ["store"], ["store", "get"], ["node"], ["peers"], ["bench"]):
         out = run(*cmd, "--help")
         assert out.returncode == 0 and "Usage" in out.stdout
 
@@ -134,3 +134,14 @@ def test_node_from_a_toml_file_serves_a_store_and_hands_over_on_sigterm(broker: 
             if p.poll() is None:
                 p.kill()
             p.communicate()
+
+
+def test_bench_lists_the_benchmarks_that_exist() -> None:
+    out = run("bench", "--list")
+    assert out.returncode == 0
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    for line in out.stdout.splitlines():
+        assert (bench / line.split()[1].removeprefix("bench/")).exists(), line
+    assert run("bench", "nonsense").returncode == 2

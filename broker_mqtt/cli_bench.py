@@ -1,0 +1,47 @@
+"""``broker-mqtt bench``: run the benchmarks under bench/ and show their tables.
+
+The benchmarks live in the source checkout (bench/, next to the package), not in an installed
+wheel; each prints its table, writes JSON to bench/results/ and runs its baseline in the same run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from .cli import EXIT_CHECK_FAILED, _fail, main
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+#: name -> (script, what it measures); the order is the order of ``bench all``
+BENCHMARKS = {
+    "pubsub": ("pubsub.py", "publish/subscribe throughput and latency, beside raw aiomqtt"),
+    "store": ("store.py", "master/clone store operations, beside raw endpoint messages"),
+    "failover": ("failover.py", "elected-store failover and migrations, beside a stable master"),
+    "election": ("election.py", "actor failover, simulated kills and real SIGKILLs"),
+    "spark": ("spark_emit.py", "Spark rows/s through the bridge, beside a paho baseline (spark extra)"),
+}
+
+
+@main.command()
+@click.argument("names", nargs=-1, type=click.Choice(["all", *BENCHMARKS]))
+@click.option("--list", "list_only", is_flag=True, help="List the benchmarks and exit.")
+def bench(names: tuple[str, ...], list_only: bool) -> None:
+    """Run benchmarks (default: pubsub; `all` for every one) and print their tables."""
+    if list_only:
+        for name, (script, what) in BENCHMARKS.items():
+            click.echo(f"{name:10} bench/{script:16} {what}")
+        return
+    if not BENCH.is_dir():
+        _fail(f"no bench/ next to the package ({BENCH}): run from a source checkout", 2)
+    chosen = list(BENCHMARKS) if "all" in names else list(names or ["pubsub"])
+    failed = []
+    for name in chosen:
+        script = BENCH / BENCHMARKS[name][0]
+        click.echo(f"== {name}: bench/{script.name}", err=True)
+        if subprocess.run([sys.executable, str(script)], check=False).returncode != 0:
+            failed.append(name)
+    if failed:
+        _fail(f"benchmarks failed: {', '.join(failed)}", EXIT_CHECK_FAILED)
