@@ -60,6 +60,7 @@ Position = tuple[int, Epoch | None]  #: (seq, epoch of the record at seq); (0, N
 Lineage = list[tuple[Epoch, int]]  #: [(epoch, first seq it wrote), ...], epochs increasing
 
 RESULTS_KEPT = 64  # answers of recent put_unique / failed writes remembered per writer
+WRITERS_KEPT = 100_000  # writers remembered; past it the 10 % least recently applied are forgotten
 
 
 class Clock:
@@ -362,6 +363,9 @@ class VersionedState:
             a.results[record.n] = record.result
             if len(a.results) > RESULTS_KEPT:
                 del a.results[min(a.results)]
+        if len(self.applied) > WRITERS_KEPT:  # deterministic: every replica applies the same records
+            keep = sorted(self.applied.items(), key=lambda item: item[1].seq)[WRITERS_KEPT // 10:]
+            self.applied = dict(keep)
         return [c for c in changes if c is not None]
 
     def _set(self, key: Any, version: Version) -> Change:

@@ -355,3 +355,16 @@ def test_a_write_sent_to_an_earlier_mastership_is_ignored_by_the_next() -> None:
     assert not b.state.exists("late")
     b.handle(["write", "x.0", 1, "x", Put("late", 1).to_wire(), list(b.epoch)], net.now)
     assert b.state.get("late") == 1
+
+
+def test_the_writer_table_is_bounded_and_forgets_the_least_recent(monkeypatch: Any) -> None:
+    from broker_mqtt.store import versioned
+    from broker_mqtt.store.versioned import Record
+
+    monkeypatch.setattr(versioned, "WRITERS_KEPT", 20)
+    state = VersionedState()
+    for i in range(1, 31):
+        state.apply(Record(i, (1, "m"), i, "o", f"w{i}", 1, ("put", f"k{i}", i, None)))
+    assert len(state.applied) <= 21
+    assert "w30" in state.applied and "w1" not in state.applied
+    assert state.applied_n("w1") == 0 and state.applied_n("w30") == 1
