@@ -61,7 +61,7 @@ def test_topic_column_routes_each_row(spark: Any, broker: EmbeddedBroker, namesp
 
 def test_options_are_checked_on_the_driver(spark: Any, broker: EmbeddedBroker, namespace: str) -> None:
     df = spark.range(3)
-    with pytest.raises(Exception, match="exactly one of the options 'topic' and 'topicColumn'"):
+    with pytest.raises(Exception, match="exactly one of the options 'topic', 'topicColumn' and 'store'"):
         _write(df, broker, namespace)
     with pytest.raises(Exception, match="topicColumn 'nope' is not a column"):
         _write(df, broker, namespace, topicColumn="nope")
