@@ -6,6 +6,9 @@ Every publisher and subscriber is its own OS process; the orchestrator (this scr
 - small messages ``[i, "test"]`` end-to-end, 1 -> 1 and 1 -> 4 subscribers, QoS 1 (the
   default) and QoS 0;
 - 1 KB payloads, 1 -> 1;
+- Spark-like rows, 1 -> 1: the map bench/spark_emit.py's bridge sends (id, device, value, a UTC
+  timestamp, the row id), pre-encoded and flooded with ``publish_encoded`` as the bridge does, so
+  the subscriber's receive and decode path is the bottleneck (``--rows-only`` runs just this);
 - publish -> receive latency at low load (500 msg/s), p50 / p99;
 - the baseline: raw aiomqtt, one PUBLISH per message, QoS 0 (its fastest mode), same payload.
 
@@ -70,6 +73,13 @@ async def _pub_role(args: argparse.Namespace) -> dict[str, object]:
         for peer in args.peers.split(","):
             if not await ep.await_peer(uuid.UUID(peer), timeout=10):
                 raise SystemExit(f"subscriber {peer} never appeared")
+        if args.rows:
+            chunks = _row_chunks(args.count)
+            start = time.time()
+            for chunk in chunks:
+                await ep.publish_encoded(args.topic, chunk)
+            await ep.flush()
+            return {"start": start, "published": args.count, "end": time.time()}
         start = time.time()
         if args.latency:
             for i in range(args.count):
@@ -80,6 +90,20 @@ async def _pub_role(args: argparse.Namespace) -> dict[str, object]:
                 await ep.publish(args.topic, [i, payload_tail])
         await ep.flush()
         return {"start": start, "published": args.count, "end": time.time()}
+
+
+def _row_chunks(count: int, size: int = 1000) -> list[list[bytes]]:
+    """Encoded rows like the Spark bridge's (bench/spark_emit.py), in chunks of ``size``."""
+    import datetime as dt
+
+    from broker_mqtt import codec
+
+    job = uuid.uuid4().hex
+    utc = dt.UTC
+    rows = [codec.encode({"id": i, "device": f"device-{i % 16}", "value": i * 0.25,
+                          "ts": dt.datetime.fromtimestamp(1_700_000_000 + i, utc), "$spark": [job, 0, 1, i]})
+            for i in range(count)]
+    return [rows[i:i + size] for i in range(0, count, size)]
 
 
 async def _raw_sub_role(args: argparse.Namespace) -> dict[str, object]:
@@ -141,7 +165,7 @@ def _result(proc: subprocess.Popen[str], timeout: float) -> dict[str, object]:
 
 def run_case(
     broker: str, *, subs: int, count: int, size: int = 0, qos: int = 1, raw: bool = False,
-    latency: bool = False, rate: int = 500,
+    latency: bool = False, rate: int = 500, rows: bool = False,
 ) -> dict[str, object]:
     topic = f"/bench/{uuid.uuid4().hex[:8]}" if not raw else f"rawbench/{uuid.uuid4().hex[:8]}"
     ids = [str(uuid.uuid4()) for _ in range(subs)]
@@ -157,7 +181,7 @@ def run_case(
         if line.strip() != "READY":
             raise RuntimeError(f"subscriber did not start: {line!r}")
     pub = _spawn("raw-pub" if raw else "pub", broker=broker, topic=topic, count=count, size=size, qos=qos,
-                 peers=",".join(ids), latency=latency, rate=rate)
+                 peers=",".join(ids), latency=latency, rate=rate, rows=rows)
     p_res = _result(pub, timeout + 30)
     s_res = [_result(p, timeout + 30) for p in procs]
     received = sum(int(r["received"]) for r in s_res)  # type: ignore[call-overload]
@@ -189,6 +213,8 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=500)
     parser.add_argument("--timeout", type=float, default=60)
     parser.add_argument("--latency", action="store_true")
+    parser.add_argument("--rows", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--rows-only", action="store_true", help="only the Spark-like rows case")
     parser.add_argument("--quick", action="store_true", help="fewer messages (a smoke run)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "pubsub.json"))
     args = parser.parse_args()
@@ -212,8 +238,11 @@ def main() -> None:
             ("broker_mqtt 1->1 small (QoS 0)", {"subs": 1, "count": 500_000 // scale, "qos": 0}),
             ("broker_mqtt 1->4 small (QoS 1)", {"subs": 4, "count": 200_000 // scale}),
             ("broker_mqtt 1->1 1 KB (QoS 1)", {"subs": 1, "count": 100_000 // scale, "size": 1024}),
+            ("broker_mqtt 1->1 Spark-like rows (QoS 1)", {"subs": 1, "count": 300_000 // scale, "rows": True}),
             ("broker_mqtt latency 500 msg/s (QoS 1)", {"subs": 1, "count": 2_000 // scale, "latency": True}),
         ]
+        if args.rows_only:
+            cases = [cases[0], *(c for c in cases if c[1].get("rows"))]
         for label, kw in cases:
             rows[label] = run_case(url, **kw)  # type: ignore[arg-type]
             print(f"  done: {label}", file=sys.stderr, flush=True)

@@ -33,7 +33,8 @@ class Message:
     """A data message received by a subscriber.
 
     ``data`` is decoded from the packed payload on first access and cached; subscribers decode
-    it before yielding, so a message a subscriber sees always has valid ``data``.
+    it before yielding (all messages of a PUBLISH at once), so a message a subscriber sees
+    always has valid ``data``.
     """
 
     __slots__ = ("topic", "payload", "_sender", "_data")
@@ -59,6 +60,19 @@ class Message:
     def __repr__(self) -> str:
         shown = "<undecoded>" if self._data is _MISSING else repr(self._data)
         return f"Message(topic={self.topic!r}, sender={self.sender}, data={shown})"
+
+
+def _decode_all(messages: list[Message]) -> None:
+    """Decode the ``data`` of every message not decoded yet, in one batch (``codec.decode_many``).
+
+    A message whose payload is malformed stays undecoded: its ``data`` raises as before.
+    """
+    todo = [m for m in messages if m._data is _MISSING]
+    if todo:
+        error = codec.DecodeError
+        for m, value in zip(todo, codec.decode_many([m.payload for m in todo]), strict=True):
+            if type(value) is not error:
+                m._data = value
 
 
 @dataclass(frozen=True, slots=True)

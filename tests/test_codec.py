@@ -12,7 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_mqtt.codec import PROJECT_TAGS, DecodeError, EncodeError, decode, decode_sequence, encode
+from broker_mqtt.codec import (
+    PROJECT_TAGS,
+    DecodeError,
+    EncodeError,
+    decode,
+    decode_many,
+    decode_sequence,
+    encode,
+)
 from broker_mqtt.data import Count, EnumValue, Port, PortProtocol
 
 # The composite strategies below have long reprs; hypothesis warns when it renders one.
@@ -256,6 +264,71 @@ def test_decode_accepts_buffers() -> None:
     assert decode(bytearray(b)) == decode(memoryview(b)) == [1, "x", Count(2)]
     # 0xf7 inside the data takes the exact path
     assert decode(encode([247, b"\xf7"])) == [247, b"\xf7"]
+
+
+def test_decode_with_0xf7_inside_uses_another_mark() -> None:
+    # 0xf7 in the data: the first simple-value byte the data lacks (0xe0) marks the end
+    assert decode(encode({"n": 0xF7, "f": 0.1})) == {"n": 0xF7, "f": 0.1}
+    with pytest.raises(DecodeError, match="trailing bytes"):
+        decode(encode(0xF7) + b"\xe0")  # our own mark byte as a trailing item
+    with pytest.raises(DecodeError, match="trailing bytes"):
+        decode(encode(0xF7) + b"\xf7")
+    with pytest.raises(DecodeError, match="truncated"):
+        decode(b"\x82\x18\xf7")  # the mark would complete the array
+    every_mark = bytes([0xF7, *range(0xE0, 0xF4)])  # holds every mark byte: the exact path
+    assert decode(encode(every_mark)) == every_mark
+    with pytest.raises(DecodeError, match="trailing bytes"):
+        decode(encode(every_mark) + b"\x01")
+
+
+def _outcome(p: bytes) -> Any:
+    try:
+        return decode(p)
+    except DecodeError as exc:
+        return exc
+
+
+def _same_outcome(got: Any, want: Any) -> bool:
+    if isinstance(want, DecodeError):
+        return type(got) is DecodeError and str(got) == str(want)
+    return same(got, want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(values.map(encode), st.binary(max_size=24), st.just(b""),
+                          values.map(lambda v: encode(v)[:-1]), values.map(lambda v: encode(v) + b"\xf7")),
+                max_size=12))
+def test_decode_many_is_decode_of_each(payloads: list[bytes]) -> None:
+    got = decode_many(payloads)
+    assert len(got) == len(payloads)
+    for g, p in zip(got, payloads, strict=True):
+        assert _same_outcome(g, _outcome(p)), (p, g)
+
+
+@pytest.mark.parametrize("payloads", [
+    [b"\x82\x01", b"\x02"],                  # misaligned: the first is truncated, the second completes it
+    [b"\x81", b"\x01"],                       # the mark would complete the first
+    [b"\x01\x02", b"\x03"],                  # two items in one payload
+    [b"\x9f", b"\xff"],                       # an indefinite array split over two payloads
+    [b"\xd9\xda\x02", b"\x05"],             # a tag and its content split
+    [encode(1), b"", encode(2)],              # an empty payload between good ones
+    [encode(1), encode(0xF7), encode("x")],   # 0xf7 in one: decoded alone
+])
+def test_decode_many_keeps_payload_boundaries(payloads: list[bytes]) -> None:
+    got = decode_many(payloads)
+    assert len(got) == len(payloads)
+    for g, p in zip(got, payloads, strict=True):
+        assert _same_outcome(g, _outcome(p)), (p, g)
+
+
+def test_decode_many_rows() -> None:
+    rows = [{"id": i, "device": f"device-{i % 16}", "value": i * 0.25,
+             "ts": datetime.fromtimestamp(1_700_000_000 + i, UTC), "$spark": ["job", 0, 1, i]}
+            for i in range(0, 600_000, 997)]
+    got = decode_many([encode(r) for r in rows])
+    assert all(same(g, r) for g, r in zip(got, rows, strict=True))
+    assert all(g["ts"].tzinfo is UTC for g in got)
+    assert decode_many([]) == []
 
 
 # --- encode errors and helper types ---------------------------------------------------------
