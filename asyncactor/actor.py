@@ -179,6 +179,20 @@ class Actor:
         await anyio.lowlevel.checkpoint()  # let the sender run
         return done
 
+    async def holder_gone(self, node: str) -> bool:
+        """Tell the actor that ``node`` is gone (e.g. its endpoint's MQTT last will arrived): if it
+        holds the current slot we bid at once, in chain order, as after a :meth:`handoff`, so a
+        dead holder is replaced in ~1.5·gap instead of up to ``cycle + gap``.  Returns True if
+        that moved our bid; harmless if the report is wrong (see ``ActorCore.holder_gone``)."""
+        moved = self._core.holder_gone(node, anyio.current_time())
+        self._flush()
+        return moved
+
+    @property
+    def current(self) -> str | None:
+        """The node holding the current slot as this node sees it (None before the first ping)."""
+        return self._core.current
+
     async def update_config(self, changes: Mapping[str, Any]) -> Config:
         """Change the group configuration (version bump, broadcast).  ``ValueError`` if bad."""
         conf = self._core.update_config(

@@ -250,6 +250,28 @@ class ActorCore:
         self._send(Ping(self.name, None, self._wire_history()))
         return True
 
+    def holder_gone(self, node: str, now: float) -> bool:
+        """``node`` is known to be gone (say, its MQTT last will arrived): if it holds the current
+        slot, bid as after its *release* (within ``gap / 2``, chain order kept; a node whose view
+        is unconfirmed one ``gap`` later) instead of waiting for its next ping to be overdue
+        (``cycle + 3 * gap`` for an unconfirmed view).  Returns True if that moved our bid.
+
+        Safe on a false report: a holder that is alive after all pings again, and the two
+        pings meet as any succession or collision does (``has_priority`` decides)."""
+        slot = self._slot
+        if (
+            slot is None or slot.node != node or node == self.name or not self.enabled
+            or self.phase is Phase.STARTING
+        ):  # fmt: skip
+            return False
+        before = self._timers.get(Timer.PING)
+        self._plan_ping(now, release=True, gone=True)
+        after = self._timers.get(Timer.PING)
+        if before is not None and after is not None and after > before:
+            self._timers[Timer.PING] = before  # never later than planned
+            return False
+        return True
+
     def update_config(
         self, changes: Mapping[str, Any], now: float, *, allow_short_cycle: bool = False
     ) -> Config:
@@ -300,7 +322,9 @@ class ActorCore:
             self._pending_ping = None
 
     # ---- internals: planning and sending our ping ------------------------------------------
-    def _plan_ping(self, base: float, *, now: float | None = None, release: bool = False) -> None:
+    def _plan_ping(
+        self, base: float, *, now: float | None = None, release: bool = False, gone: bool = False
+    ) -> None:
         if self.phase is Phase.STARTING or not self.enabled:
             self._timers.pop(Timer.PING, None)
             return
@@ -309,7 +333,7 @@ class ActorCore:
         slot = self._slot
         if slot is None:
             wait = c.cycle + 2 * c.gap  # alone as far as we know
-        elif self._await_ping:
+        elif self._await_ping and not gone:
             # our view of the slot is unconfirmed: bid only if nobody else does, after the
             # previous pinger's own repeat (at cycle + 2 * gap) would have arrived
             wait = c.cycle + 3 * c.gap
@@ -323,6 +347,8 @@ class ActorCore:
             d = min(max(float(d), 0.0), 2.0)
             if release:
                 wait = d / 4 * c.gap
+                if self._await_ping:  # unconfirmed view (a newcomer): after the others' bids
+                    wait += c.gap
             elif self.sticky:
                 wait = period + (0.5 + d / 4) * c.gap
             else:

@@ -371,7 +371,13 @@ class ElectedStore(WriteOperations):
     async def _status_loop(self, status: Any) -> None:
         async for event in status:
             if isinstance(event, (PeerLost, PeerRemoved)):
-                self.replica.peer_gone(event.peer.id.hex)
+                gone = event.peer.id.hex
+                self.replica.peer_gone(gone)
+                actor = self._actor
+                holder = actor.current if actor is not None else None
+                if holder is not None and holder.partition(".")[0] == gone:
+                    # its last will: bid now rather than when its next ping is overdue
+                    await actor.holder_gone(holder)  # type: ignore[union-attr]
                 self._drain()
                 await self._flush()
 

@@ -136,6 +136,68 @@ async def test_sticky_handoff_passes_the_tag_at_once():
     assert overlaps(tenures(c.log)) == []
 
 
+async def test_holder_gone_replaces_a_dead_sticky_holder_within_about_one_and_a_half_gaps():
+    # the last will of a killed holder's endpoint reaches the others at once: they bid as after
+    # a release instead of waiting for the holder's next ping to be overdue (cycle + gap)
+    async with MemoryHub(latency=0.1, jitter=0.1) as hub:
+        async with anyio.create_task_group() as tg:
+            c = Cluster(hub, tg, cfg=CFG, seed=3, actor_kw={"value": 1, "sticky": True})
+            await c.spawn_many(names(4))
+            took = []
+            for _ in range(3):
+                await anyio.sleep(4 * SLOT)
+                (holder,) = c.its()
+                c.kill(holder)
+                t0 = anyio.current_time()
+                survivors = [n for n in c.actors if n != holder]
+                moved = [await c.actors[n].holder_gone(holder) for n in survivors]
+                assert all(moved)
+                assert not any([await c.actors[n].holder_gone("nobody") for n in survivors])
+                await anyio.sleep(3 * GAP)
+                (new,) = c.its()
+                assert new != holder
+                took.append(c.events(TagEvent, new)[-1].time - t0)
+            c.kill_all()
+    assert overlaps(tenures(c.log)) == []
+    assert max(took) <= 2 * GAP < CYCLE  # a release's bid (<= gap/2) + gap + latency
+
+
+async def test_holder_gone_right_after_the_first_tag():
+    # the survivors have seen one ping only (their view is unconfirmed): they still bid early
+    async with MemoryHub(latency=0.1, jitter=0.1) as hub:
+        async with anyio.create_task_group() as tg:
+            c = Cluster(hub, tg, cfg=CFG, seed=5, actor_kw={"value": 1, "sticky": True})
+            await c.spawn_many(names(3))
+            while not c.its():
+                await anyio.sleep(0.05)  # noqa: ASYNC110 - polls simulated time
+            (holder,) = c.its()
+            c.kill(holder)
+            t0 = anyio.current_time()
+            for n in list(c.actors):
+                assert await c.actors[n].holder_gone(holder)
+            await anyio.sleep(4 * GAP)
+            (new,) = c.its()
+            took = c.events(TagEvent, new)[-1].time - t0
+            c.kill_all()
+    assert overlaps(tenures(c.log)) == []
+    assert took <= 3 * GAP < CYCLE
+
+
+async def test_a_false_holder_gone_report_leaves_one_it():
+    async with MemoryHub(latency=0.1, jitter=0.1) as hub:
+        async with anyio.create_task_group() as tg:
+            c = Cluster(hub, tg, cfg=CFG, seed=4, actor_kw={"value": 1, "sticky": True})
+            await c.spawn_many(names(4))
+            await anyio.sleep(4 * SLOT)
+            (holder,) = c.its()
+            for n in c.actors:
+                await c.actors[n].holder_gone(holder)  # the holder is alive after all
+            await anyio.sleep(10 * SLOT)
+            assert len(c.its()) == 1
+            c.kill_all()
+    assert overlaps(tenures(c.log)) == []
+
+
 # ---- splits -------------------------------------------------------------------------------
 async def test_split_both_sides_elect_then_heal_cleanly():
     ns = names(8)
