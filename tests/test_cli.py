@@ -22,18 +22,29 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def test_help_everywhere() -> None:
-    for cmd in ([], ["demo"], ["pub"], ["sub"], ["store"], ["store", "get"], ["node"], ["peers"], ["bench"]):
+    for cmd in ([], ["demo"], ["pub"], ["sub"], ["store"], ["store", "get"], ["node"], ["peers"], ["status"],
+                ["bench"]):
         out = run(*cmd, "--help")
         assert out.returncode == 0 and "Usage" in out.stdout
 
 
 def test_demo_shows_peers_and_a_real_kill() -> None:
-    out = run("demo", "--duration", "3", timeout=90)
+    """Not a terminal: plain log lines. With pyspark (and java) here, the Spark job runs too."""
+    from broker_mqtt.demo_spark import spark_unavailable
+
+    out = run("demo", "--duration", "3", timeout=110)
     assert out.returncode == 0, out.stdout + out.stderr
+    assert "\x1b[" not in out.stdout  # no live view when stdout is not a terminal
     assert "PeerLost" in out.stdout and "PeerRemoved" in out.stdout
     assert out.stdout.count("store master is now") >= 2  # one before the kill, another after it
     assert "(MISSING)" not in out.stdout
     assert "result: OK" in out.stdout
+    if spark_unavailable() is None:
+        assert "spark: job done, 8 rows put into store 'demo' and acknowledged" in out.stdout
+        assert "spark job: 8 of 8 aggregates of 10000 readings written through the bridge; in the store 8, " \
+               "values as computed" in out.stdout
+    else:
+        assert "spark: skipped" in out.stdout
 
 
 def test_pub_sub_round_trip(broker: EmbeddedBroker) -> None:
