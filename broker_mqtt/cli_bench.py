@@ -21,6 +21,7 @@ BENCHMARKS = {
     "store": ("store.py", "master/clone store operations, beside raw endpoint messages"),
     "failover": ("failover.py", "elected-store failover and migrations, beside a stable master"),
     "election": ("election.py", "actor failover, simulated kills and real SIGKILLs"),
+    "queue": ("work_queue.py", "work queue publish->accept and redelivery, beside elected-store puts"),
     "spark": ("spark_emit.py", "Spark rows/s through the bridge, beside a paho baseline (spark extra)"),
 }
 

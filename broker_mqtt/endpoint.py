@@ -800,6 +800,12 @@ class Endpoint:
 
         return await attach_store(self, name, **options)
 
+    async def attach_queue(self, name: str, **options: Any) -> Any:
+        """Join replicated work queue ``name`` (see broker_mqtt.queue and docs/queues.md)."""
+        from .queue.attached import attach_queue
+
+        return await attach_queue(self, name, **options)
+
     # -- status and peers ---------------------------------------------------------------------
     def status(self, *, buffer: int | None = None) -> StatusStream:
         """Status events from now on: ``async with ep.status() as events: async for e in events``.

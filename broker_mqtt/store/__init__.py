@@ -50,6 +50,7 @@ from .commands import (
     Clear,
     Command,
     CommandKind,
+    ComputedCommand,
     ControlMessage,
     Decrement,
     Erase,
@@ -67,6 +68,7 @@ from .commands import (
     decode_broadcast,
     decode_command,
     decode_control,
+    register_command,
     snapshot_from_wire,
     snapshot_to_wire,
 )
@@ -117,5 +119,5 @@ __all__ = [
     # elected stores
     "Conflict", "Durability", "ElectedEvent", "ElectedStore", "MasterChange", "NoMaster", "Replica",
     "ReplicaConfig", "ReplicaStats", "StaleChange", "StoreWriter", "Version", "VersionedState", "WriterCore",
-    "attach_store", "last_writer_wins",
+    "attach_store", "last_writer_wins", "ComputedCommand", "register_command",
 ]

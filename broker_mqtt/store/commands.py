@@ -19,6 +19,11 @@ optional ``publisher`` (the node id of the writer, Zeek Broker's publisher), sen
 trailing field only when set, and only by the master (writers may not claim one). A broadcast
 without it was written at the master.
 
+Elected stores also accept :class:`ComputedCommand` s: writes that compute their own effect from the
+replicated state at the master (``compute(state, wall) -> (op, answer)``, deterministic). They are
+declared outside this module (the queue operations of :mod:`broker_mqtt.queue`, kinds ``queue_*``) and
+made decodable with :func:`register_command`; plain master/clone stores refuse them.
+
 Wire form: a list ``[kind, field, ...]`` with the fields in declaration order; ``decode_command`` /
 ``decode_broadcast`` / ``decode_control`` are the only decoders, and raise
 :class:`StoreDecodeError` on malformed input.
@@ -55,6 +60,8 @@ __all__ = [
     "WriteCommand",
     "BroadcastCommand",
     "ControlMessage",
+    "ComputedCommand",
+    "register_command",
     "decode_command",
     "decode_control",
     "decode_broadcast",
@@ -79,6 +86,12 @@ class CommandKind(enum.Enum):
     PUT_UNIQUE_RESULT = "put_unique_result"
     REQUEST_FAILED = "request_failed"
     ATTACH_CLONE = "attach_clone"
+    # computed commands of work queues (broker_mqtt.queue; elected stores only)
+    QUEUE_PUBLISH = "queue_publish"
+    QUEUE_ACQUIRE = "queue_acquire"
+    QUEUE_SETTLE = "queue_settle"
+    QUEUE_RELEASE_OWNER = "queue_release_owner"
+    QUEUE_RENEW = "queue_renew"
 
 
 # -- field validators: raise StoreDecodeError, return the (converted) value --------------------------
@@ -325,8 +338,20 @@ class AttachClone(_Wire):
     attempt: int
 
 
+class ComputedCommand(_Wire):
+    """A write whose effect the elected store's master computes from the state (see the module
+    docstring). Subclasses are frozen dataclasses decorated with ``@register_command(kind, *checks)``."""
+
+    __slots__ = ()
+
+    def compute(self, state: Any, wall: float) -> tuple[tuple[Any, ...], Any]:
+        """``(op, answer)`` on ``state`` (a VersionedState) at wall-clock ``wall``; deterministic.
+        Raise StoreError to fail the write (nothing changes; the writer gets the error)."""
+        raise NotImplementedError
+
+
 WriteCommand = Put | PutUnique | Erase | Clear | Increment | Decrement | Append | InsertInto | RemoveFrom \
-    | Push | Pop
+    | Push | Pop | ComputedCommand
 BroadcastCommand = Put | Erase | Clear | Expire
 Command = WriteCommand | Expire
 ControlMessage = AttachClone
@@ -337,6 +362,20 @@ _CONTROL = {cls.KIND.value: cls for cls in (AttachClone,)}
 _RESULTS = {cls.KIND.value: cls for cls in (PutUniqueResult, RequestFailed)}
 _ALL = {**_COMMANDS, **_CONTROL, **_RESULTS}
 _BROADCAST = {cls.KIND.value: cls for cls in (Put, Erase, Clear, Expire, PutUniqueResult, RequestFailed)}
+
+
+def register_command(kind: CommandKind, *checks: Callable[[Any], Any]) -> Callable[[type], type]:
+    """Class decorator: make a :class:`ComputedCommand` subclass decodable by :func:`decode_command`
+    (``checks``: one validator per field, raising StoreDecodeError)."""
+    def wrap(cls: type) -> type:
+        if not issubclass(cls, ComputedCommand):
+            raise TypeError(f"{cls.__name__} is not a ComputedCommand")
+        _cmd(kind, *checks)(cls)
+        _COMMANDS[kind.value] = cls
+        _ALL[kind.value] = cls
+        return cls
+
+    return wrap
 
 
 _STAMPED = (Put, Erase, Clear)  # the broadcasts that may name their publisher

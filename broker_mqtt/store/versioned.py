@@ -17,6 +17,9 @@ Theory of operation (``docs/elected-stores.md``):
 * :func:`merge` combines two states whose histories diverged (a healed network split): per key the
   version with the larger ``(hlc, origin)`` wins (last writer wins; pluggable), and every key that
   both sides wrote since their common history is reported as a :class:`Conflict`.
+* A write command may compute its own effect (:class:`~.commands.ComputedCommand`, e.g. the queue
+  operations of :mod:`broker_mqtt.queue`); an effect that changes several keys at once is one
+  ``["many", [op, ...]]`` op, applied atomically in one record.
 * Persistence: with a ``path``, every applied batch is written to SQLite in one transaction
   (WAL, ``synchronous=FULL``) before the replica acknowledges it, and a reopened state continues where
   it stopped.
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .backend import _pack, _unpack
-from .commands import Clear, Erase, Put, PutUnique, WriteCommand
+from .commands import Clear, ComputedCommand, Erase, Put, PutUnique, WriteCommand
 from .errors import BackendError, NoSuchKey, StoreDecodeError
 from .master import _new_value
 
@@ -107,7 +110,22 @@ class Version:
 
 # -- log records ---------------------------------------------------------------------------------------
 # op: ["put", key, value, expiry] | ["erase", key] | ["expire", key] | ["clear"] | ["noop"] (a failed write)
-_OPS = {"put": 4, "erase": 2, "expire": 2, "clear": 1, "noop": 1}
+#     | ["many", [op, ...]] (several of the others, applied in order in one record; not nested)
+_OPS = {"put": 4, "erase": 2, "expire": 2, "clear": 1, "noop": 1, "many": 2}
+
+
+def _valid_op(op: Any, *, nested: bool = False) -> bool:
+    if not (isinstance(op, (list, tuple)) and op and _OPS.get(op[0]) == len(op)):
+        return False
+    if op[0] == "many":
+        return not nested and isinstance(op[1], (list, tuple)) and all(_valid_op(o, nested=True) for o in op[1])
+    return True
+
+
+def _op_from_wire(op: Any) -> tuple[Any, ...]:
+    if op[0] == "many":
+        return ("many", [tuple(o) for o in op[1]])
+    return tuple(op)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +143,9 @@ class Record:
     result: Any = None
 
     def to_wire(self) -> list[Any]:
-        return [self.seq, list(self.epoch), self.hlc, self.origin, self.writer, self.n, list(self.op), self.result]
+        op = self.op
+        wire_op = ["many", [list(o) for o in op[1]]] if op[0] == "many" else list(op)
+        return [self.seq, list(self.epoch), self.hlc, self.origin, self.writer, self.n, wire_op, self.result]
 
     @classmethod
     def from_wire(cls, wire: Any) -> Record:
@@ -135,10 +155,9 @@ class Record:
         except (TypeError, ValueError) as exc:
             raise StoreDecodeError(f"bad log record {wire!r:.100}") from exc
         if not (isinstance(seq, int) and seq > 0 and isinstance(hlc, int) and isinstance(origin, str)
-                and isinstance(writer, str) and isinstance(n, int) and isinstance(op, (list, tuple)) and op
-                and _OPS.get(op[0]) == len(op)):
+                and isinstance(writer, str) and isinstance(n, int) and _valid_op(op)):
             raise StoreDecodeError(f"bad log record {wire!r:.100}")
-        return cls(seq, epoch, hlc, origin, writer, n, tuple(op), result)
+        return cls(seq, epoch, hlc, origin, writer, n, _op_from_wire(op), result)
 
 
 def epoch_from_wire(wire: Any) -> Epoch:
@@ -274,6 +293,7 @@ class VersionedState:
         self.lineage: Lineage = []
         self.applied: dict[str, _Applied] = {}
         self.max_hlc = 0
+        self.generation = 0  # grows with every replace(): derived indexes (queues) know to rebuild
         self._dirty: dict[bytes, tuple[Any, Version] | None] = {}
         self._changed = False
         self._expiring: set[bytes] = set()  # keys whose version has an expiry
@@ -341,15 +361,8 @@ class VersionedState:
             raise ValueError(f"record {record.seq} does not follow {self.last_seq}")
         changes: list[Change] = []
         op = record.op
-        kind = op[0]
-        if kind == "put":
-            changes.append(self._set(op[1], Version(op[2], record.hlc, record.origin, record.seq, False, op[3])))
-        elif kind in ("erase", "expire"):
-            changes.extend(self._tombstone(op[1], record, expired=kind == "expire"))
-        elif kind == "clear":
-            for key, v in list(self._versions.values()):
-                if not v.deleted:
-                    changes.extend(self._tombstone(key, record))
+        for one in (op[1] if op[0] == "many" else (op,)):
+            self._apply_op(one, record, changes)
         if not self.lineage or self.lineage[-1][0] != record.epoch:
             self.lineage.append((record.epoch, record.seq))
         self.last_seq = record.seq
@@ -367,6 +380,17 @@ class VersionedState:
             keep = sorted(self.applied.items(), key=lambda item: item[1].seq)[WRITERS_KEPT // 10:]
             self.applied = dict(keep)
         return [c for c in changes if c is not None]
+
+    def _apply_op(self, op: tuple[Any, ...], record: Record, changes: list[Change]) -> None:
+        kind = op[0]
+        if kind == "put":
+            changes.append(self._set(op[1], Version(op[2], record.hlc, record.origin, record.seq, False, op[3])))
+        elif kind in ("erase", "expire"):
+            changes.extend(self._tombstone(op[1], record, expired=kind == "expire"))
+        elif kind == "clear":
+            for key, v in list(self._versions.values()):
+                if not v.deleted:
+                    changes.extend(self._tombstone(key, record))
 
     def _set(self, key: Any, version: Version) -> Change:
         k = _pack(key)
@@ -413,6 +437,7 @@ class VersionedState:
         self.max_hlc = max(self.max_hlc, max_hlc)
         self._dirty = {}
         self._rewrite_all = True
+        self.generation += 1
         return changes
 
     # -- wire form of the whole state (snapshots) -------------------------------------------------------
@@ -574,7 +599,11 @@ def merge_histories(states: list[VersionedState], epoch: Epoch, *, resolver: Res
 
 
 def compute_op(state: VersionedState, cmd: WriteCommand, wall: float) -> tuple[tuple[Any, ...], Any]:
-    """The log effect of ``cmd`` on ``state`` and its answer; raise StoreError (then a ``noop``)."""
+    """The log effect of ``cmd`` on ``state`` and its answer; raise StoreError (then a ``noop``).
+
+    A :class:`~.commands.ComputedCommand` computes its own (deterministic) effect."""
+    if isinstance(cmd, ComputedCommand):
+        return cmd.compute(state, wall)
     def expiry_of(duration: float | None) -> float | None:
         return None if duration is None else wall + duration
 

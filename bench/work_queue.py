@@ -1,0 +1,170 @@
+"""Work-queue throughput and redelivery time on the embedded mosquitto, against an elected-store baseline.
+
+Every node is its own OS process (tests/queue_node.py); one embedded mosquitto, memory backend,
+durability "one". One run measures:
+
+- publish->accept msg/s with 1 and with 4 consumers: one publisher (the queue's master, the only
+  candidate) publishes N messages from 256 concurrent tasks (group-committed); a standby replica
+  confirms writes (durability "one"); consumers without a replica (``replica=False``, prefetch 100,
+  settling in concurrent tasks) accept them. From the publisher's start to the last accept.
+- redelivery after a consumer dies: consumer A holds 50 messages, consumer B waits; A is killed
+  with SIGKILL; the time until B receives the first and the last of them again (master sees A's
+  endpoint gone through its last will).
+- the baseline, in the same run: elected-store put/s, one writer (not master) with 256 concurrent
+  tasks into a store whose master is another process (every put is one write, like every queue
+  operation). Ratios are queue figure / baseline.
+
+Prints a table and writes bench/results/queue.json. Run: ``python bench/work_queue.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "queue"))
+
+from queue_procs import QueueProc, wait_for  # noqa: E402 - the node helpers live with the tests
+
+from broker_mqtt import EmbeddedBroker  # noqa: E402
+
+
+def _start_of(proc: QueueProc) -> float:
+    """The time of the last progress line before the node's first message (0.1 s resolution)."""
+    before = [t for published, _, t in proc.progress if published == 0]
+    return before[-1] if before else proc.progress[0][2]
+
+
+def _accepted(nodes: list[QueueProc]) -> int:
+    return sum(n.progress[-1][1] for n in nodes if n.progress)
+
+
+def _published(nodes: list[QueueProc]) -> int:
+    return sum(n.progress[-1][0] for n in nodes if n.progress)
+
+
+def throughput(url: str, n: int, consumers: int) -> dict[str, Any]:
+    ns = "bq" + uuid.uuid4().hex[:8]
+    procs: list[QueueProc] = []
+    try:
+        cons = [QueueProc(url, ns, "jobs", "--no-replica", "--consume", "accept", "--prefetch", "100", "--quiet")
+                for _ in range(consumers)]
+        standby = QueueProc(url, ns, "jobs", "--no-candidate", "--quiet")  # a second replica: durability "one"
+        procs += [*cons, standby]
+        for c in [*cons, standby]:
+            c.wait_ready()
+        pub = QueueProc(url, ns, "jobs", "--publish", str(n), "--concurrency", "256", "--quiet")
+        procs.append(pub)
+        if not wait_for(lambda: _accepted(cons) >= n, 300):
+            raise RuntimeError(f"accepted {_accepted(cons)} of {n}")
+        done = min(t for c in cons for _, a, t in c.progress if sum(
+            max((x[1] for x in other.progress if x[2] <= t), default=0) for other in cons) >= n)
+        start = _start_of(pub)
+        published = pub.publish_done or done
+        return {"n": n, "consumers": consumers, "seconds": done - start, "accepted_per_s": n / (done - start),
+                "published_per_s": n / (published - start),
+                "per_consumer": [c.progress[-1][1] for c in cons]}
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def redelivery(url: str, held: int) -> dict[str, Any]:
+    ns = "bq" + uuid.uuid4().hex[:8]
+    procs: list[QueueProc] = []
+    try:
+        pub = QueueProc(url, ns, "jobs", "--publish", str(held), "--concurrency", "16")
+        a = QueueProc(url, ns, "jobs", "--no-candidate", "--consume", "hold", "--prefetch", str(2 * held))
+        procs += [pub, a]
+        if not wait_for(lambda: len(a.delivered) >= held, 60):
+            raise RuntimeError(f"consumer A holds {len(a.delivered)} of {held}")
+        b = QueueProc(url, ns, "jobs", "--no-candidate", "--consume", "accept", "--prefetch", str(held))
+        procs.append(b)
+        b.wait_ready()
+        if not wait_for(lambda: b.current_master() is not None, 30):
+            raise RuntimeError("consumer B found no master")
+        time.sleep(0.5)
+        killed = time.monotonic()
+        a.kill()
+        if not wait_for(lambda: len(b.delivered) >= held, 60):
+            raise RuntimeError(f"redelivered {len(b.delivered)} of {held}")
+        times = sorted(t for _, count, _, t in b.delivered if count == 2)
+        return {"held": held, "first_s": times[0] - killed, "all_s": times[-1] - killed,
+                "counts": sorted({count for _, count, _, _ in b.delivered})}
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def baseline(url: str, n: int) -> dict[str, Any]:
+    ns = "bq" + uuid.uuid4().hex[:8]
+    procs: list[QueueProc] = []
+    try:
+        master = QueueProc(url, ns, "jobs", "--quiet", "--store-puts", "0")
+        procs.append(master)
+        master.wait_ready()
+        writer = QueueProc(url, ns, "jobs", "--no-candidate", "--store-puts", str(n), "--concurrency", "256",
+                           "--quiet")
+        procs.append(writer)
+        if not wait_for(lambda: writer.publish_done is not None, 300):
+            raise RuntimeError(f"baseline: {_published([writer])} of {n} puts")
+        assert writer.publish_done is not None
+        return {"n": n, "put_per_s": n / (writer.publish_done - _start_of(writer))}
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "queue.json"))
+    args = parser.parse_args()
+    n = 5_000 if args.quick else 20_000
+    trials = 2 if args.quick else 3
+    with EmbeddedBroker() as broker:
+        base = baseline(broker.url, n)
+        one = throughput(broker.url, n, 1)
+        four = throughput(broker.url, n, 4)
+        redo = [redelivery(broker.url, 50) for _ in range(trials)]
+    put = base["put_per_s"]
+    rows = [
+        {"case": "publish->accept msg/s, 1 consumer", "value": one["accepted_per_s"], "target": None,
+         "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
+        {"case": "publish->accept msg/s, 4 consumers", "value": four["accepted_per_s"], "target": 10_000,
+         "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
+        {"case": "publish msg/s (1 publisher, 4 consumers)", "value": four["published_per_s"], "target": None,
+         "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
+        {"case": "redelivery after kill -9, first msg s", "value": statistics.median(r["first_s"] for r in redo),
+         "target": None, "baseline": None, "baseline_case": f"median of {trials}"},
+        {"case": "redelivery after kill -9, all 50 msgs s", "value": statistics.median(r["all_s"] for r in redo),
+         "target": None, "baseline": None, "baseline_case": f"median of {trials}"},
+    ]
+    print(f"{'case':42} {'value':>10} {'target':>8} {'baseline':>10} {'ratio':>6}  baseline case")
+    for row in rows:
+        row["ratio"] = row["value"] / row["baseline"] if row["baseline"] else None
+
+        def fmt(v: float | None) -> str:
+            return "" if v is None else f"{v:,.0f}" if v > 100 else f"{v:.2f}"
+
+        print(f"{row['case']:42} {fmt(row['value']):>10} {fmt(row['target']):>8} {fmt(row['baseline']):>10} "
+              f"{fmt(row['ratio']):>6}  {row['baseline_case']}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"cases": rows, "runs": {"baseline": base, "one_consumer": one, "four_consumers": four,
+                                                       "redelivery": redo},
+                               "quick": args.quick, "cores": os.cpu_count(), "time": time.time()}, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,518 @@
+"""Work queues on an :class:`~broker_mqtt.Endpoint`: the anyio layer (``docs/queues.md``).
+
+Theory of operation:
+
+* :func:`attach_queue` joins the elected store ``queue-<name>`` (replication, election, fencing,
+  handover, durability and SQLite persistence are the store's) and starts the queue's service:
+  a publish group-commit task, a watcher that wakes consumers when messages arrive in the local
+  replica, and the master's duties, done by whichever node is the store's master at the time:
+  on ``PeerLost``/``PeerRemoved`` of an endpoint, release what its consumers held; every
+  ``min(1 s, lease/4)``, release what consumers whose lease ran out held; tell replica-less handles
+  that messages are ready (a hint on ``/$queue/<name>/ready``, at most one every ``LINGER``).
+* ``replica=False``: the handle keeps no copy; it writes through a
+  :class:`~broker_mqtt.store.writer.StoreWriter` and waits for the master's hints.
+* A :class:`Consumer` (``async with queue.consume(prefetch=10) as deliveries``) has its own owner id
+  ``<endpoint uuid hex>.<random>`` and task group: it acquires the free part of its ``prefetch``
+  window in one write once a quarter of it is free (two acquires in flight at most), renews its
+  lease every ``lease/3`` s while it holds messages, and gathers settlements (accept, release,
+  reject) into group-committed writes. Leaving the block gives back everything it still holds.
+* Every operation is a write to the store's master, answered once durable per the store's
+  ``durability``; the effects are computed by :mod:`.commands`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+import anyio
+
+from ..errors import BrokerMQTTError
+from ..events import PeerLost, PeerRemoved
+from ..message import Kind
+from ..store.attached import EventsDropped, Inserted, Updated
+from ..store.commands import WriteCommand
+from ..store.elected import ElectedStore, MasterChange, attach_store
+from ..store.errors import StoreError
+from ..store.writer import StoreWriter
+from .batching import GroupCommit
+from .commands import Acquire, Publish, ReleaseOwner, Renew, Settle
+from .errors import AlreadySettled, NotHeld, QueueError
+from .model import MessageRecord, MessageState, index_for, is_message_key
+
+if TYPE_CHECKING:
+    from ..endpoint import Endpoint
+
+log = logging.getLogger("broker_mqtt.queue")
+
+LINGER = 0.02  # s a consumer that found the queue empty waits after an arrival (fewer, fuller acquires)
+
+__all__ = ["WorkQueue", "Consumer", "Delivery", "DeadLetter", "QueueStats", "attach_queue"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message in the dead-letter queue: rejected, or released after ``max_deliveries`` deliveries."""
+
+    id: int
+    data: Any
+    delivery_count: int
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Counts in the local replica (it may lag the master a little)."""
+
+    ready: int
+    acquired: int
+    dead: int
+
+
+class Delivery:
+    """One acquired message: ``id`` (assigned by the master, the same on every replica), ``data``,
+    ``delivery_count`` (1 on the first delivery). Settle it once with :meth:`accept`, :meth:`release`
+    or :meth:`reject`; each returns once the master's decision is durable and raises
+    :class:`~.errors.NotHeld` if the message had been taken back (then another consumer gets it)."""
+
+    __slots__ = ("_consumer", "id", "data", "delivery_count", "settled", "seen")
+
+    def __init__(self, consumer: Consumer, msg_id: int, data: Any, delivery_count: int) -> None:
+        self._consumer = consumer
+        self.id = msg_id
+        self.data = data
+        self.delivery_count = delivery_count
+        self.settled = False
+        self.seen = False  # handed to the application
+
+    async def accept(self) -> None:
+        """Done with it: the message is removed from the queue."""
+        await self._consumer._settle(self, "accept", None)
+
+    async def release(self) -> None:
+        """Give it back: it is delivered again (to any consumer), or dead-lettered once it was
+        delivered ``max_deliveries`` times."""
+        await self._consumer._settle(self, "release", None)
+
+    async def reject(self, reason: str = "rejected") -> None:
+        """Never deliver it again: it moves to the dead-letter queue with ``reason``."""
+        await self._consumer._settle(self, "reject", str(reason))
+
+    def __repr__(self) -> str:
+        return f"Delivery(id={self.id}, delivery_count={self.delivery_count}, data={self.data!r:.60})"
+
+
+class Consumer:
+    """``async with queue.consume(prefetch=10) as deliveries: async for d in deliveries: ...``.
+
+    Iterating blocks until a message is delivered. At most ``prefetch`` messages are held (delivered
+    and not settled) at a time; once half of them are settled, one write acquires the difference.
+    Settling waits for the master (one round trip, shared with concurrent settlements): settle in
+    concurrent tasks for throughput. Leaving the block (normally, by an exception or by cancellation)
+    releases what is still held, within a few seconds; messages held when the process dies go back
+    when the master sees its endpoint gone, or at the latest when the lease runs out.
+    """
+
+    def __init__(self, queue: WorkQueue, *, prefetch: int, lease: float) -> None:
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, not {prefetch}")
+        if not lease > 0:
+            raise ValueError(f"lease must be > 0 s, not {lease}")
+        self.queue = queue
+        self.prefetch = prefetch
+        self.lease = lease
+        self.owner = f"{queue.ep.id.hex}.{secrets.token_hex(4)}"
+        self._send, self._recv = anyio.create_memory_object_stream[Delivery](math.inf)
+        self._held: dict[int, Delivery] = {}
+        self._room = anyio.Event()
+        self._settler = GroupCommit(self._settle_batch, in_flight=4)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._acquiring: anyio.CancelScope | None = None
+        self._asked = 0  # messages asked for by acquires in flight
+        self._in_flight = 0
+        self._idle_wait = False  # an acquire found nothing: the next waits for an arrival
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    async def __aenter__(self) -> Self:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._acquire_loop)
+        self._tg.start_soon(self._renew_loop)
+        self._tg.start_soon(self._settler.run)
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool | None:
+        assert self._tg is not None
+        if self._acquiring is not None:
+            self._acquiring.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            unseen = [[d.id, "return", None] for d in self._held.values() if not d.seen]
+            await self._settler.wait_idle()
+            if unseen:  # acquired but never handed out: back with the delivery count as it was
+                try:
+                    await self.queue.write(Settle(self.owner, unseen))
+                except StoreError:
+                    pass
+            try:  # placed after every acquire (writes apply in order): releases all we got
+                await self.queue.write(ReleaseOwner(self.owner, "consumer closed", False))
+            except StoreError as err:
+                log.warning("queue %s: could not release %s's messages (%s); their lease will",
+                            self.queue.name, self.owner, err)
+        self._tg.cancel_scope.cancel()
+        self._send.close()
+        self._recv.close()
+        return await self._tg.__aexit__(exc_type, exc, tb)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        while True:
+            try:
+                d = await self._recv.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                raise StopAsyncIteration from None
+            if not d.settled:
+                d.seen = True
+                return d
+
+    # -- tasks ---------------------------------------------------------------------------------------
+
+    async def _acquire_loop(self) -> None:
+        """Keep up to ``prefetch`` messages held or asked for: an acquire goes out (two at most in
+        flight) once a quarter of the window is free, so the window refills while it drains."""
+        with anyio.CancelScope() as scope:
+            self._acquiring = scope
+            async with anyio.create_task_group() as tg:
+                while True:
+                    free = self.prefetch - len(self._held) - self._asked
+                    if self._in_flight >= 2 or free < max(1, self.prefetch // 4) or self._idle_wait:
+                        await self._room.wait()
+                        self._room = anyio.Event()
+                        continue
+                    self._asked += free
+                    self._in_flight += 1
+                    tg.start_soon(self._acquire, free)
+
+    async def _acquire(self, n: int) -> None:
+        seen = self.queue._arrivals
+        got: list[Any] = []
+        try:
+            got = await self.queue.write(Acquire(self.owner, n, self.lease))
+        except StoreError as exc:  # NoMaster after write_timeout, say: keep trying
+            log.warning("queue %s: acquire failed: %s", self.queue.name, exc)
+            await anyio.sleep(0.5)
+        finally:
+            self._asked -= n
+            self._in_flight -= 1
+        for msg_id, data, count in got:
+            d = Delivery(self, msg_id, data, count)
+            self._held[msg_id] = d
+            self._send.send_nowait(d)
+        if len(got) < n:  # the queue ran dry: wait for an arrival, and let a few gather
+            self._idle_wait = True
+            try:
+                if self.queue._arrivals == seen:
+                    await self.queue._await_arrival(seen, 1.0)  # the timeout is a safety net
+                await anyio.sleep(LINGER)
+            finally:
+                self._idle_wait = False
+        self._room.set()
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.lease / 3)
+            if self._held:
+                try:
+                    await self.queue.write(Renew(self.owner, self.lease))
+                except StoreError as exc:
+                    log.warning("queue %s: lease renewal failed: %s", self.queue.name, exc)
+
+    # -- settling ---------------------------------------------------------------------------------------
+
+    async def _settle(self, d: Delivery, action: str, reason: str | None) -> None:
+        if d.settled:
+            raise AlreadySettled(f"message {d.id} was settled already")
+        d.settled = True
+        self._held.pop(d.id, None)
+        self._room.set()
+        answer = await self._settler.submit([d.id, action, reason])
+        if answer is not None:
+            raise NotHeld(answer)
+
+    async def _settle_batch(self, items: list[Any]) -> list[Any]:
+        answers: list[Any] = await self.queue.write(Settle(self.owner, items))
+        return answers
+
+
+class WorkQueue:
+    """A handle on work queue ``name``; see the module docstring and ``docs/queues.md``.
+
+    With a replica (``store`` set) it reads locally (:meth:`dead_letters`, :meth:`statistics`) and may
+    become the queue's master. Without one (``attach_queue(..., replica=False)``) it only writes, through
+    a :class:`~broker_mqtt.store.writer.StoreWriter`: far less work per message for a busy consumer
+    or publisher, which then learns of new messages from the master's hints.
+    """
+
+    def __init__(self, ep: Endpoint, name: str, store: ElectedStore | None, *, max_deliveries: int | None,
+                 lease: float, write_timeout: float = 30.0) -> None:
+        self.ep = ep
+        self.name = name
+        self.store = store
+        self.max_deliveries = max_deliveries
+        self.lease = lease
+        self.store_name = f"queue-{name}"
+        self.hint_topic = f"/$queue/{name}/ready"
+        self._write_timeout = write_timeout
+        self._writer: StoreWriter | None = None
+        self._publisher = GroupCommit(self._publish_batch, in_flight=4)
+        self._arrivals = 0  # messages that became ready (or hints of them) seen so far
+        self._arrival = anyio.Event()
+        self._arrival_waiters = 0
+        self._hint = anyio.Event()
+        self._scope: anyio.CancelScope | None = None
+        self._done = anyio.Event()
+        self.closed = False
+
+    # -- state ----------------------------------------------------------------------------------------
+
+    @property
+    def master(self) -> str | None:
+        if self.store is not None:
+            return self.store.master
+        return None if self._writer is None else self._writer.core.master
+
+    @property
+    def is_master(self) -> bool:
+        return self.store is not None and self.store.is_master
+
+    async def await_master(self, timeout: float | None = None) -> bool:
+        """Wait until the queue has an active master (and a replica here follows it); False on timeout."""
+        if self.store is not None:
+            return await self.store.await_master(timeout)
+        assert self._writer is not None
+        return await self._writer.await_master(timeout)
+
+    def statistics(self) -> QueueStats:
+        """Message counts in the local replica. Raises QueueError without a replica."""
+        counts = dict.fromkeys(MessageState, 0)
+        for rec in self._records():
+            counts[rec[1].state] += 1
+        return QueueStats(counts[MessageState.READY], counts[MessageState.ACQUIRED], counts[MessageState.DEAD])
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """The dead-letter queue, in id order, as the local replica holds it. Raises QueueError
+        without a replica."""
+        return [DeadLetter(i, r.data, r.count, r.reason) for i, r in self._records() if r.state is MessageState.DEAD]
+
+    def _records(self) -> list[tuple[int, MessageRecord]]:
+        if self.store is None:
+            raise QueueError(f"queue {self.name!r}: this handle keeps no replica (replica=False); read on one "
+                             f"that does")
+        out = []
+        for key, value in self.store.items():
+            if is_message_key(key):
+                rec = MessageRecord.from_wire(value)
+                if rec is not None:
+                    out.append((key, rec))
+        return sorted(out, key=lambda item: item[0])
+
+    # -- operations ---------------------------------------------------------------------------------------
+
+    async def write(self, command: WriteCommand) -> Any:
+        """Place one write on the queue's store (the commands of :mod:`.commands`); its answer."""
+        if self.store is not None:
+            return await self.store.write(command)
+        if self._writer is None or self.closed:
+            raise QueueError(f"queue {self.name!r} is closed")
+        return await self._writer.write(command)
+
+    async def publish(self, data: Any) -> int:
+        """Append ``data``; return its id once durable. Ids grow in publishing order (calls awaited
+        one after another get increasing ids). Concurrent calls share writes (group commit).
+        Cancelled, the outcome is unknown. Raises StoreError (NoMaster: no master in time)."""
+        first: int = await self._publisher.submit(data)
+        return first
+
+    async def publish_many(self, items: list[Any]) -> list[int]:
+        """Append ``items`` in order in one write; return their (consecutive) ids once durable."""
+        if not items:
+            return []
+        first: int = await self.write(Publish(list(items), self.max_deliveries))
+        return list(range(first, first + len(items)))
+
+    def consume(self, *, prefetch: int = 10, lease: float | None = None) -> Consumer:
+        """A consumer holding at most ``prefetch`` messages, with a lease of ``lease`` s (default: the
+        queue's); see :class:`Consumer`."""
+        return Consumer(self, prefetch=prefetch, lease=self.lease if lease is None else lease)
+
+    async def _publish_batch(self, items: list[Any]) -> list[int]:
+        first: int = await self.write(Publish(items, self.max_deliveries))
+        return list(range(first, first + len(items)))
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop the queue's service and close its store (handing mastership over). Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._scope is not None:
+            self._scope.cancel()
+        await self._done.wait()
+        if self.store is not None:
+            await self.store.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- the service --------------------------------------------------------------------------------------
+
+    async def _service(self, *, task_status: anyio.abc.TaskStatus[Any]) -> None:
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                async with contextlib.AsyncExitStack() as stack:
+                    if self.store is None:
+                        self._writer = await stack.enter_async_context(StoreWriter(
+                            self.ep, self.store_name, f"{self.ep.id.hex}.{secrets.token_hex(4)}",
+                            write_timeout=self._write_timeout))
+                        hints = await stack.enter_async_context(self.ep.subscribe(self.hint_topic, kind=Kind.COMMAND))
+                    tg = await stack.enter_async_context(anyio.create_task_group())  # left first: the rest lives
+                    tg.start_soon(self._publisher.run)
+                    if self.store is None:
+                        tg.start_soon(self._hint_receiver, hints)
+                    else:
+                        tg.start_soon(self._arrival_loop)
+                        tg.start_soon(self._hint_sender)
+                        tg.start_soon(self._peer_loop)
+                        tg.start_soon(self._lease_loop)
+                    task_status.started(self)
+        finally:
+            self._done.set()
+
+    def _arrived(self) -> None:
+        self._arrivals += 1
+        if self._arrival_waiters:
+            self._arrival.set()
+            self._arrival = anyio.Event()
+
+    async def _arrival_loop(self) -> None:
+        """Wake waiting consumers when a message becomes ready here (or a new master takes over)."""
+        assert self.store is not None
+        async with self.store.events() as events:
+            async for e in events:
+                match e:
+                    case Inserted(key=key, value=value) | Updated(key=key, new_value=value):
+                        ready = is_message_key(key) and isinstance(value, dict) and value.get("state") == "ready"
+                    case MasterChange() | EventsDropped():
+                        ready = True
+                    case _:
+                        ready = False
+                if ready:
+                    self._arrived()
+                    if self.store.is_master:
+                        self._hint.set()
+
+    async def _hint_sender(self) -> None:
+        """At the master: tell replica-less handles that messages are ready (at most every LINGER s)."""
+        while True:
+            await self._hint.wait()
+            self._hint = anyio.Event()
+            await anyio.sleep(LINGER)
+            try:
+                await self.ep.send_node(Kind.COMMAND, self.hint_topic, ["ready"])
+            except BrokerMQTTError as exc:  # lost hints cost latency only (consumers poll every second)
+                log.debug("queue %s: hint not sent: %s", self.name, exc)
+
+    async def _hint_receiver(self, hints: Any) -> None:
+        async for _ in hints:
+            self._arrived()
+
+    async def _await_arrival(self, seen: int, timeout: float) -> None:
+        """Until a message became ready after the count ``seen`` (or ``timeout``)."""
+        self._arrival_waiters += 1
+        try:
+            with anyio.move_on_after(timeout):
+                while self._arrivals == seen:
+                    await self._arrival.wait()
+        finally:
+            self._arrival_waiters -= 1
+
+    async def _peer_loop(self) -> None:
+        assert self.store is not None
+        async with self.ep.status() as status, anyio.create_task_group() as tg:
+            async for e in status:
+                if isinstance(e, (PeerLost, PeerRemoved)) and self.store.is_master:
+                    for owner in index_for(self.store.replica.state).owners_of_endpoint(e.peer.id.hex):
+                        tg.start_soon(self._release, owner, f"consumer's endpoint {e.peer.id} is gone", False)
+
+    async def _lease_loop(self) -> None:
+        assert self.store is not None
+        while True:
+            await anyio.sleep(min(1.0, self.lease / 4))
+            if self.store.is_master:
+                for owner in index_for(self.store.replica.state).expired_owners(time.time()):
+                    await self._release(owner, "lease expired", True)
+
+    async def _release(self, owner: str, reason: str, if_expired: bool) -> None:
+        try:
+            n = await self.write(ReleaseOwner(owner, reason, if_expired))
+            if n:
+                log.info("queue %s: released %d messages of %s: %s", self.name, n, owner, reason)
+        except StoreError as exc:  # e.g. mastership moved on: the next master does it
+            log.warning("queue %s: releasing %s failed: %s", self.name, owner, exc)
+
+
+async def attach_queue(
+    ep: Endpoint,
+    name: str,
+    *,
+    backend: str = "memory",
+    path: str | Path | None = None,
+    max_deliveries: int | None = 10,
+    lease: float = 30.0,
+    election: dict[str, Any] | None = None,
+    mode: str = "sticky",
+    durability: str = "one",
+    write_timeout: float = 30.0,
+    candidate: bool = True,
+    replica: bool = True,
+) -> WorkQueue:
+    """Join work queue ``name`` on ``ep``: a replica of the elected store ``queue-<name>``.
+
+    ``max_deliveries``: a message released (or taken back) after that many deliveries goes to the
+    dead-letter queue (None: never; fixed per message when it is published). ``lease``: how long a
+    consumer's messages stay its own without a renewal (consumers renew every ``lease/3`` s).
+    ``replica=False``: keep no copy here, only write (publish and consume), like a
+    :class:`~broker_mqtt.store.writer.StoreWriter`; such a handle never becomes master, does not count
+    for durability and cannot read the dead-letter queue. The other options are
+    :func:`~broker_mqtt.store.elected.attach_store`'s. Raises ValueError for bad options.
+    """
+    if max_deliveries is not None and max_deliveries < 1:
+        raise ValueError(f"max_deliveries must be None or >= 1, not {max_deliveries}")
+    if not lease > 0:
+        raise ValueError(f"lease must be > 0 s, not {lease}")
+    if not name or "/" in name or "+" in name or "#" in name:
+        raise ValueError(f"bad queue name {name!r}")
+    store = None
+    if replica:
+        store = await attach_store(ep, f"queue-{name}", backend=backend, path=path, election=election, mode=mode,
+                                   durability=durability, write_timeout=write_timeout, candidate=candidate)
+    queue = WorkQueue(ep, name, store, max_deliveries=max_deliveries, lease=lease, write_timeout=write_timeout)
+    await ep.start_service(queue._service)
+    return queue

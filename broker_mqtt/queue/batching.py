@@ -1,0 +1,86 @@
+"""Group commit: concurrent submissions travel together in one write (anyio layer).
+
+While up to ``in_flight`` writes are on their way, new items gather in the next batch; when a write
+returns, the gathered batch goes out as one write. Under load a batch grows to what arrived during
+one round trip; alone, an item goes out at once. Items keep their submission order within and across
+batches (writes of one writer are applied in the order they are placed).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+__all__ = ["GroupCommit"]
+
+
+class _Batch:
+    __slots__ = ("items", "done", "results", "error")
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.done = anyio.Event()
+        self.results: list[Any] = []
+        self.error: BaseException | None = None
+
+
+class GroupCommit:
+    """``await submit(item)`` returns ``send(batch)[i]`` for the item's place ``i`` in its batch, or
+    raises what ``send`` raised. ``run()`` is the sending task (run it in the owner's task group).
+    Cancelling ``submit`` does not withdraw the item: its outcome is then unknown."""
+
+    def __init__(self, send: Callable[[list[Any]], Awaitable[list[Any]]], *, in_flight: int = 4,
+                 max_batch: int = 1000) -> None:
+        self._send = send
+        self._in_flight = anyio.Semaphore(in_flight)
+        self._max_batch = max_batch
+        self._open: deque[_Batch] = deque()
+        self._wake = anyio.Event()
+        self._busy = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    async def submit(self, item: Any) -> Any:
+        if not self._open or len(self._open[-1].items) >= self._max_batch:
+            self._open.append(_Batch())
+        batch = self._open[-1]
+        i = len(batch.items)
+        batch.items.append(item)
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._wake.set()
+        await batch.done.wait()
+        if batch.error is not None:
+            raise batch.error
+        return batch.results[i]
+
+    async def wait_idle(self) -> None:
+        """Until nothing is gathered or in flight."""
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            while True:
+                await self._in_flight.acquire()
+                while not self._open:
+                    await self._wake.wait()
+                    self._wake = anyio.Event()
+                self._busy += 1
+                tg.start_soon(self._one, self._open.popleft())
+
+    async def _one(self, batch: _Batch) -> None:
+        try:
+            results = await self._send(batch.items)
+            if len(results) != len(batch.items):
+                raise RuntimeError(f"a batch of {len(batch.items)} got {len(results)} answers")
+            batch.results = results
+        except Exception as exc:  # handed to every submitter of the batch
+            batch.error = exc
+        finally:
+            batch.done.set()
+            self._busy -= 1
+            self._in_flight.release()
+            if not self._busy and not self._open:
+                self._idle.set()

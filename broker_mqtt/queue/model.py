@@ -1,0 +1,176 @@
+"""How a work queue lives in an elected store's replicated state, and the master's index of it.
+
+Theory of operation (``docs/queues.md``):
+
+* A queue is an elected store. Message ``id`` (an int, assigned by the master from the counter key
+  ``"next-id"``, so identical on every replica) is key ``id``; its value is a :class:`MessageRecord`
+  in wire form ``{"data", "state", "owner", "count", "max", "reason"}``. A consumer's lease is key
+  ``"lease/<owner>"`` (wall-clock expiry, seconds). Nothing else lives in a queue's store.
+* States: ``ready`` → (acquire) ``acquired`` → (accept) erased | (release, owner lost, lease expired)
+  ``ready``, or ``dead`` once ``count`` reached ``max`` | (reject) ``dead``. ``dead`` is final: the
+  dead-letter queue is the set of dead records, each with its reason. The transitions are the
+  commands of :mod:`.commands`, computed by the master (deterministic: same state, same effect).
+* :class:`QueueIndex` is the master's in-memory view (ready ids in id order, who owns what, leases),
+  so acquiring is O(n log q), not O(q). It is derived: rebuilt from the state whenever the state moved
+  in a way it did not predict (this node became master, a snapshot, a foreign write), and otherwise
+  kept current from the ops the commands compute. No I/O, no clock: times are inputs.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..store.versioned import VersionedState
+
+__all__ = ["MessageState", "MessageRecord", "QueueIndex", "index_for", "NEXT_ID", "lease_key", "is_message_key"]
+
+NEXT_ID = "next-id"
+LEASE_PREFIX = "lease/"
+
+
+def lease_key(owner: str) -> str:
+    return LEASE_PREFIX + owner
+
+
+def is_message_key(key: Any) -> bool:
+    return isinstance(key, int) and not isinstance(key, bool)
+
+
+class MessageState(enum.Enum):
+    READY = "ready"
+    ACQUIRED = "acquired"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    """One message as stored. ``count``: how often it was acquired; ``max``: ``max_deliveries`` (None:
+    unlimited); ``owner``: the consumer holding it (acquired only); ``reason``: why it is dead."""
+
+    data: Any
+    state: MessageState = MessageState.READY
+    owner: str | None = None
+    count: int = 0
+    max: int | None = None
+    reason: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"data": self.data, "state": self.state.value, "owner": self.owner, "count": self.count,
+                "max": self.max, "reason": self.reason}
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> MessageRecord | None:
+        """The record, or None if ``wire`` is not one (a foreign value written into the store)."""
+        try:
+            return cls(wire["data"], MessageState(wire["state"]), wire["owner"], int(wire["count"]), wire["max"],
+                       wire["reason"])
+        except (TypeError, KeyError, ValueError):
+            return None
+
+
+class QueueIndex:
+    """The master's index of one queue's state; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.seq = -1
+        self.generation = -1
+        self.next_id = 1
+        self._heap: list[int] = []
+        self.ready: set[int] = set()
+        self.owned: dict[str, set[int]] = {}
+        self.owner_of: dict[int, str] = {}
+        self.leases: dict[str, float] = {}
+
+    @classmethod
+    def build(cls, state: VersionedState) -> QueueIndex:
+        idx = cls()
+        for key, value in state.items():
+            idx.note(key, value)
+        idx.seq, idx.generation = state.last_seq, state.generation
+        return idx
+
+    def note(self, key: Any, value: Any) -> None:
+        """``key`` now holds ``value`` (None: erased)."""
+        if is_message_key(key):
+            owner = self.owner_of.pop(key, None)
+            if owner is not None:
+                held = self.owned.get(owner)
+                if held is not None:
+                    held.discard(key)
+                    if not held:
+                        del self.owned[owner]
+            self.ready.discard(key)
+            rec = None if value is None else MessageRecord.from_wire(value)
+            if rec is None:
+                return
+            if rec.state is MessageState.READY:
+                self.ready.add(key)
+                heapq.heappush(self._heap, key)
+            elif rec.state is MessageState.ACQUIRED and rec.owner is not None:
+                self.owned.setdefault(rec.owner, set()).add(key)
+                self.owner_of[key] = rec.owner
+        elif isinstance(key, str) and key.startswith(LEASE_PREFIX):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.leases[key[len(LEASE_PREFIX):]] = value
+            else:
+                self.leases.pop(key[len(LEASE_PREFIX):], None)
+        elif key == NEXT_ID and isinstance(value, int):
+            self.next_id = value
+
+    def observe(self, op: tuple[Any, ...]) -> None:
+        """Keep up with an op about to be applied (``put``/``erase``/``many`` of them)."""
+        for one in (op[1] if op[0] == "many" else (op,)):
+            if one[0] == "put":
+                self.note(one[1], one[2])
+            elif one[0] in ("erase", "expire"):
+                self.note(one[1], None)
+
+    def first_ready(self, n: int) -> list[int]:
+        """Up to ``n`` ready ids, smallest first (the index is not changed)."""
+        out: list[int] = []
+        popped: list[int] = []
+        while self._heap and len(out) < n:
+            i = heapq.heappop(self._heap)
+            if i in self.ready and (not out or out[-1] != i):
+                out.append(i)
+                popped.append(i)
+        for i in popped:  # still ready until the op that acquires them is observed
+            heapq.heappush(self._heap, i)
+        return out
+
+    def expired_owners(self, wall: float) -> list[str]:
+        return sorted(o for o, exp in self.leases.items() if exp <= wall and o in self.owned)
+
+    def owners_of_endpoint(self, endpoint_hex: str) -> list[str]:
+        return sorted(o for o in set(self.owned) | set(self.leases) if o.startswith(endpoint_hex))
+
+    def owners(self) -> Iterable[str]:
+        return set(self.owned) | set(self.leases)
+
+
+_INDEXES: weakref.WeakKeyDictionary[VersionedState, QueueIndex] = weakref.WeakKeyDictionary()
+
+
+def index_for(state: VersionedState) -> QueueIndex:
+    """The index of ``state``, rebuilt if the state moved in a way the index did not predict."""
+    idx = _INDEXES.get(state)
+    if idx is None or idx.seq != state.last_seq or idx.generation != state.generation:
+        idx = _INDEXES[state] = QueueIndex.build(state)
+    return idx
+
+
+def forget_index(state: VersionedState) -> None:
+    """Drop the index of ``state``: the next use rebuilds it from the state."""
+    _INDEXES.pop(state, None)
+
+
+def advance(state: VersionedState, op: tuple[Any, ...]) -> None:
+    """The master is about to apply ``op`` as the next record of ``state``: update the index."""
+    idx = index_for(state)
+    idx.observe(op)
+    idx.seq = state.last_seq + 1

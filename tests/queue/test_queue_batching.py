@@ -1,0 +1,59 @@
+"""Group commit (broker_mqtt.queue.batching) on its own: no network, no real sleeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from broker_mqtt.queue.batching import GroupCommit
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_concurrent_items_share_writes_in_order_and_get_their_own_answers() -> None:
+    batches: list[list[Any]] = []
+    gate = anyio.Event()
+
+    async def send(items: list[Any]) -> list[Any]:
+        batches.append(list(items))
+        await gate.wait()
+        return [item * 10 for item in items]
+
+    gc = GroupCommit(send, in_flight=1, max_batch=3)
+    results: dict[int, Any] = {}
+
+    async def submit(i: int) -> None:
+        results[i] = await gc.submit(i)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gc.run)
+        for i in range(7):
+            tg.start_soon(submit, i)
+        await anyio.wait_all_tasks_blocked()
+        gate.set()
+        with anyio.fail_after(5):
+            while len(results) < 7:
+                await anyio.lowlevel.checkpoint()
+            await gc.wait_idle()
+        tg.cancel_scope.cancel()
+    assert results == {i: i * 10 for i in range(7)}
+    assert [x for b in batches for x in b] == list(range(7))  # submission order kept
+    assert [len(b) for b in batches] == [3, 3, 1]  # gathered while one write was in flight, max_batch 3
+
+
+async def test_a_failed_write_fails_every_item_of_its_batch_only() -> None:
+    async def send(items: list[Any]) -> list[Any]:
+        if "bad" in items:
+            raise ValueError("refused")
+        return items
+
+    gc = GroupCommit(send, in_flight=1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gc.run)
+        with pytest.raises(ValueError, match="refused"):
+            await gc.submit("bad")
+        assert await gc.submit("good") == "good"
+        tg.cancel_scope.cancel()

@@ -1,0 +1,298 @@
+"""Tier 1: the queue's sans-io core (and the two store hooks it needs), no event loop.
+
+The store hooks: a ``["many", [...]]`` log op applied atomically, and ComputedCommand (a write that
+computes its own effect at the master). The queue: ids, FIFO, delivery counts, settlement, dead
+letters, ownership release, and the master's index kept equal to one rebuilt from the state.
+Then the commands over the simulated network of elected-store replicas, with a master crash.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker_mqtt.queue import Acquire, MessageState, Publish, QueueIndex, ReleaseOwner, Renew, Settle
+from broker_mqtt.queue.model import MessageRecord, index_for
+from broker_mqtt.store.commands import CommandKind, ComputedCommand, Put, decode_command, register_command
+from broker_mqtt.store.errors import StoreDecodeError
+from broker_mqtt.store.versioned import Record, VersionedState, compute_op
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "store"))
+from _elected_sim import SimNet  # noqa: E402 - the elected-store simulator lives with its tests
+
+WALL = 1_000.0
+
+
+def run(state: VersionedState, cmd: Any, wall: float = WALL, *, writer: str = "w", n: int = 0) -> Any:
+    """What a master does with one write: compute its effect, apply it as the next record."""
+    op, answer = compute_op(state, cmd, wall)
+    state.apply(Record(state.last_seq + 1, (1, "m"), state.last_seq + 1, "o", writer, n or state.last_seq + 1,
+                       op, answer))
+    return answer
+
+
+def records(state: VersionedState) -> dict[int, MessageRecord]:
+    out = {}
+    for k, v in state.items():
+        if isinstance(k, int):
+            rec = MessageRecord.from_wire(v)
+            assert rec is not None
+            out[k] = rec
+    return out
+
+
+# -- the store hooks --------------------------------------------------------------------------------------
+
+def test_many_op_is_one_record_applied_in_order_and_round_trips() -> None:
+    state = VersionedState()
+    rec = Record(1, (1, "m"), 5, "o", "w", 1, ("many", [("put", "a", 1, None), ("put", "b", 2, None),
+                                                          ("erase", "a")]), None)
+    again = Record.from_wire(rec.to_wire())
+    assert again == rec
+    changes = state.apply(again)
+    assert dict(state.items()) == {"b": 2} and state.last_seq == 1
+    assert [(c.key, c.exists) for c in changes] == [("a", True), ("b", True), ("a", False)]
+
+
+@pytest.mark.parametrize("op", [
+    ["many", [["many", []]]],             # not nested
+    ["many", [["put", "k", 1]]],           # a bad inner op
+    ["many", "put"],                      # not a list
+    ["many"],
+])
+def test_malformed_many_op_is_a_decode_error(op: Any) -> None:
+    with pytest.raises(StoreDecodeError):
+        Record.from_wire([1, [1, "m"], 5, "o", "w", 1, op, None])
+
+
+@dataclass(frozen=True, slots=True)
+class _Swap(ComputedCommand):
+    a: str
+    b: str
+
+    def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
+        va, vb = state.get(self.a), state.get(self.b)
+        return ("many", [("put", self.a, vb, None), ("put", self.b, va, None)]), [va, vb]
+
+
+def test_computed_command_computes_its_own_effect() -> None:
+    state = VersionedState()
+    run(state, Put("x", 1))
+    run(state, Put("y", 2))
+    assert run(state, _Swap("x", "y")) == [1, 2]
+    assert dict(state.items()) == {"x": 2, "y": 1}
+
+
+def test_register_command_takes_only_computed_commands() -> None:
+    with pytest.raises(TypeError):
+        register_command(CommandKind.QUEUE_PUBLISH)(Put)
+
+
+@pytest.mark.parametrize("wire", [
+    ["queue_publish", [], None],                     # nothing to publish
+    ["queue_publish", [1], 0],                       # max_deliveries 0
+    ["queue_publish", "abc", None],
+    ["queue_acquire", "", 1, 1.0],                   # no owner
+    ["queue_acquire", "o", 0, 1.0],
+    ["queue_acquire", "o", 1, -1],
+    ["queue_acquire", "o", True, 1.0],
+    ["queue_settle", "o", [[1, "eat", None]]],
+    ["queue_settle", "o", []],
+    ["queue_settle", "o", [["1", "accept", None]]],
+    ["queue_settle", "o", [[1, "accept"]]],
+    ["queue_release_owner", "o", "why", "yes"],
+    ["queue_renew", "o", 0],
+    ["queue_renew", "o"],
+])
+def test_malformed_queue_commands_are_decode_errors(wire: Any) -> None:
+    with pytest.raises(StoreDecodeError):
+        decode_command(wire)
+
+
+@pytest.mark.parametrize("cmd", [Publish([1, {"a": b"x"}], 3), Acquire("o", 5, 2.5), Settle("o", [[1, "reject", "bad"]]),
+                                 ReleaseOwner("o", "gone", True), Renew("o", 3.0)])
+def test_queue_commands_round_trip(cmd: Any) -> None:
+    assert decode_command(cmd.to_wire()) == cmd
+
+
+# -- queue semantics ----------------------------------------------------------------------------------------
+
+def test_ids_are_consecutive_and_first_deliveries_fifo() -> None:
+    state = VersionedState()
+    assert run(state, Publish(["a", "b"])) == 1
+    assert run(state, Publish(["c"])) == 3
+    assert run(state, Acquire("x", 2, 5.0)) == [[1, "a", 1], [2, "b", 1]]
+    assert run(state, Acquire("y", 5, 5.0)) == [[3, "c", 1]]
+    assert run(state, Acquire("y", 5, 5.0)) == []
+    recs = records(state)
+    assert [(i, r.state, r.owner) for i, r in recs.items()] == [
+        (1, MessageState.ACQUIRED, "x"), (2, MessageState.ACQUIRED, "x"), (3, MessageState.ACQUIRED, "y")]
+    assert state.get("lease/x") == WALL + 5.0
+
+
+def test_accept_release_reject() -> None:
+    state = VersionedState()
+    run(state, Publish(["a", "b", "c"]))
+    run(state, Acquire("x", 3, 5.0))
+    assert run(state, Settle("x", [[1, "accept", None], [2, "release", None], [3, "reject", "bad input"]])) == [
+        None, None, None]
+    recs = records(state)
+    assert 1 not in recs
+    assert recs[2].state is MessageState.READY and recs[2].count == 1 and recs[2].owner is None
+    assert recs[3].state is MessageState.DEAD and recs[3].reason == "bad input"
+    # the released one is delivered again, its count raised
+    assert run(state, Acquire("y", 5, 5.0)) == [[2, "b", 2]]
+
+
+def test_settling_what_one_does_not_hold_is_answered_per_item() -> None:
+    state = VersionedState()
+    run(state, Publish(["a", "b"]))
+    run(state, Acquire("x", 1, 5.0))
+    run(state, Acquire("y", 1, 5.0))
+    answers = run(state, Settle("x", [[2, "accept", None], [1, "accept", None], [1, "reject", "twice"], [9, "accept", None]]))
+    assert answers[1] is None
+    assert all(isinstance(a, str) and "not held" in a for a in (answers[0], answers[2], answers[3]))
+    assert set(records(state)) == {2}  # y still holds 2; 1 accepted once, not rejected after
+
+
+def test_max_deliveries_dead_letters_once_with_reason() -> None:
+    state = VersionedState()
+    run(state, Publish(["a"], 2))
+    for owner in ("x", "y"):
+        assert run(state, Acquire(owner, 1, 5.0))[0][2] in (1, 2)
+        run(state, Settle(owner, [[1, "release", None]]))
+    rec = records(state)[1]
+    assert rec.state is MessageState.DEAD and rec.count == 2 and "max_deliveries 2" in (rec.reason or "")
+    assert run(state, Acquire("z", 1, 5.0)) == []
+
+
+def test_release_owner_honours_a_renewed_lease() -> None:
+    state = VersionedState()
+    run(state, Publish(["a", "b", "c"]))
+    run(state, Acquire("x", 2, 5.0))
+    assert run(state, ReleaseOwner("x", "lease expired", True), wall=WALL + 4.0) == 0  # not expired yet
+    assert run(state, Renew("x", 5.0), wall=WALL + 4.0) == 2
+    assert run(state, ReleaseOwner("x", "lease expired", True), wall=WALL + 6.0) == 0  # renewed to +9
+    assert run(state, ReleaseOwner("x", "lease expired", True), wall=WALL + 9.5) == 2
+    assert not state.exists("lease/x")
+    assert run(state, Renew("x", 5.0)) == 0  # holds nothing: no lease
+    assert [r.state for r in records(state).values()] == [MessageState.READY] * 3
+    assert run(state, Acquire("y", 1, 5.0)) == [[1, "a", 2]]  # released ones keep their place (id order)
+
+
+def test_index_kept_incrementally_equals_one_rebuilt_from_the_state() -> None:
+    rng = random.Random(7)
+    state, follower = VersionedState(), VersionedState()
+    held: dict[str, list[int]] = {"x": [], "y": []}
+    for step in range(600):
+        owner = rng.choice("xy")
+        roll = rng.random()
+        if roll < 0.35:
+            cmd: Any = Publish([step] * rng.randint(1, 3), rng.choice([None, 2, 3]))
+        elif roll < 0.6:
+            cmd = Acquire(owner, rng.randint(1, 4), 5.0)
+        elif roll < 0.9 and held[owner]:
+            ids = rng.sample(held[owner], min(len(held[owner]), 3))
+            cmd = Settle(owner, [[i, rng.choice(["accept", "release", "reject"]), "r"] for i in ids])
+        else:
+            cmd = ReleaseOwner(owner, "gone", False)
+        op, answer = compute_op(state, cmd, WALL + step)
+        rec = Record(state.last_seq + 1, (1, "m"), step + 1, "o", "w", step + 1, op, answer)
+        state.apply(rec)
+        follower.apply(Record.from_wire(rec.to_wire()))  # a replica applies the same log
+        held = {o: sorted(index_for(state).owned.get(o, ())) for o in "xy"}
+        idx, fresh = index_for(state), QueueIndex.build(state)
+        assert (idx.ready, idx.owned, idx.owner_of, idx.leases, idx.next_id) == (
+            fresh.ready, fresh.owned, fresh.owner_of, fresh.leases, fresh.next_id)
+        assert idx.first_ready(3) == sorted(fresh.ready)[:3]
+    assert dict(follower.items()) == dict(state.items())
+
+
+# -- over the simulated network of replicas ---------------------------------------------------------------
+
+def test_master_crash_loses_and_doubles_no_accepted_message() -> None:
+    """Publisher b and consumer c work through the master a, which crashes; b becomes master.
+    Every acknowledged publish is accepted exactly once; no accept is acknowledged twice."""
+    net = SimNet(["a", "b", "c"], seed=5)
+    net.run(0.5)
+    net.tag("a")
+    net.run(0.5)
+    published: dict[int, list[int]] = {}  # write n -> the numbers it carried
+    acquires: set[int] = set()
+    settles: dict[int, list[int]] = {}  # write n -> ids it accepts
+    accepted: list[int] = []
+    id_of_number: dict[int, int] = {}
+    seen_b: set[int] = set()
+    seen_c: set[int] = set()
+    number = 0
+
+    def collect() -> None:
+        b, c = net.nodes["b"], net.nodes["c"]
+        for n, first in list(b.done.items()):
+            if n in published and n not in seen_b:
+                seen_b.add(n)
+                for i, num in enumerate(published[n]):
+                    id_of_number[num] = first + i
+        for n, result in list(c.done.items()):
+            if n in seen_c:
+                continue
+            seen_c.add(n)
+            if n in acquires and result:
+                ids = [i for i, _, _ in result]
+                settles[net.write("c", Settle("c.0", [[i, "accept", None] for i in ids]))] = ids
+            elif n in settles:
+                accepted.extend(i for i, a in zip(settles[n], result, strict=True) if a is None)
+
+    def step() -> None:
+        nonlocal number
+        batch = [number, number + 1]
+        number += 2
+        published[net.write("b", Publish(batch))] = batch
+        collect()
+        acquires.add(net.write("c", Acquire("c.0", 3, 30.0)))
+        net.run(0.01)
+
+    for _ in range(60):
+        step()
+    net.kill("a")
+    net.run(0.3)
+    net.tag("b")
+    for _ in range(60):
+        step()
+    for _ in range(200):  # drain: no more publishes, keep consuming
+        collect()
+        if not net.nodes["c"].replica.pending_writes and not records(net.nodes["b"].replica.state):
+            break
+        acquires.add(net.write("c", Acquire("c.0", 10, 30.0)))
+        net.run(0.05)
+    net.run(1.0)
+    assert net.masters() == ["b"]
+    assert len(accepted) == len(set(accepted)), "a message was accepted twice"
+    acked_ids = set(id_of_number.values())
+    assert len(acked_ids) == len(id_of_number), "two published numbers share an id"
+    assert acked_ids and acked_ids <= set(accepted), f"lost: {sorted(acked_ids - set(accepted))[:10]}"
+    assert records(net.nodes["b"].replica.state) == records(net.nodes["c"].replica.state) == {}
+
+
+def test_return_undoes_an_acquire_that_was_never_handed_out() -> None:
+    state = VersionedState()
+    run(state, Publish(["a"], 1))
+    run(state, Acquire("x", 1, 5.0))
+    assert run(state, Settle("x", [[1, "return", None]])) == [None]
+    rec = records(state)[1]
+    assert (rec.state, rec.count) == (MessageState.READY, 0)  # not dead: max_deliveries 1 not used up
+    assert run(state, Acquire("y", 1, 5.0)) == [[1, "a", 1]]
+
+
+def test_a_wrong_index_is_rebuilt_not_trusted() -> None:
+    state = VersionedState()
+    run(state, Publish(["a", "b"]))
+    run(state, Acquire("x", 1, 5.0))
+    index_for(state).ready.add(1)  # corrupt it: 1 is acquired by x
+    assert run(state, Acquire("y", 2, 5.0)) == [[2, "b", 1]]  # 1 skipped, the index rebuilt
+    assert index_for(state).ready == set() and index_for(state).owner_of == {1: "x", 2: "y"}

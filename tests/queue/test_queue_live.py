@@ -1,0 +1,203 @@
+"""Work queues over a real mosquitto: in-process API checks, then nodes as separate OS processes
+(tests/queue_node.py) killed for real with SIGKILL.
+
+The assertions are about messages (received set equals sent set, nothing accepted twice, dead-lettered
+once, redelivered after a consumer dies), never about speed: bench/work_queue.py measures that.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from queue_procs import QueueProc, wait_for
+
+from broker_mqtt import Endpoint
+from broker_mqtt.embedded import EmbeddedBroker
+from broker_mqtt.queue import AlreadySettled, Settle
+from broker_mqtt.store.errors import StoreProtocolError
+
+pytestmark = [pytest.mark.mosquitto]
+
+ELECTION = {"cycle": 1.0, "gap": 0.25}
+
+
+@pytest.fixture
+def procs() -> Any:
+    started: list[QueueProc] = []
+
+    def start(*args: Any) -> QueueProc:
+        p = QueueProc(*args)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.kill()
+
+
+@pytest.mark.anyio
+async def test_in_process_api(broker: EmbeddedBroker, namespace: str, tmp_path: Path) -> None:
+    db = tmp_path / "jobs.db"
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        qa = await a.attach_queue("jobs", backend="sqlite", path=db, election=ELECTION, max_deliveries=2)
+        qb = await b.attach_queue("jobs", election=ELECTION, candidate=False)
+        with anyio.fail_after(30):
+            assert await qa.await_master() and await qb.await_master()
+            assert await qb.publish({"job": 0}) == 1
+            assert await qa.publish_many([{"job": 1}, {"job": 2}, {"job": 3}]) == [2, 3, 4]
+            seen = []
+            async with qb.consume(prefetch=10) as deliveries:
+                async for d in deliveries:
+                    seen.append((d.id, d.delivery_count))
+                    if d.id == 1 or d.delivery_count == 2:
+                        await d.accept()
+                        with pytest.raises(AlreadySettled):
+                            await d.release()
+                    elif d.id == 2:
+                        await d.reject("bad job")
+                    elif d.id == 3:
+                        await d.release()  # comes back with delivery count 2
+                    elif d.id == 4:
+                        await d.accept()
+                    if len(seen) == 5:
+                        break
+            assert seen[:4] == [(1, 1), (2, 1), (3, 1), (4, 1)] and seen[4] == (3, 2)  # FIFO, then the release
+            # a malformed command (built without its checks) is refused with a clear error; the queue lives on
+            with pytest.raises(StoreProtocolError, match="a settlement is"):
+                await qb.store.write(Settle("someone", [["x", "eat", None]]))
+            assert await qa.publish({"job": 5}) == 5
+            assert await qa.store.await_idle(10) and await qb.store.await_idle(10)
+            for q in (qa, qb):
+                assert [(x.id, x.data, x.reason) for x in q.dead_letters()] == [(2, {"job": 1}, "bad job")]
+                assert (q.statistics().ready, q.statistics().acquired, q.statistics().dead) == (1, 0, 1)
+        await qb.close()
+        await qa.close()
+    # persistent: the SQLite replica reopens with what it held
+    async with Endpoint(broker, namespace=namespace) as a:
+        qa = await a.attach_queue("jobs", backend="sqlite", path=db, election=ELECTION)
+        assert [x.id for x in qa.dead_letters()] == [2] and qa.statistics().ready == 1
+        await qa.close()
+
+
+def test_four_senders_four_receivers_received_set_is_sent_set(broker: EmbeddedBroker, namespace: str,
+                                                              procs: Any) -> None:
+    n = 100
+    # one candidate: this test is about the message sets, failover is the last test's
+    senders = [procs(broker.url, namespace, "jobs", "--publish", str(n), "--tag", f"s{k}", "--concurrency", "16",
+                     *(["--no-candidate"] if k else [])) for k in range(4)]
+    # two receivers keep a replica, two only write (replica=False)
+    receivers = [procs(broker.url, namespace, "jobs", "--consume", "accept", "--prefetch", "10",
+                       "--no-candidate" if k < 2 else "--no-replica") for k in range(4)]
+    for p in senders + receivers:
+        p.wait_ready()
+    sent = {(f"s{k}", i) for k in range(4) for i in range(n)}
+    assert wait_for(lambda: sum(len(r.accepted()) for r in receivers) >= len(sent), 60)
+    accepted = [d for r in receivers for d in r.accepted()]
+    doubled = {d: [(k, [x for x in r.settled["ACCEPTED"] if x[1] == d], [x for x in r.delivered if x[2] == d])
+                   for k, r in enumerate(receivers)] for d, c in collections.Counter(accepted).items() if c > 1}
+    assert not doubled, f"accepted twice: {doubled} masters {[s.masters for s in senders]}"
+    assert len(accepted) == len(sent) and set(accepted) == sent
+    assert {key for s in senders for key in s.published} == sent
+    ids = [i for s in senders for i in s.published.values()]
+    assert sorted(ids) == list(range(1, len(sent) + 1))  # assigned by the master, no gaps, no repeats
+    assert sum(1 for r in receivers if r.accepted()) >= 2  # the work was shared
+
+
+def _publisher(procs: Any, broker: EmbeddedBroker, namespace: str, count: int) -> QueueProc:
+    """The only candidate (so the master), publishing ``count`` messages, and a standby replica that
+    confirms writes (durability "one"); returns the publisher once they are durable."""
+    p = procs(broker.url, namespace, "jobs", "--publish", str(count), "--concurrency", "1")
+    procs(broker.url, namespace, "jobs", "--no-candidate").wait_ready()
+    assert wait_for(lambda: len(p.published) == count, 30)
+    return p
+
+
+def test_acquire_then_release_is_delivered_elsewhere(broker: EmbeddedBroker, namespace: str, procs: Any) -> None:
+    pub = _publisher(procs, broker, namespace, 1)
+    a = procs(broker.url, namespace, "jobs", "--no-candidate", "--consume", "release", "--prefetch", "1",
+              "--limit", "1")
+    assert wait_for(lambda: a.left and a.settled["RELEASED"], 30)
+    b = procs(broker.url, namespace, "jobs", "--no-candidate", "--consume", "accept")
+    assert wait_for(lambda: b.settled["ACCEPTED"], 30)
+    msg_id = pub.published[("p", 0)]
+    assert [x[:2] for x in a.delivered] == [(msg_id, 1)]
+    assert [x[:2] for x in b.delivered] == [(msg_id, 2)]
+
+
+def test_consumer_killed_holding_a_message_it_is_delivered_to_another(broker: EmbeddedBroker, namespace: str,
+                                                                     procs: Any) -> None:
+    pub = _publisher(procs, broker, namespace, 1)
+    a = procs(broker.url, namespace, "jobs", "--no-replica", "--consume", "hold", "--prefetch", "1")
+    assert wait_for(lambda: a.delivered, 30)
+    b = procs(broker.url, namespace, "jobs", "--no-candidate", "--consume", "accept")
+    b.wait_ready()
+    assert wait_for(lambda: b.current_master() is not None, 30)
+    assert not b.delivered  # a holds it (lease 30 s)
+    a.kill()
+    # back when the master sees a's endpoint gone (its last will), long before the lease runs out
+    assert wait_for(lambda: b.settled["ACCEPTED"], 15)
+    msg_id = pub.published[("p", 0)]
+    assert [x[:2] for x in a.delivered] == [(msg_id, 1)]
+    assert [x[:2] for x in b.delivered] == [(msg_id, 2)]
+
+
+def test_reject_dead_letters_exactly_once(broker: EmbeddedBroker, namespace: str, procs: Any) -> None:
+    pub = _publisher(procs, broker, namespace, 2)
+    a = procs(broker.url, namespace, "jobs", "--no-candidate", "--consume", "reject", "--prefetch", "1",
+              "--limit", "1")
+    assert wait_for(lambda: a.left and a.settled["REJECTED"], 30)
+    b = procs(broker.url, namespace, "jobs", "--no-candidate", "--consume", "accept")
+    assert wait_for(lambda: b.settled["ACCEPTED"], 30)
+    first, second = pub.published[("p", 0)], pub.published[("p", 1)]
+    assert [x[0] for x in a.delivered] == [first] and [x[0] for x in b.delivered] == [second]
+    for node in (pub, b):
+        dead = node.dump()["dead_letters"]
+        assert len(dead) == 1
+        assert dead[0][:3] == [first, ["p", 0], 1] and dead[0][3].startswith("rejected by ")
+    assert [x[0] for x in b.delivered] == [second]  # never delivered again
+
+
+@pytest.mark.slow
+def test_kill_9_master_under_load_loses_and_doubles_nothing(broker: EmbeddedBroker, namespace: str,
+                                                            procs: Any) -> None:
+    n = 400
+    # candidates, one is master; a wider election gap than elsewhere: a claim then waits long enough for
+    # every live replica's promise on a loaded 2-core machine (else the store merges histories: see
+    # docs/queues.md, "Splits")
+    replicas = [procs(broker.url, namespace, "jobs", "--cycle", "3", "--gap", "1") for _ in range(3)]
+    for r in replicas:
+        r.wait_ready()
+    common = ["--no-candidate", "--lease", "5", "--cycle", "3", "--gap", "1"]
+    senders = [procs(broker.url, namespace, "jobs", *common, "--publish", str(n), "--tag", f"s{k}",
+                     "--concurrency", "4") for k in range(2)]
+    receivers = [procs(broker.url, namespace, "jobs", *common, "--consume", "accept", "--prefetch", "10")
+                 for _ in range(2)]
+    assert wait_for(lambda: sum(len(r.accepted()) for r in receivers) >= 150, 60)
+    master = replicas[0].current_master()
+    victim = next(r for r in replicas if r.node_id == master)
+    victim.kill()
+    assert sum(len(s.published) for s in senders) < 2 * n  # killed under load: publishing goes on
+    sent = {(f"s{k}", i) for k in range(2) for i in range(n)}
+    assert wait_for(lambda: sum(len(r.accepted()) for r in receivers) >= len(sent), 60), \
+        f"accepted {sum(len(r.accepted()) for r in receivers)} of {len(sent)}"
+    survivors = [r for r in replicas if r is not victim]
+    assert wait_for(lambda: all(r.current_master() not in (None, master) for r in survivors), 10)
+    accepted = [d for r in receivers for d in r.accepted()]
+    doubled = [d for d, k in collections.Counter(accepted).items() if k > 1]
+    assert not doubled, f"accepted twice: {doubled[:10]}"
+    assert set(accepted) == sent
+    assert {key for s in senders for key in s.published} == sent
+    # the replica converges (an accept is durable once the master and one replica hold it, this one may lag)
+    for _ in range(20):
+        dump = survivors[0].dump()
+        if (dump["ready"], dump["acquired"], dump["dead"]) == (0, 0, 0):
+            break
+        time.sleep(0.5)
+    assert (dump["ready"], dump["acquired"], dump["dead"]) == (0, 0, 0), (
+        f"left: {dump['live']}; ids published: {sorted(i for s in senders for i in s.published.values())[-20:]}; "
+        f"masters: {[r.masters for r in survivors]}; receivers: {[r.node_id for r in receivers]}")
