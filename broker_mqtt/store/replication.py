@@ -39,6 +39,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from .backend import _pack
 from .commands import WriteCommand, decode_command
 from .errors import StoreDecodeError, StoreError
 from .replica_events import (
@@ -90,6 +91,8 @@ __all__ = [
     "ReplicaStats",
     "Replica",
 ]
+
+CONFLICTS_KEPT = 100_000  #: conflicts a replica remembers, so that it reports each one once
 
 
 @dataclass(slots=True)
@@ -143,6 +146,7 @@ class Replica:
         self._claim: _Claim | None = None
         self._subsumed: list[tuple[Lineage, int]] = []
         self._conflicts_seen: set[Epoch] = set()
+        self._conflicts_reported: dict[tuple[bytes, frozenset[tuple[int, str]]], None] = {}
         # master side
         self._held: dict[str, dict[int, tuple[str, list[Any]]]] = {}
         self._acked_n: dict[str, int] = {}
@@ -421,7 +425,7 @@ class Replica:
         self._set_master(epoch[1], "")
         if conflicts and epoch not in self._conflicts_seen:
             self._conflicts_seen.add(epoch)
-            self._events.append(ConflictsFound(epoch, [Conflict.from_wire(c) for c in conflicts]))
+            self._report_conflicts(epoch, [Conflict.from_wire(c) for c in conflicts])
         mine = self.state.position
         if contains(lineage, pos[0], mine):
             self._discard_after = None
@@ -572,6 +576,21 @@ class Replica:
                 self._send(["fetch", list(claim.epoch), self.id, s, None])  # None: a snapshot
         self._progress_claim(now)
 
+    def _report_conflicts(self, epoch: Epoch, conflicts: list[Conflict]) -> None:
+        """Report each conflict once: a history merged again (a second claimant that had not
+        seen the first merge) yields the same pairs of versions, which are not news."""
+        seen = self._conflicts_reported
+        fresh = []
+        for c in conflicts:
+            ident = (_pack(c.key), frozenset({(c.chosen.hlc, c.chosen.origin), (c.other.hlc, c.other.origin)}))
+            if ident not in seen:
+                seen[ident] = None
+                fresh.append(c)
+        while len(seen) > CONFLICTS_KEPT:
+            del seen[next(iter(seen))]
+        if fresh:
+            self._events.append(ConflictsFound(epoch, fresh))
+
     def _finish_claim(self, claim: _Claim, now: float) -> None:
         conflicts: list[Conflict] = []
         subsumed: list[tuple[Lineage, int]] = []
@@ -601,7 +620,7 @@ class Replica:
                     [[lineage_to_wire(lin), last] for lin, last in self._subsumed]])
         if conflicts:
             self._conflicts_seen.add(claim.epoch)
-            self._events.append(ConflictsFound(claim.epoch, conflicts))
+            self._report_conflicts(claim.epoch, conflicts)
         self._set_master(self.id, "")
         self._mark_synced()
 

@@ -368,3 +368,21 @@ def test_the_writer_table_is_bounded_and_forgets_the_least_recent(monkeypatch: A
     assert len(state.applied) <= 21
     assert "w30" in state.applied and "w1" not in state.applied
     assert state.applied_n("w1") == 0 and state.applied_n("w30") == 1
+
+
+def test_a_conflict_merged_again_is_not_reported_again() -> None:
+    # A second claimant that had not seen the first merge merges the same histories again (the
+    # live split test saw it once under load): the same pairs of versions are not news.
+    from broker_mqtt.store.replication import ConflictsFound
+    from broker_mqtt.store.versioned import Conflict, Version
+
+    net = SimNet(["a"], seed=1)
+    replica = net.nodes["a"].replica
+    chosen, other = Version("cd", 20, "c", 5, False, None), Version("ab", 10, "a", 4, False, None)
+    gone = Version(None, 21, "c", 6, True, None)
+    replica._report_conflicts((3, "x"), [Conflict("shared", chosen, other)])
+    replica._report_conflicts((5, "y"), [Conflict("shared", chosen, other), Conflict("p", gone, other)])
+    replica._report_conflicts((6, "z"), [Conflict("shared", other, chosen)])  # the same pair, either way
+    found = [e for e in replica.events() if isinstance(e, ConflictsFound)]
+    assert [[c.key for c in e.conflicts] for e in found] == [["shared"], ["p"]]
+    assert [e.epoch for e in found] == [(3, "x"), (5, "y")]
