@@ -126,7 +126,7 @@ def sub(broker: str | None, namespace: str, prefixes: tuple[str, ...], as_json: 
     _run(run)
 
 
-from . import cli_bench, cli_demo, cli_node, cli_status, cli_store  # noqa: E402, F401 - the other commands
+from . import cli_bench, cli_demo, cli_node, cli_queue, cli_status, cli_store  # noqa: E402, F401 - the other commands
 
 if __name__ == "__main__":  # pragma: no cover
     main()

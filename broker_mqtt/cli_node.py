@@ -1,4 +1,4 @@
-"""``broker-mqtt node``: a long-lived node (an endpoint and its elected stores).
+"""``broker-mqtt node``: a long-lived node (an endpoint, its elected stores and work queues).
 
 Configured by a TOML file, flags and the environment (flags win over the file; ``--broker`` also
 reads ``BROKER_MQTT_URL``)::
@@ -15,7 +15,12 @@ reads ``BROKER_MQTT_URL``)::
     durability = "one"          # or "master", "all"
     election = { cycle = 2.0, gap = 0.5 }
 
-``--store NAME`` (repeatable) adds a memory store with the default election. The node prints one line
+    [[queue]]
+    name = "jobs"
+    backend = "sqlite"          # or "memory"; and max_deliveries, lease, mode, durability, election
+    path = "jobs.db"
+
+``--store NAME`` / ``--queue NAME`` (repeatable) add a memory store / queue with the default election. The node prints one line
 per event worth knowing (connected, store master changes, conflicts, peers) and on SIGTERM or SIGINT
 hands every store's mastership over, leaves cleanly and exits 0.
 """
@@ -36,6 +41,7 @@ from .endpoint import Endpoint
 from .events import PeerAdded, PeerLost, PeerRemoved
 
 _STORE_KEYS = {"name", "backend", "path", "mode", "durability", "election", "candidate", "write_timeout"}
+_QUEUE_KEYS = _STORE_KEYS | {"max_deliveries", "lease"}
 
 
 def _load(path: str | None) -> dict[str, Any]:
@@ -46,15 +52,16 @@ def _load(path: str | None) -> dict[str, Any]:
             config = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         _fail(f"cannot read {path}: {exc}", 2)
-    unknown = set(config) - {"broker", "namespace", "name", "store"}
+    unknown = set(config) - {"broker", "namespace", "name", "store", "queue"}
     if unknown:
         _fail(f"{path}: unknown settings {sorted(unknown)}", 2)
-    for entry in config.get("store", []):
-        if not isinstance(entry, dict) or "name" not in entry:
-            _fail(f"{path}: every [[store]] needs a name", 2)
-        bad = set(entry) - _STORE_KEYS
-        if bad:
-            _fail(f"{path}: store {entry['name']!r} has unknown settings {sorted(bad)}", 2)
+    for section, allowed in (("store", _STORE_KEYS), ("queue", _QUEUE_KEYS)):
+        for entry in config.get(section, []):
+            if not isinstance(entry, dict) or "name" not in entry:
+                _fail(f"{path}: every [[{section}]] needs a name", 2)
+            bad = set(entry) - allowed
+            if bad:
+                _fail(f"{path}: {section} {entry['name']!r} has unknown settings {sorted(bad)}", 2)
     return config
 
 
@@ -68,16 +75,19 @@ def _say(text: str) -> None:
 @click.option("--namespace", default=None, help="Topic namespace (default: the file's, else bm).")
 @click.option("--name", default=None, help="This node's name (default: the file's, else the host's).")
 @click.option("--store", "stores", multiple=True, help="Join this elected store (memory backend); repeatable.")
+@click.option("--queue", "queues", multiple=True, help="Join this work queue (memory backend); repeatable.")
 def node(broker: str | None, config_path: str | None, namespace: str | None, name: str | None,
-         stores: tuple[str, ...]) -> None:
-    """Run a long-lived node: an endpoint and its elected stores, until SIGTERM."""
+         stores: tuple[str, ...], queues: tuple[str, ...]) -> None:
+    """Run a long-lived node: an endpoint, its elected stores and work queues, until SIGTERM."""
     config = _load(config_path)
     url = broker or config.get("broker")
     if url is None:
         _fail("node needs --broker, BROKER_MQTT_URL or `broker` in the config file", 2)
     store_specs = [dict(s) for s in config.get("store", [])] + [{"name": s} for s in stores]
-    if not store_specs:
-        _fail("node needs at least one store (--store NAME or [[store]] in the config file)", 2)
+    queue_specs = [dict(q) for q in config.get("queue", [])] + [{"name": q} for q in queues]
+    if not store_specs and not queue_specs:
+        _fail("node needs at least one store or queue (--store NAME, --queue NAME, or [[store]] / [[queue]] "
+              "in the config file)", 2)
 
     async def run() -> None:
         async with Endpoint(url, namespace=namespace or config.get("namespace", "bm"),
@@ -91,15 +101,25 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
                 except (TypeError, ValueError) as exc:
                     _fail(f"store {store_name!r}: {exc}", 2)
                 _say(f"joined store {store_name}")
+            queue_handles = []
+            for spec in queue_specs:
+                queue_name = spec.pop("name")
+                try:
+                    queue_handles.append(await ep.attach_queue(queue_name, **spec))
+                except (TypeError, ValueError) as exc:
+                    _fail(f"queue {queue_name!r}: {exc}", 2)
+                _say(f"joined queue {queue_name}")
             async with anyio.create_task_group() as tg:
                 for h in handles:
                     tg.start_soon(_watch_store, h)
+                for q in queue_handles:
+                    tg.start_soon(_watch_store, q.store)  # the queue's store: queue-<name>
                 tg.start_soon(_watch_peers, ep)
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     async for sig in signals:
                         _say(f"{signal.Signals(sig).name}: handing over and leaving")
                         break
-                for h in handles:
+                for h in [*handles, *queue_handles]:
                     await h.close()
                 tg.cancel_scope.cancel()
             _say("left")

@@ -23,7 +23,7 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 def test_help_everywhere() -> None:
     for cmd in ([], ["demo"], ["pub"], ["sub"], ["store"], ["store", "get"], ["node"], ["peers"], ["status"],
-                ["bench"]):
+                ["bench"], ["queue"], ["queue", "consume"]):
         out = run(*cmd, "--help")
         assert out.returncode == 0 and "Usage" in out.stdout
 

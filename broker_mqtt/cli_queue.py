@@ -1,0 +1,151 @@
+"""``broker-mqtt queue ...``: replicated work queues from the command line (docs/queues.md).
+
+``queue publish`` and ``queue consume`` use a handle that keeps no replica (``replica=False``): they
+need the queue's nodes (``broker-mqtt node --queue NAME``, or applications that attach it) to be
+running. ``queue dead-letters`` keeps a replica that never becomes master (``candidate=False``) for
+the duration of the command. Exit codes as for the other commands: 0 success, 1 no master of the
+queue within ``--timeout`` (or a write failed), 2 usage, 3 broker unreachable.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from .cli import EXIT_CHECK_FAILED, _fail, _jsonable, _run, broker_option, main, namespace_option
+from .cli_store import _parse
+from .endpoint import Endpoint
+
+timeout_option = click.option("--timeout", type=float, default=15.0, show_default=True,
+                              help="Seconds to wait for the queue's master.")
+
+
+def _need_broker(broker: str | None, command: str) -> str:
+    if broker is None:
+        _fail(f"queue {command} needs --broker (or BROKER_MQTT_URL): an embedded broker has no queue", 2)
+    assert broker is not None
+    return broker
+
+
+def _no_master(name: str, timeout: float) -> str:
+    return (f"no master of queue {name!r} answered within {timeout} s "
+            f"(is a node attached to it? `broker-mqtt node --queue {name}`)")
+
+
+@main.group()
+def queue() -> None:
+    """Work queues: publish, consume and read the dead-letter queue."""
+
+
+@queue.command("publish")
+@broker_option
+@namespace_option
+@timeout_option
+@click.argument("name")
+@click.argument("values", nargs=-1, required=True)
+def queue_publish(broker: str | None, namespace: str, timeout: float, name: str, values: tuple[str, ...]) -> None:
+    """Append VALUES (each JSON, or a plain string) to queue NAME in one write; print their ids."""
+    url = _need_broker(broker, "publish")
+    from .store.errors import StoreError
+
+    async def run() -> tuple[bool, Any]:
+        async with Endpoint(url, namespace=namespace, name="cli-queue") as ep:
+            q = await ep.attach_queue(name, replica=False, write_timeout=timeout)
+            try:
+                if not await q.await_master(timeout):
+                    return False, _no_master(name, timeout)
+                return True, await q.publish_many([_parse(v, "VALUE") for v in values])
+            except StoreError as exc:
+                return False, str(exc)
+            finally:
+                await q.close()
+
+    ok, result = _run(run)
+    if not ok:
+        _fail(result, EXIT_CHECK_FAILED)
+    for msg_id in result:
+        click.echo(msg_id)
+
+
+@queue.command("consume")
+@broker_option
+@namespace_option
+@timeout_option
+@click.option("--count", type=int, default=0, help="Stop after this many messages (0: until Ctrl-C).")
+@click.option("--prefetch", type=int, default=1, show_default=True, help="Messages held at a time.")
+@click.option("--settle", type=click.Choice(["accept", "release", "reject"]), default="accept",
+              show_default=True, help="What to do with each message once printed.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.argument("name")
+def queue_consume(broker: str | None, namespace: str, timeout: float, count: int, prefetch: int, settle: str,
+                  as_json: bool, name: str) -> None:
+    """Print messages of queue NAME as they are delivered, and accept (or release, reject) each."""
+    url = _need_broker(broker, "consume")
+    if prefetch < 1:
+        _fail("--prefetch must be at least 1", 2)
+
+    async def run() -> str | None:
+        async with Endpoint(url, namespace=namespace, name="cli-queue") as ep:
+            q = await ep.attach_queue(name, replica=False, write_timeout=timeout)
+            try:
+                if not await q.await_master(timeout):
+                    return _no_master(name, timeout)
+                seen = 0
+                async with q.consume(prefetch=prefetch) as deliveries:
+                    async for d in deliveries:
+                        if as_json:
+                            click.echo(json.dumps({"id": d.id, "delivery_count": d.delivery_count,
+                                                   "data": _jsonable(d.data)}))
+                        else:
+                            click.echo(f"{d.id:8}  delivery {d.delivery_count}  {_jsonable(d.data)}")
+                        sys.stdout.flush()
+                        if settle == "accept":
+                            await d.accept()
+                        elif settle == "release":
+                            await d.release()
+                        else:
+                            await d.reject("rejected with broker-mqtt queue consume --settle reject")
+                        seen += 1
+                        if count and seen >= count:
+                            break
+                return None
+            finally:
+                await q.close()
+
+    error = _run(run)
+    if error is not None:
+        _fail(error, EXIT_CHECK_FAILED)
+
+
+@queue.command("dead-letters")
+@broker_option
+@namespace_option
+@timeout_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.argument("name")
+def queue_dead_letters(broker: str | None, namespace: str, timeout: float, as_json: bool, name: str) -> None:
+    """Print the dead-letter queue of queue NAME (id, deliveries, reason, data)."""
+    url = _need_broker(broker, "dead-letters")
+
+    async def run() -> tuple[bool, Any]:
+        async with Endpoint(url, namespace=namespace, name="cli-queue") as ep:
+            q = await ep.attach_queue(name, candidate=False)
+            try:
+                if not await q.await_master(timeout) or not await q.store.await_idle(timeout):
+                    return False, _no_master(name, timeout)
+                return True, q.dead_letters()
+            finally:
+                await q.close()
+
+    ok, result = _run(run)
+    if not ok:
+        _fail(result, EXIT_CHECK_FAILED)
+    for dead in result:
+        if as_json:
+            click.echo(json.dumps({"id": dead.id, "delivery_count": dead.delivery_count, "reason": dead.reason,
+                                   "data": _jsonable(dead.data)}))
+        else:
+            click.echo(f"{dead.id:8}  deliveries {dead.delivery_count}  {dead.reason}  {_jsonable(dead.data)}")
