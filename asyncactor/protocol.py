@@ -29,7 +29,8 @@ Partial views (§4): a newcomer, or the losing side of a healed split, adopts it
 message.  It is *learning* until a succession confirms that view: it does not bid, re-adopts
 from any ping its view cannot place, and takes no side in splits.  A collision it cannot judge
 (the two pingers' old places are unknown) is left to the next ping, which names the winner;
-until then it bids only after everybody else (``cycle + 3 * gap``).  Only the leading entries
+until then it bids only after everybody else (``cycle + 3 * gap``; in sticky mode
+``cycle - 1.5 * gap + (1 .. 1.5) * gap``, still within ``cycle`` of the holder's ping).  Only the leading entries
 of a history that came off the wire are trusted for collision ages (``_known``).
 """
 
@@ -254,7 +255,8 @@ class ActorCore:
         """``node`` is known to be gone (say, its MQTT last will arrived): if it holds the current
         slot, bid as after its *release* (within ``gap / 2``, chain order kept; a node whose view
         is unconfirmed one ``gap`` later) instead of waiting for its next ping to be overdue
-        (``cycle + 3 * gap`` for an unconfirmed view).  Returns True if that moved our bid.
+        (``cycle + 3 * gap`` for an unconfirmed view in rotation mode).  Returns True if that moved
+        our bid.
 
         Safe on a false report: a holder that is alive after all pings again, and the two
         pings meet as any succession or collision does (``has_priority`` decides)."""
@@ -333,7 +335,7 @@ class ActorCore:
         slot = self._slot
         if slot is None:
             wait = c.cycle + 2 * c.gap  # alone as far as we know
-        elif self._await_ping and not gone:
+        elif self._await_ping and not gone and not self.sticky:
             # our view of the slot is unconfirmed: bid only if nobody else does, after the
             # previous pinger's own repeat (at cycle + 2 * gap) would have arrived
             wait = c.cycle + 3 * c.gap
@@ -351,6 +353,10 @@ class ActorCore:
                     wait += c.gap
             elif self.sticky:
                 wait = period + (0.5 + d / 4) * c.gap
+                if self._await_ping and not gone:
+                    # unconfirmed view: after the confirmed nodes' bids, but still within
+                    # ``cycle`` of the holder's ping (its renewal at ``period`` is overdue by then)
+                    wait += 0.5 * c.gap
             else:
                 wait = c.cycle + d * c.gap
         at = base + wait
