@@ -93,22 +93,16 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
         async with Endpoint(url, namespace=namespace or config.get("namespace", "bm"),
                             name=name or config.get("name")) as ep:
             _say(f"node {ep.name} ({ep.id}) connected to {url}")
-            handles = []
-            for spec in store_specs:
-                store_name = spec.pop("name")
-                try:
-                    handles.append(await ep.attach_store(store_name, **spec))
-                except (TypeError, ValueError) as exc:
-                    _fail(f"store {store_name!r}: {exc}", 2)
-                _say(f"joined store {store_name}")
-            queue_handles = []
-            for spec in queue_specs:
-                queue_name = spec.pop("name")
-                try:
-                    queue_handles.append(await ep.attach_queue(queue_name, **spec))
-                except (TypeError, ValueError) as exc:
-                    _fail(f"queue {queue_name!r}: {exc}", 2)
-                _say(f"joined queue {queue_name}")
+            handles, queue_handles = [], []
+            for what, specs, attach, joined in (("store", store_specs, ep.attach_store, handles),
+                                                ("queue", queue_specs, ep.attach_queue, queue_handles)):
+                for spec in specs:
+                    item = spec.pop("name")
+                    try:
+                        joined.append(await attach(item, **spec))
+                    except (TypeError, ValueError) as exc:
+                        _fail(f"{what} {item!r}: {exc}", 2)
+                    _say(f"joined {what} {item}")
             async with anyio.create_task_group() as tg:
                 for h in handles:
                     tg.start_soon(_watch_store, h)

@@ -16,18 +16,11 @@ from typing import Any
 import click
 
 from .cli import EXIT_CHECK_FAILED, _fail, _jsonable, _run, broker_option, main, namespace_option
-from .cli_store import _parse
+from .cli_store import _need_broker, _parse
 from .endpoint import Endpoint
 
 timeout_option = click.option("--timeout", type=float, default=15.0, show_default=True,
                               help="Seconds to wait for the queue's master.")
-
-
-def _need_broker(broker: str | None, command: str) -> str:
-    if broker is None:
-        _fail(f"queue {command} needs --broker (or BROKER_MQTT_URL): an embedded broker has no queue", 2)
-    assert broker is not None
-    return broker
 
 
 def _no_master(name: str, timeout: float) -> str:
@@ -48,7 +41,7 @@ def queue() -> None:
 @click.argument("values", nargs=-1, required=True)
 def queue_publish(broker: str | None, namespace: str, timeout: float, name: str, values: tuple[str, ...]) -> None:
     """Append VALUES (each JSON, or a plain string) to queue NAME in one write; print their ids."""
-    url = _need_broker(broker, "publish")
+    url = _need_broker(broker, "publish", "queue")
     from .store.errors import StoreError
 
     async def run() -> tuple[bool, Any]:
@@ -83,7 +76,7 @@ def queue_publish(broker: str | None, namespace: str, timeout: float, name: str,
 def queue_consume(broker: str | None, namespace: str, timeout: float, count: int, prefetch: int, settle: str,
                   as_json: bool, name: str) -> None:
     """Print messages of queue NAME as they are delivered, and accept (or release, reject) each."""
-    url = _need_broker(broker, "consume")
+    url = _need_broker(broker, "consume", "queue")
     if prefetch < 1:
         _fail("--prefetch must be at least 1", 2)
 
@@ -128,7 +121,7 @@ def queue_consume(broker: str | None, namespace: str, timeout: float, count: int
 @click.argument("name")
 def queue_dead_letters(broker: str | None, namespace: str, timeout: float, as_json: bool, name: str) -> None:
     """Print the dead-letter queue of queue NAME (id, deliveries, reason, data)."""
-    url = _need_broker(broker, "dead-letters")
+    url = _need_broker(broker, "dead-letters", "queue")
 
     async def run() -> tuple[bool, Any]:
         async with Endpoint(url, namespace=namespace, name="cli-queue") as ep:

@@ -35,9 +35,9 @@ def _key(value: Any) -> Any:
     return tuple(_key(v) for v in value) if isinstance(value, list) else value
 
 
-def _need_broker(broker: str | None, command: str) -> str:
+def _need_broker(broker: str | None, command: str, what: str = "store") -> str:
     if broker is None:
-        _fail(f"store {command} needs --broker (or BROKER_MQTT_URL): an embedded broker has no store", 2)
+        _fail(f"{what} {command} needs --broker (or BROKER_MQTT_URL): an embedded broker has no {what}", 2)
     assert broker is not None
     return broker
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..store.commands import CommandKind, ComputedCommand, register_command
+from ..store.commands import _bool as _flag
+from ..store.commands import _str as _text
 from ..store.errors import StoreDecodeError
 from ..store.versioned import VersionedState
 from .model import (
@@ -68,16 +70,6 @@ def _seconds(value: Any) -> float:
     return value
 
 
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise StoreDecodeError(f"expected a string, got {value!r:.60}")
-    return value
-
-
-def _flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise StoreDecodeError(f"expected a boolean, got {value!r:.60}")
-    return value
 
 
 def _settlements(value: Any) -> list[list[Any]]:

@@ -116,7 +116,7 @@ def _number(value: Any) -> int | float:
 
 def _str(value: Any) -> str:
     if not isinstance(value, str):
-        raise StoreDecodeError(f"expected a string, got {value!r}")
+        raise StoreDecodeError(f"expected a string, got {value!r:.60}")
     return value
 
 
@@ -128,7 +128,7 @@ def _uint(value: Any) -> int:
 
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise StoreDecodeError(f"expected a boolean, got {value!r}")
+        raise StoreDecodeError(f"expected a boolean, got {value!r:.60}")
     return value
 
 
