@@ -36,10 +36,8 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -60,64 +58,40 @@ class Stuck(RuntimeError):
 
 
 class Node(ElectedProc):
-    """A bench/failover_node.py process: an ElectedProc whose acks carry the node's monotonic time."""
+    """An ElectedProc whose acks carry the node's monotonic time, with its stderr kept in a file."""
 
     def __init__(self, url: str, namespace: str, store: str, mode: str, cycle: float, gap: float, *,
                  writers: int, durability: str, stderr_path: Path) -> None:
-        cmd = [sys.executable, str(NODE), url, namespace, store, mode, str(cycle), str(gap),
-               "--writers", str(writers), "--durability", durability]
         self.stderr_path = stderr_path
         self.started = time.monotonic()
-        with stderr_path.open("w") as err:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT,
-                                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-        self.node_id: str | None = None
-        self.acks: list[int] = []
         self.ack_times: list[float] = []
-        self.masters: list[tuple[int, str, float]] = []
         self.stats_at: list[tuple[int, str, dict[str, int]]] = []  # (term, master, statistics) per MASTER line
         self.counters: list[dict[str, int]] = []  # statistics asked for with SIGWINCH
-        self.conflicts: list[Any] = []
-        self.dumps: list[dict[str, Any]] = []
-        self.quiets = 0
         self.garbled: list[str] = []  # lines that did not parse
-        self._lock = threading.Lock()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
+        with stderr_path.open("w") as err:
+            super().__init__(url, namespace, store, mode, cycle, gap, writers=writers, durability=durability,
+                             stderr=err)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             try:
-                self._line(line)
+                self._take(line)
             except (ValueError, IndexError):  # keep reading: a stalled reader would block the node
                 self.garbled.append(line)
 
-    def _line(self, line: str) -> None:
-        kind, _, rest = line.rstrip("\n").partition(" ")
-        with self._lock:
-            if kind == "READY":
-                self.node_id = rest
-                self._ready.set()
-            elif kind == "ACK":
-                i, t = rest.split(" ")
-                self.acks.append(int(i))
-                self.ack_times.append(float(t))
-            elif kind == "MASTER":
-                term, node, t = rest.split(" ")
-                self.masters.append((int(term), node, float(t)))
-            elif kind == "STATS":
-                term, master, _ = self.masters[-1]
-                self.stats_at.append((term, master, json.loads(rest)))
-            elif kind == "COUNTERS":
-                self.counters.append(json.loads(rest))
-            elif kind == "CONFLICT":
-                self.conflicts.append(json.loads(rest))
-            elif kind == "QUIET":
-                self.quiets += 1
-            elif kind == "DUMP":
-                self.dumps.append(json.loads(rest))
+    def _line(self, kind: str, rest: str) -> None:
+        if kind == "ACK":
+            i, t = rest.split(" ")
+            self.acks.append(int(i))
+            self.ack_times.append(float(t))
+        elif kind == "STATS":
+            term, master, _ = self.masters[-1]
+            self.stats_at.append((term, master, json.loads(rest)))
+        elif kind == "COUNTERS":
+            self.counters.append(json.loads(rest))
+        else:
+            super()._line(kind, rest)
 
     def acks_between(self, lo: float, hi: float) -> list[float]:
         with self._lock:
