@@ -17,6 +17,7 @@ transaction is rolled back (the backend is unchanged).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +39,22 @@ def _pack(obj: Any) -> bytes:
         return cbor2.dumps(obj, canonical=True, default=codec._default)
     except (cbor2.CBOREncodeError, codec.EncodeError, TypeError, ValueError) as exc:
         raise BackendError(f"cannot encode {obj!r}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def sqlite_transaction(db: sqlite3.Connection, path: Any) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` around the block, ``ROLLBACK`` if it raises; an SQLite
+    error (of the block or the transaction) becomes :class:`BackendError` naming ``path``."""
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+    except sqlite3.Error as exc:
+        raise BackendError(f"{path}: {exc}") from exc
 
 
 def _unpack(data: bytes) -> Any:
@@ -315,20 +332,12 @@ class SQLiteBackend:
             statements = [*statements, ("INSERT INTO meta (name, value) VALUES ('last_seq', ?) "
                                         "ON CONFLICT (name) DO UPDATE SET value = excluded.value", (seq,))]
         first: list[Any] = []
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for i, (sql, args) in enumerate(statements):
-                    many = isinstance(args, list)
-                    cur = self._db.executemany(sql, args) if many else self._db.execute(sql, args)
-                    if i == 0:
-                        first = cur.fetchall() if cur.description else [cur.rowcount]
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise BackendError(f"{self.path}: {exc}") from exc
+        with sqlite_transaction(self._db, self.path):
+            for i, (sql, args) in enumerate(statements):
+                many = isinstance(args, list)
+                cur = self._db.executemany(sql, args) if many else self._db.execute(sql, args)
+                if i == 0:
+                    first = cur.fetchall() if cur.description else [cur.rowcount]
         if seq is not None:
             self._last_seq = seq
         return first

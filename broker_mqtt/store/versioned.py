@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backend import _pack, _unpack
+from .backend import _pack, _unpack, sqlite_transaction
 from .commands import Clear, ComputedCommand, Erase, Put, PutUnique, WriteCommand
 from .errors import BackendError, NoSuchKey, StoreDecodeError
 from .master import _new_value
@@ -505,22 +505,14 @@ class VersionedState:
             "seq": self.last_seq, "lineage": lineage_to_wire(self.lineage), "hlc": self.max_hlc,
             "applied": [[w, a.n, a.seq, [[n, r] for n, r in a.results.items()]] for w, a in self.applied.items()],
         }
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                if self._rewrite_all:
-                    self._db.execute("DELETE FROM versions")
-                    rows = [(k, _pack(v.to_wire())) for k, (_, v) in self._versions.items()]
-                else:
-                    rows = [(k, _pack(item[1].to_wire())) for k, item in self._dirty.items() if item is not None]
-                self._db.executemany("INSERT OR REPLACE INTO versions (k, v) VALUES (?, ?)", rows)
-                self._db.execute("INSERT OR REPLACE INTO meta (name, v) VALUES ('state', ?)", (_pack(header),))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise BackendError(f"{self.path}: {exc}") from exc
+        with sqlite_transaction(self._db, self.path):
+            if self._rewrite_all:
+                self._db.execute("DELETE FROM versions")
+                rows = [(k, _pack(v.to_wire())) for k, (_, v) in self._versions.items()]
+            else:
+                rows = [(k, _pack(item[1].to_wire())) for k, item in self._dirty.items() if item is not None]
+            self._db.executemany("INSERT OR REPLACE INTO versions (k, v) VALUES (?, ?)", rows)
+            self._db.execute("INSERT OR REPLACE INTO meta (name, v) VALUES ('state', ?)", (_pack(header),))
         self._dirty.clear()
         self._rewrite_all = False
         self._changed = False
