@@ -375,9 +375,9 @@ class ElectedStore(WriteOperations):
                 self.replica.peer_gone(gone)
                 actor = self._actor
                 holder = actor.current if actor is not None else None
-                if holder is not None and holder.partition(".")[0] == gone:
+                if actor is not None and holder is not None and holder.partition(".")[0] == gone:
                     # its last will: bid now rather than when its next ping is overdue
-                    await actor.holder_gone(holder)  # type: ignore[union-attr]
+                    await actor.holder_gone(holder)
                 self._drain()
                 await self._flush()
 
