@@ -7,7 +7,9 @@ Theory of operation:
   The actor's tag makes the replica master (``TagEvent`` → ``tagged``; ``UntagEvent``/``DetagEvent`` →
   ``untagged``). ``mode="sticky"`` keeps the master while it lives; ``mode="rotate"`` moves it every slot.
 * Replication messages are node messages of kind COMMAND on topic ``/$store/<name>/e``, broadcast
-  to every replica of the store, one message per list (the endpoint coalesces them into PUBLISHes).
+  to every replica of the store, one message per list (the endpoint coalesces them into PUBLISHes);
+  the master's announcements are copied to ``/$store/<name>/em`` and answers to writers without a
+  replica go to their endpoint on ``/$store/<name>/ea`` (:mod:`.routes`).
 * A receive loop, an election loop, a peer-status loop (a peer's last will tells the replica at once
   that its nodes are gone) and a timer loop feed the replica; after each call the handle drains the
   replica's events (writes answered, data changes, master changes, conflicts) and its messages
@@ -20,17 +22,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import secrets
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
+import anyio.lowlevel
 
 from ..events import PeerLost, PeerRemoved
 from ..message import Kind
@@ -53,6 +58,7 @@ from .replication import (
     WriteDone,
     WriteFailed,
 )
+from .routes import answers_topic, replication_topic, routes
 from .versioned import Epoch, Resolver, Version, VersionedState, last_writer_wins
 
 if TYPE_CHECKING:
@@ -94,6 +100,7 @@ class StaleChange:
 ElectedEvent = Inserted | Updated | Erased | Expired | MasterChange | Conflict | StaleChange | EventsDropped
 
 
+@functools.lru_cache(maxsize=4096)
 def _endpoint(node: str | None) -> uuid.UUID | None:
     try:
         return None if node is None else uuid.UUID(hex=node[:32])
@@ -102,25 +109,39 @@ def _endpoint(node: str | None) -> uuid.UUID | None:
 
 
 class _Events:
-    """One subscriber's bounded event stream (``async with store.events() as ev: async for e in ev``)."""
+    """One subscriber's bounded event stream (``async with store.events() as ev: async for e in ev``).
+
+    Events wait in a deque: the store appends without a task switch per event, and the reader takes
+    every event already queued without waiting (a cancellation point on each, a full checkpoint every
+    ``_YIELD_EVERY`` events so that a busy reader does not starve the other tasks). Past ``limit``
+    unread events, new ones are dropped and counted: the reader then gets :class:`EventsDropped`."""
+
+    _YIELD_EVERY = 64
 
     def __init__(self, owner: list[_Events], limit: int) -> None:
         self._owner = owner
-        self._send, self._recv = anyio.create_memory_object_stream[Any](math.inf)
+        self._queue: deque[Any] = deque()
+        self._wakeup = anyio.Event()
         self._limit = limit
-        self._queued = 0
         self._dropped = 0
+        self._closed = False
+        self._since_yield = 0
 
     def _put(self, event: Any) -> None:
-        if self._queued >= self._limit:
+        if self._closed:
+            return
+        if len(self._queue) >= self._limit:
             self._dropped += 1
             return
         if self._dropped:
-            self._send.send_nowait(EventsDropped(self._dropped))
+            self._queue.append(EventsDropped(self._dropped))
             self._dropped = 0
-            self._queued += 1
-        self._queued += 1
-        self._send.send_nowait(event)
+        self._queue.append(event)
+        self._wakeup.set()
+
+    def _close(self) -> None:
+        self._closed = True
+        self._wakeup.set()
 
     async def __aenter__(self) -> Self:
         self._owner.append(self)
@@ -129,19 +150,28 @@ class _Events:
     async def __aexit__(self, *exc: object) -> None:
         if self in self._owner:
             self._owner.remove(self)
-        self._send.close()
-        self._recv.close()
+        self._close()
+        self._queue.clear()
 
     def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> Any:
-        try:
-            event = await self._recv.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise StopAsyncIteration from None
-        self._queued -= 1
-        return event
+        while not self._queue:
+            if self._closed:
+                raise StopAsyncIteration
+            self._wakeup = anyio.Event()
+            await self._wakeup.wait()
+            self._since_yield = 0
+        self._since_yield += 1
+        if self._since_yield >= self._YIELD_EVERY:
+            self._since_yield = 0
+            await anyio.lowlevel.checkpoint()
+        else:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        if not self._queue:  # taken while this reader yielded (cannot happen with one reader; be safe)
+            return await self.__anext__()
+        return self._queue.popleft()
 
 
 class ElectedStore(WriteOperations):
@@ -162,7 +192,7 @@ class ElectedStore(WriteOperations):
         self.candidate = candidate
         self._election = election
         self._allow_short_cycle = allow_short_cycle
-        self.topic = f"/$store/{name}/e"
+        self.topic = replication_topic(name)
         self.actor_topic = f"{ep.layout.namespace}/actor/store/{name}"
         self._waiters: dict[int, tuple[anyio.Event, list[Any]]] = {}
         self._streams: list[_Events] = []
@@ -317,6 +347,7 @@ class ElectedStore(WriteOperations):
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 async with self.ep.subscribe(self.topic, kind=Kind.COMMAND, buffer=4096) as sub, \
+                        self.ep.subscribe(answers_topic(self.name), kind=Kind.COMMAND, buffer=256) as answers, \
                         self.ep.status() as status, contextlib.AsyncExitStack() as stack:
                     if self.candidate:  # only candidates take part in the election
                         transport = MQTTTransport(self.ep, self.actor_topic)
@@ -325,6 +356,7 @@ class ElectedStore(WriteOperations):
                             sticky=self.mode == "sticky", allow_short_cycle=self._allow_short_cycle))
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(self._receive_loop, sub)
+                        tg.start_soon(self._receive_loop, answers)
                         if self._actor is not None:
                             tg.start_soon(self._election_loop, self._actor)
                         tg.start_soon(self._status_loop, status)
@@ -338,7 +370,7 @@ class ElectedStore(WriteOperations):
                 event.set()
             self.replica.state.close()
             for s in list(self._streams):
-                s._send.close()
+                s._close()
             self._done.set()
 
     async def _receive_loop(self, sub: Any) -> None:
@@ -405,7 +437,7 @@ class ElectedStore(WriteOperations):
                     self._answer(n, ("ok", result))
                 case WriteFailed(n=n, error=error):
                     self._answer(n, ("error", error))
-                case DataChanged(changes=changes):
+                case DataChanged(changes=changes) if self._streams:  # nobody listens: no events built
                     for c in changes:
                         publisher = _endpoint(c.origin)
                         if c.exists and c.existed:
@@ -450,7 +482,9 @@ class ElectedStore(WriteOperations):
             while self._sendq:
                 batch, self._sendq = self._sendq, []
                 for msg in batch:
-                    await self.ep.send_node(Kind.COMMAND, self.topic, msg)
+                    for topic, endpoint in routes(self.name, msg):
+                        await self.ep.send_node(Kind.COMMAND, topic, msg,
+                                                receivers=None if endpoint is None else (endpoint,))
         finally:
             self._draining = False
 

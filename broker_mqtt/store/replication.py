@@ -93,6 +93,7 @@ __all__ = [
 ]
 
 CONFLICTS_KEPT = 100_000  #: conflicts a replica remembers, so that it reports each one once
+MAX_ORIGINS = 100_000  #: writers whose endpoint the master remembers, to answer them there
 
 
 @dataclass(slots=True)
@@ -150,6 +151,7 @@ class Replica:
         # master side
         self._held: dict[str, dict[int, tuple[str, list[Any]]]] = {}
         self._acked_n: dict[str, int] = {}
+        self._origins: dict[str, str] = {}  # writer -> the endpoint its writes came from (for its answers)
         self._out_log: list[Record] = []
         # writer side
         self._writer = WriterCore(node_id, self.origin, now, write_timeout=self.config.write_timeout,
@@ -480,6 +482,11 @@ class Replica:
     def _on_write(self, writer: str, n: int, origin: str, cmd: list[Any], now: float) -> None:
         if self.role is not Role.MASTER:
             return
+        if self._origins.get(writer) != origin:
+            self._origins.pop(writer, None)
+            self._origins[writer] = origin
+            if len(self._origins) > MAX_ORIGINS:
+                del self._origins[next(iter(self._origins))]  # the writer that moved least recently
         done = self.state.applied_n(writer)
         if n <= done:  # a repeat (its answer was lost, or it went to an earlier master): answer again
             self._acked_n[writer] = min(self._acked_n.get(writer, 0), n - 1)
@@ -669,6 +676,7 @@ class Replica:
             else:
                 durable = min(acks)
         self._durable_seq = max(self._durable_seq, durable)
+        members: dict[str, _Member] | None = None
         for writer, acked in list(self._acked_n.items()):
             a = self.state.applied.get(writer)
             if a is None or a.n <= acked or a.seq > durable:
@@ -679,7 +687,13 @@ class Replica:
                 self._writer.answered(a.n, dict(results))
                 self._collect_answers()
             else:
-                self._send(["wack", list(self.epoch or (0, "")), writer, a.n, results])
+                msg = ["wack", list(self.epoch or (0, "")), writer, a.n, results]
+                if members is None:
+                    members = self._live_members()
+                origin = self._origins.get(writer)
+                if writer not in members and origin is not None:
+                    msg.append(origin)  # a writer without a replica: answered at its endpoint only
+                self._send(msg)
 
     # -- writer side -----------------------------------------------------------------------------------
 

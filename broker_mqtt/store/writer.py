@@ -28,6 +28,7 @@ import anyio
 from ..message import Kind
 from .commands import Put, WriteCommand
 from .errors import StoreDecodeError, StoreError, Timeout, error_from_wire
+from .routes import answers_topic, master_topic, replication_topic
 from .versioned import Epoch, epoch_from_wire
 
 if TYPE_CHECKING:
@@ -173,22 +174,26 @@ class StoreWriter:
             raise ValueError("a writer needs an id and a store name without '/'")
         self.ep = ep
         self.name = name
-        self.topic = f"/$store/{name}/e"
+        self.topic = replication_topic(name)
         self.core = WriterCore(writer_id, ep.id.hex, anyio.current_time(), write_timeout=write_timeout)
         self.max_pending = max_pending
         self._results: dict[int, Any] = {}
         self._errors: list[tuple[int, StoreError]] = []
         self._changed = anyio.Event()
         self._tg: Any = None
-        self._sub: Any = None
+        self._subs: list[Any] = []
         self._draining = False
 
     async def __aenter__(self) -> Self:
-        self._sub = self.ep.subscribe(self.topic, kind=Kind.COMMAND, buffer=4096)
-        await self._sub.__aenter__()
+        # the master's announcements and the answers to this endpoint's writers; not the log
+        for topic in (master_topic(self.name), answers_topic(self.name)):
+            sub = self.ep.subscribe(topic, kind=Kind.COMMAND, buffer=4096)
+            await sub.__aenter__()
+            self._subs.append(sub)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._tg.start_soon(self._receive)
+        for sub in self._subs:
+            self._tg.start_soon(self._receive, sub)
         self._tg.start_soon(self._timer)
         return self
 
@@ -196,7 +201,8 @@ class StoreWriter:
                         tb: TracebackType | None) -> None:
         self._tg.cancel_scope.cancel()
         await self._tg.__aexit__(None, None, None)
-        await self._sub.__aexit__(None, None, None)
+        for sub in reversed(self._subs):
+            await sub.__aexit__(None, None, None)
 
     async def await_master(self, timeout: float | None = None) -> bool:
         with anyio.move_on_after(math.inf if timeout is None else timeout):
@@ -239,8 +245,8 @@ class StoreWriter:
         await self._flush()
         return n
 
-    async def _receive(self) -> None:
-        async for msg in self._sub:
+    async def _receive(self, sub: Any) -> None:
+        async for msg in sub:
             try:
                 self.core.handle(msg.data, anyio.current_time())
             except StoreDecodeError:

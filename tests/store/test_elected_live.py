@@ -107,7 +107,7 @@ def test_a_killed_masters_last_will_starts_the_next_election_at_once(broker: Emb
     nodes = [procs(broker.url, namespace, "s", "sticky", 10.0, 1.0) for _ in range(3)]
     for n in nodes:
         n.wait_ready()
-    assert wait_for(lambda: _master_of(nodes) is not None, 40)
+    assert wait_for(lambda: all(n.current_master() for n in nodes), 40)  # every node knows the master
     master = _master_of(nodes)
     victim = next(n for n in nodes if n.node_id == master)
     survivors = [n for n in nodes if n is not victim]

@@ -6,6 +6,7 @@ replica runs under the real actor and mosquitto in ``test_elected_live.py``.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -386,3 +387,43 @@ def test_a_conflict_merged_again_is_not_reported_again() -> None:
     found = [e for e in replica.events() if isinstance(e, ConflictsFound)]
     assert [[c.key for c in e.conflicts] for e in found] == [["shared"], ["p"]]
     assert [e.epoch for e in found] == [(3, "x"), (5, "y")]
+
+
+def test_writers_without_a_replica_are_answered_at_their_endpoint_and_replicas_on_the_log_topic() -> None:
+    from broker_mqtt.store.routes import answers_topic, master_topic, replication_topic, routes
+    from broker_mqtt.store.writer import WriterCore
+
+    net = SimNet(["a", "b"], seed=11)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    endpoint = "0123456789abcdef0123456789abcdef"
+    pure = WriterCore("spark-job/p1", endpoint, net.now)
+    pure.set_master(master.epoch, master.id, net.now)
+    pure.write(Put("k", 1), net.now)
+    out: list[list[Any]] = []  # what the master sends, as the net delivers it
+    send = master.to_send
+
+    def recorded() -> list[list[Any]]:
+        msgs = send()
+        out.extend(msgs)
+        return msgs
+
+    master.to_send = recorded  # type: ignore[method-assign]
+    for msg in pure.to_send():
+        master.handle(msg, net.now)
+    n = net.write("b", Put("j", 2))  # a replica's own write
+    net.run(0.5)
+    wack = next(m for m in out if m[0] == "wack" and m[2] == "spark-job/p1")
+    assert wack[5] == endpoint
+    assert routes("s", wack) == [(answers_topic("s"), uuid.UUID(hex=endpoint))]
+    pure.handle(wack, net.now)
+    assert pure.answers() == [(1, None)]
+    net.run(0.5)
+    assert net.nodes["b"].done == {n: None}  # the replica's answer: on the log topic, as before
+    replica_wack = next(m for m in out if m[0] == "wack" and m[2] == "b.0")
+    assert len(replica_wack) == 5 and routes("s", replica_wack) == [(replication_topic("s"), None)]
+    hb = ["hb", "a.0", list(master.epoch), "master", [1, list(master.epoch)], "a.0"]
+    assert routes("s", hb) == [(replication_topic("s"), None), (master_topic("s"), None)]
+    assert routes("s", ["hb", "b.0", list(master.epoch), "follower", [1, None], "a.0"]) == [(replication_topic("s"), None)]
+    assert routes("s", ["wack", [1, "a"], "w", 1, [], "not hex"]) == [(replication_topic("s"), None)]
