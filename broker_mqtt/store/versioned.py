@@ -5,7 +5,10 @@ Theory of operation (``docs/elected-stores.md``):
 * Every replica of an elected store keeps the same :class:`VersionedState`: per key the current
   :class:`Version` (value, hybrid-logical-clock time, writing node, the log sequence number of the
   write, and whether it is a *tombstone*: erased keys are remembered so that a merge can tell "erased
-  on one side" from "never written"). Reads skip tombstones.
+  on one side" from "never written"). Reads skip tombstones. A ``forget`` op drops a tombstone for
+  good (a store that erases many distinct keys, such as a work queue, would grow without it); it
+  never touches a live value, and a merge with a replica that still holds the key's older value
+  then brings that value back, so only tombstones older than any plausible split are forgotten.
 * The state changes only by :meth:`VersionedState.apply`, one :class:`Record` of the master's log at
   a time, in sequence order. A record carries its epoch, so the state knows its *position*
   ``(seq, epoch of the record at seq)`` and its *lineage*: the list of ``(epoch, first seq)`` of the
@@ -110,8 +113,9 @@ class Version:
 
 # -- log records ---------------------------------------------------------------------------------------
 # op: ["put", key, value, expiry] | ["erase", key] | ["expire", key] | ["clear"] | ["noop"] (a failed write)
+#     | ["forget", key] (drop the key's tombstone; a live value is kept)
 #     | ["many", [op, ...]] (several of the others, applied in order in one record; not nested)
-_OPS = {"put": 4, "erase": 2, "expire": 2, "clear": 1, "noop": 1, "many": 2}
+_OPS = {"put": 4, "erase": 2, "expire": 2, "clear": 1, "noop": 1, "many": 2, "forget": 2}
 
 
 def _valid_op(op: Any, *, nested: bool = False) -> bool:
@@ -297,6 +301,7 @@ class VersionedState:
         self._dirty: dict[bytes, tuple[Any, Version] | None] = {}
         self._changed = False
         self._expiring: set[bytes] = set()  # keys whose version has an expiry
+        self._tombstones: dict[bytes, int] = {}  # tombstone keys -> their hlc, oldest first (roughly)
         self._db: sqlite3.Connection | None = None
         self.path = None if path is None else Path(path)
         if self.path is not None:
@@ -313,6 +318,21 @@ class VersionedState:
 
     def contains(self, pos: Position) -> bool:
         return contains(self.lineage, self.last_seq, pos)
+
+    def old_tombstones(self, before_hlc: int, limit: int) -> list[Any]:
+        """Up to ``limit`` keys whose tombstone is older than ``before_hlc``, oldest first (in the
+        order they were erased: a tombstone that came with a merge may wait behind younger ones)."""
+        out: list[Any] = []
+        for k, hlc in self._tombstones.items():
+            if hlc >= before_hlc or len(out) >= limit:
+                break
+            out.append(self._versions[k][0])
+        return out
+
+    @property
+    def tombstones(self) -> int:
+        """How many erased keys are remembered."""
+        return len(self._tombstones)
 
     def version(self, key: Any) -> Version | None:
         item = self._versions.get(_pack(key))
@@ -391,11 +411,20 @@ class VersionedState:
             for key, v in list(self._versions.values()):
                 if not v.deleted:
                     changes.extend(self._tombstone(key, record))
+        elif kind == "forget":
+            k = _pack(op[1])
+            item = self._versions.get(k)
+            if item is not None and item[1].deleted:
+                del self._versions[k]
+                self._tombstones.pop(k, None)
+                self._dirty[k] = None
 
     def _set(self, key: Any, version: Version) -> Change:
         k = _pack(key)
         old = self._versions.get(k)
         self._versions[k] = self._dirty[k] = (key, version)
+        if old is not None and old[1].deleted:
+            self._tombstones.pop(k, None)
         if version.expiry is not None:
             self._expiring.add(k)
         else:
@@ -407,6 +436,8 @@ class VersionedState:
         k = _pack(key)
         old = self._versions.get(k)
         self._versions[k] = self._dirty[k] = (key, Version(None, record.hlc, record.origin, record.seq, True))
+        self._tombstones.pop(k, None)
+        self._tombstones[k] = record.hlc
         self._expiring.discard(k)
         if old is None or old[1].deleted:
             return []
@@ -431,6 +462,7 @@ class VersionedState:
                 changes.append(Change(key, False, None, True, v.value, v.origin))
         self._versions = new
         self._expiring = {k for k, (_, v) in new.items() if v.expiry is not None and not v.deleted}
+        self._index_tombstones()
         self._changed = True
         self.last_seq, self.lineage = last_seq, list(lineage)
         self.applied = {w: _Applied(a.n, a.seq, dict(a.results)) for w, a in applied.items()}
@@ -486,6 +518,7 @@ class VersionedState:
                 if self._versions[bytes(k)][1].expiry is not None:
                     self._expiring.add(bytes(k))
             meta = {name: _unpack(v) for name, v in self._db.execute("SELECT name, v FROM meta")}
+            self._index_tombstones()
         except (sqlite3.Error, StoreDecodeError) as exc:
             raise BackendError(f"cannot open {self.path}: {exc}") from exc
         if "state" in meta:
@@ -494,6 +527,10 @@ class VersionedState:
             self.lineage = lineage_from_wire(parts["lineage"])
             self.max_hlc = parts["hlc"]
             self.applied = {w: _Applied(n, s, {int(i): r for i, r in res}) for w, n, s, res in parts["applied"]}
+
+    def _index_tombstones(self) -> None:
+        dead = sorted((v.hlc, k) for k, (_, v) in self._versions.items() if v.deleted)
+        self._tombstones = {k: hlc for hlc, k in dead}
 
     def commit(self) -> None:
         """Make everything applied so far durable (no-op without a path). Raises BackendError."""
@@ -511,6 +548,9 @@ class VersionedState:
                 rows = [(k, _pack(v.to_wire())) for k, (_, v) in self._versions.items()]
             else:
                 rows = [(k, _pack(item[1].to_wire())) for k, item in self._dirty.items() if item is not None]
+                gone = [(k,) for k, item in self._dirty.items() if item is None]
+                if gone:
+                    self._db.executemany("DELETE FROM versions WHERE k = ?", gone)
             self._db.executemany("INSERT OR REPLACE INTO versions (k, v) VALUES (?, ?)", rows)
             self._db.execute("INSERT OR REPLACE INTO meta (name, v) VALUES ('state', ?)", (_pack(header),))
         self._dirty.clear()

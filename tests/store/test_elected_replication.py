@@ -15,7 +15,7 @@ from _elected_sim import SimNet
 from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
 from broker_mqtt.store.errors import StoreDecodeError, TypeClash
 from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig
-from broker_mqtt.store.versioned import Clock, VersionedState, fork_seq
+from broker_mqtt.store.versioned import Clock, Record, VersionedState, fork_seq
 
 
 class Load:
@@ -427,3 +427,39 @@ def test_writers_without_a_replica_are_answered_at_their_endpoint_and_replicas_o
     assert routes("s", hb) == [(replication_topic("s"), None), (master_topic("s"), None)]
     assert routes("s", ["hb", "b.0", list(master.epoch), "follower", [1, None], "a.0"]) == [(replication_topic("s"), None)]
     assert routes("s", ["wack", [1, "a"], "w", 1, [], "not hex"]) == [(replication_topic("s"), None)]
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_forget_drops_old_tombstones_only_and_persists(tmp_path: Any, persistent: bool) -> None:
+    path = tmp_path / "s.db" if persistent else None
+    state = VersionedState(path)
+    seq = 0
+
+    def apply(op: tuple[Any, ...], hlc: int) -> list[Any]:
+        nonlocal seq
+        seq += 1
+        return state.apply(Record(seq, (1, "m"), hlc, "o", "w", seq, op))
+
+    apply(("many", [("put", i, f"v{i}", None) for i in range(5)]), 10)
+    apply(("erase", 0), 20)
+    apply(("erase", 1), 30)
+    apply(("erase", 3), 40)
+    apply(("put", 1, "again", None), 50)  # 1 lives again: no longer a tombstone
+    assert state.tombstones == 2
+    assert state.old_tombstones(before_hlc=35, limit=10) == [0]
+    assert state.old_tombstones(before_hlc=100, limit=10) == [0, 3]
+    assert state.old_tombstones(before_hlc=100, limit=1) == [0]
+    changes = apply(("many", [("forget", 0), ("forget", 1), ("forget", 2), ("forget", 99)]), 60)
+    assert changes == []  # nothing visible changed; live 1 and 2 are kept, unknown 99 is nothing
+    assert state.version(0) is None and state.version(3) is not None and state.version(3).deleted
+    assert state.get(1) == "again"
+    assert state.version(2) is not None and state.version(2).value == "v2"
+    assert state.tombstones == 1 and state.old_tombstones(100, 10) == [3]
+    state.commit()
+    if persistent:
+        state.close()
+        again = VersionedState(path)
+        assert again.version(0) is None and again.version(3) is not None and again.version(3).deleted
+        assert again.tombstones == 1 and again.old_tombstones(100, 10) == [3]
+        assert again.version(1).value == "again"
+        again.close()
