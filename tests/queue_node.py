@@ -72,7 +72,7 @@ async def main() -> None:
         async def watch() -> None:
             if q.store is None:
                 return
-            async with q.store.events() as events:
+            async with q.store.events(data=False) as events:
                 if q.master is not None and q.store.epoch is not None:
                     out("MASTER", q.store.epoch[0], q.master, time.monotonic())
                 async for e in events:

@@ -18,6 +18,7 @@ transaction is rolled back (the backend is unchanged).
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,9 +33,17 @@ from .errors import BackendError, NoSuchKey
 __all__ = ["Entry", "Backend", "MemoryBackend", "SQLiteBackend"]
 
 
+@functools.lru_cache(maxsize=65_536)
+def _pack_scalar(obj: int | str) -> bytes:
+    return cbor2.dumps(obj, canonical=True)
+
+
 def _pack(obj: Any) -> bytes:
     """Encode a key or value: ``broker_mqtt.codec``'s encoding, in canonical form (so that equal
-    keys, e.g. sets built in another order, get equal bytes)."""
+    keys, e.g. sets built in another order, get equal bytes). Plain ints and strings, the usual
+    keys, come from a cache (``type(...) is``: a bool, an int subclass, never shares 1's bytes)."""
+    if type(obj) is int or type(obj) is str:
+        return _pack_scalar(obj)
     try:
         return cbor2.dumps(obj, canonical=True, default=codec._default)
     except (cbor2.CBOREncodeError, codec.EncodeError, TypeError, ValueError) as exc:

@@ -118,8 +118,9 @@ class _Events:
 
     _YIELD_EVERY = 64
 
-    def __init__(self, owner: list[_Events], limit: int) -> None:
+    def __init__(self, owner: list[_Events], limit: int, data: bool) -> None:
         self._owner = owner
+        self.data = data  # data changes wanted (else only master changes, conflicts, staleness)
         self._queue: deque[Any] = deque()
         self._wakeup = anyio.Event()
         self._limit = limit
@@ -239,9 +240,14 @@ class ElectedStore(WriteOperations):
         """A copy of the replica's counters (handovers, data moved, malformed messages)."""
         return dataclasses.replace(self.replica.stats, malformed=self.malformed)
 
-    def events(self, *, buffer: int = 10_000) -> _Events:
-        """Data changes, :class:`MasterChange`, :class:`Conflict` and :class:`StaleChange` events."""
-        return _Events(self._streams, buffer)
+    def events(self, *, buffer: int = 10_000, data: bool = True) -> _Events:
+        """Data changes (:class:`Inserted`, :class:`Updated`, :class:`Erased`, :class:`Expired`),
+        :class:`MasterChange`, :class:`Conflict` and :class:`StaleChange` events, in order.
+
+        ``data=False``: no data changes (cheap on a busy store: a data event is built for each
+        changed key only while some stream wants them). Past ``buffer`` unread events new ones are
+        dropped, and the stream then yields :class:`EventsDropped` with their count."""
+        return _Events(self._streams, buffer, data)
 
     async def await_idle(self, timeout: float | None = None) -> bool:
         """Wait until no write is pending here and the copy is current (at the master: every live
@@ -437,17 +443,20 @@ class ElectedStore(WriteOperations):
                     self._answer(n, ("ok", result))
                 case WriteFailed(n=n, error=error):
                     self._answer(n, ("error", error))
-                case DataChanged(changes=changes) if self._streams:  # nobody listens: no events built
-                    for c in changes:
+                case DataChanged(changes=changes):
+                    wanting = [s for s in self._streams if s.data]  # nobody: no events built
+                    for c in changes if wanting else ():
                         publisher = _endpoint(c.origin)
                         if c.exists and c.existed:
-                            self._emit(Updated(self.name, c.key, c.old, c.new, publisher))
+                            data_event: Any = Updated(self.name, c.key, c.old, c.new, publisher)
                         elif c.exists:
-                            self._emit(Inserted(self.name, c.key, c.new, publisher))
+                            data_event = Inserted(self.name, c.key, c.new, publisher)
                         elif c.expired:
-                            self._emit(Expired(self.name, c.key, c.old))
+                            data_event = Expired(self.name, c.key, c.old)
                         else:
-                            self._emit(Erased(self.name, c.key, c.old, publisher))
+                            data_event = Erased(self.name, c.key, c.old, publisher)
+                        for stream in wanting:
+                            stream._put(data_event)
                 case MasterChanged(master=master, epoch=epoch):
                     self._emit(MasterChange(self.name, master, epoch))
                 case ConflictsFound(conflicts=conflicts):

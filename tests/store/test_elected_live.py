@@ -49,7 +49,7 @@ async def test_in_process_store_api(broker: EmbeddedBroker, namespace: str) -> N
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
         sa = await a.attach_store("cfg", election=election)
         sb = await b.attach_store("cfg", election=election)
-        async with sb.events() as events:
+        async with sb.events() as events, sb.events(data=False) as quiet:
             assert await sb.await_master(15)
             await sb.put("fan", 3)
             await sa.increment("n", 2)
@@ -72,6 +72,12 @@ async def test_in_process_store_api(broker: EmbeddedBroker, namespace: str) -> N
             assert inserted["fan"] == 3
             publisher = next(e.publisher for e in seen if getattr(e, "key", None) == "fan")
             assert publisher == b.id
+            no_data = []
+            with anyio.move_on_after(0.5):
+                async for e in quiet:
+                    no_data.append(e)
+            assert any(isinstance(e, MasterChange) for e in no_data)
+            assert all(type(e).__name__ not in ("Inserted", "Updated", "Erased", "Expired") for e in no_data)
         await sa.close()
         await sb.close()
 
