@@ -3,16 +3,28 @@
 - :mod:`.model`: how messages live in the replicated state; the master's index (sans-io);
 - :mod:`.commands`: publish, acquire, settle, release-owner and renew, computed by the master (sans-io);
 - :mod:`.batching`: group commit of concurrent operations (anyio);
-- :mod:`.attached`: the anyio layer (``Endpoint.attach_queue``).
+- :mod:`.attached`: the anyio layer (``Endpoint.attach_queue``);
+- :mod:`.log`: log readers, with their own persistent read pointer (anyio).
 """
 
 from .attached import Consumer, DeadLetter, Delivery, QueueStats, WorkQueue, attach_queue
-from .commands import Acquire, Publish, ReleaseOwner, Renew, Settle
-from .errors import AlreadySettled, NotHeld, QueueError
+from .commands import (
+    Acquire,
+    CommitReader,
+    Publish,
+    RegisterReader,
+    ReleaseOwner,
+    RemoveReader,
+    Renew,
+    Settle,
+)
+from .errors import AlreadySettled, NotHeld, QueueError, UnknownReader
+from .log import LogEntry, LogReader
 from .model import MessageRecord, MessageState, QueueIndex
 
 __all__ = [
-    "Acquire", "AlreadySettled", "Consumer", "DeadLetter", "Delivery", "MessageRecord", "MessageState",
-    "NotHeld", "Publish", "QueueError", "QueueIndex", "QueueStats", "ReleaseOwner", "Renew", "Settle",
-    "WorkQueue", "attach_queue",
+    "Acquire", "AlreadySettled", "CommitReader", "Consumer", "DeadLetter", "Delivery", "LogEntry", "LogReader",
+    "MessageRecord", "MessageState", "NotHeld", "Publish", "QueueError", "QueueIndex", "QueueStats",
+    "RegisterReader", "ReleaseOwner", "RemoveReader", "Renew", "Settle", "UnknownReader", "WorkQueue",
+    "attach_queue",
 ]

@@ -18,6 +18,8 @@ Theory of operation:
   reject) into group-committed writes. Leaving the block gives back everything it still holds.
 * Every operation is a write to the store's master, answered once durable per the store's
   ``durability``; the effects are computed by :mod:`.commands`.
+* Log readers (:meth:`WorkQueue.register_reader`, :meth:`WorkQueue.read_log`): named read pointers
+  in the replicated state that keep accepted messages until read; the reading is :mod:`.log`'s.
 """
 
 from __future__ import annotations
@@ -43,9 +45,21 @@ from ..store.elected import ElectedStore, MasterChange, attach_store
 from ..store.errors import StoreError
 from ..store.writer import StoreWriter
 from .batching import GroupCommit
-from .commands import Acquire, Publish, ReleaseOwner, Renew, Settle
+from .commands import (
+    START_NEXT,
+    START_OLDEST,
+    Acquire,
+    Publish,
+    RegisterReader,
+    ReleaseOwner,
+    RemoveReader,
+    Renew,
+    Settle,
+    check_reader_name,
+)
 from .errors import AlreadySettled, NotHeld, QueueError
-from .model import MessageRecord, MessageState, index_for, is_message_key
+from .log import LogReader
+from .model import READER_PREFIX, MessageRecord, MessageState, index_for, is_message_key, is_pointer
 
 if TYPE_CHECKING:
     from ..endpoint import Endpoint
@@ -74,6 +88,7 @@ class QueueStats:
     ready: int
     acquired: int
     dead: int
+    retained: int = 0  # accepted, kept until every log reader has read past them
 
 
 class Delivery:
@@ -309,17 +324,30 @@ class WorkQueue:
         counts = dict.fromkeys(MessageState, 0)
         for rec in self._records():
             counts[rec[1].state] += 1
-        return QueueStats(counts[MessageState.READY], counts[MessageState.ACQUIRED], counts[MessageState.DEAD])
+        return QueueStats(counts[MessageState.READY], counts[MessageState.ACQUIRED], counts[MessageState.DEAD],
+                          counts[MessageState.DONE])
 
     def dead_letters(self) -> list[DeadLetter]:
         """The dead-letter queue, in id order, as the local replica holds it. Raises QueueError
         without a replica."""
         return [DeadLetter(i, r.data, r.count, r.reason) for i, r in self._records() if r.state is MessageState.DEAD]
 
-    def _records(self) -> list[tuple[int, MessageRecord]]:
+    def readers(self) -> dict[str, int]:
+        """The registered log readers and their pointers (the last id each committed), as the local
+        replica holds them. Raises QueueError without a replica."""
+        self._need_replica()
+        assert self.store is not None
+        return {key[len(READER_PREFIX):]: value for key, value in sorted(self.store.items(), key=lambda kv: str(kv[0]))
+                if isinstance(key, str) and key.startswith(READER_PREFIX) and is_pointer(value)}
+
+    def _need_replica(self) -> None:
         if self.store is None:
             raise QueueError(f"queue {self.name!r}: this handle keeps no replica (replica=False); read on one "
                              f"that does")
+
+    def _records(self) -> list[tuple[int, MessageRecord]]:
+        self._need_replica()
+        assert self.store is not None
         out = []
         for key, value in self.store.items():
             if is_message_key(key):
@@ -356,6 +384,41 @@ class WorkQueue:
         """A consumer holding at most ``prefetch`` messages, with a lease of ``lease`` s (default: the
         queue's); see :class:`Consumer`."""
         return Consumer(self, prefetch=prefetch, lease=self.lease if lease is None else lease)
+
+    # -- log readers ---------------------------------------------------------------------------------------
+
+    async def register_reader(self, name: str, *, start: str = START_OLDEST) -> int:
+        """Register log reader ``name`` (idempotent: an existing reader keeps its pointer) and return
+        its pointer (the last id it has read; it reads on from the next). A new reader starts with the
+        oldest message the queue still holds (``start="oldest"``: ready, acquired, dead, or accepted
+        and kept for other readers; accepted messages already erased are gone) or with the next
+        message published (``start="next"``). From then on, messages it has not read past are kept
+        when accepted: a reader nobody reads any more keeps them until :meth:`remove_reader`.
+        Raises ValueError for a bad name or ``start``."""
+        why = check_reader_name(name)
+        if why is not None:
+            raise ValueError(why)
+        if start not in (START_OLDEST, START_NEXT):
+            raise ValueError(f"start is {START_OLDEST!r} or {START_NEXT!r}, not {start!r}")
+        pointer, _created = await self.write(RegisterReader(name, start))
+        return int(pointer)
+
+    async def remove_reader(self, name: str) -> bool:
+        """Remove log reader ``name``: the accepted messages only it still had to read are erased.
+        Returns whether it existed. Raises ValueError for a bad name."""
+        why = check_reader_name(name)
+        if why is not None:
+            raise ValueError(why)
+        return bool(await self.write(RemoveReader(name)))
+
+    def read_log(self, name: str) -> LogReader:
+        """Read as log reader ``name`` (registered with :meth:`register_reader`):
+        ``async with queue.read_log(name) as log: async for entry in log: ...; await log.commit()``;
+        see :class:`~.log.LogReader`. Raises ValueError for a bad name, QueueError without a replica."""
+        why = check_reader_name(name)
+        if why is not None:
+            raise ValueError(why)
+        return LogReader(self, name)
 
     async def _publish_batch(self, items: list[Any]) -> list[int]:
         first: int = await self.write(Publish(items, self.max_deliveries))

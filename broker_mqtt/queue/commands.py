@@ -10,12 +10,18 @@ the op, so the next command finds it current.
 Per-message trouble (settling a message one does not hold) is answered per item, not raised: the
 other items of the batch still take effect. A malformed command fails as a whole with
 StoreDecodeError, before anything changes.
+
+Log readers (:class:`RegisterReader`, :class:`CommitReader`, :class:`RemoveReader`): while any reader
+is registered, ``accept`` erases a message only if every reader's pointer is at or past its id, and
+otherwise marks it ``done``; a pointer that advances (or a reader removed) erases, in the same
+record, the ``done`` messages every remaining reader has now passed. Trouble that is the caller's
+(an unknown reader, committing past the last id) is answered as ``[code, text]``, not raised.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..store.commands import CommandKind, ComputedCommand, register_command
 from ..store.commands import _bool as _flag
@@ -31,13 +37,45 @@ from .model import (
     index_for,
     is_message_key,
     lease_key,
+    reader_key,
 )
 
-__all__ = ["Publish", "Acquire", "Settle", "ReleaseOwner", "Renew", "Action", "MAX_BATCH"]
+__all__ = ["Publish", "Acquire", "Settle", "ReleaseOwner", "Renew", "RegisterReader", "CommitReader", "RemoveReader",
+           "Action", "MAX_BATCH", "MAX_READER_NAME", "START_OLDEST", "START_NEXT", "check_reader_name"]
 
 MAX_BATCH = 10_000  # messages per publish or acquire command
+MAX_READER_NAME = 200  # characters
+START_OLDEST, START_NEXT = "oldest", "next"
 Action = str  # "accept" | "release" | "reject" | "return"
 _ACTIONS = ("accept", "release", "reject", "return")
+
+
+def check_reader_name(name: Any) -> str | None:
+    """Why ``name`` cannot name a log reader, or None if it can."""
+    if not isinstance(name, str) or not name:
+        return f"a log reader's name is a non-empty string, not {name!r:.60}"
+    if "/" in name or len(name) > MAX_READER_NAME:
+        return f"a log reader's name has no '/' and at most {MAX_READER_NAME} characters, not {name!r:.60}"
+    return None
+
+
+def _reader(value: Any) -> str:
+    why = check_reader_name(value)
+    if why is not None:
+        raise StoreDecodeError(why)
+    return cast(str, value)
+
+
+def _start(value: Any) -> str:
+    if value not in (START_OLDEST, START_NEXT):
+        raise StoreDecodeError(f"a log reader starts at {START_OLDEST!r} or {START_NEXT!r}, not {value!r:.60}")
+    return cast(str, value)
+
+
+def _position(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StoreDecodeError(f"a log position is an id >= 0, got {value!r:.60}")
+    return value
 
 
 def _owner(value: Any) -> str:
@@ -176,7 +214,12 @@ class Settle(ComputedCommand):
             done.add(msg_id)
             answers.append(None)
             if action == "accept":
-                ops.append(("erase", msg_id))
+                low = index_for(state).low_water()
+                if low is None or msg_id <= low:  # no log reader still to read it
+                    ops.append(("erase", msg_id))
+                else:
+                    ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.DONE, None, rec.count,
+                                                             rec.max).to_wire(), None))
             elif action == "release":
                 ops.append(("put", msg_id, _back(rec, reason or "released").to_wire(), None))
             elif action == "return":
@@ -228,3 +271,73 @@ class Renew(ComputedCommand):
         if not held:
             return _finish(state, [], 0)
         return _finish(state, [("put", lease_key(self.owner), wall + self.lease, None)], held)
+
+
+def _oldest(state: VersionedState, next_id: int) -> int:
+    keys = state.keys()  # a list (VersionedState is not a mapping)
+    return min((k for k in keys if is_message_key(k)), default=next_id)
+
+
+@register_command(CommandKind.QUEUE_REGISTER_READER, _reader, _start)
+@dataclass(frozen=True, slots=True)
+class RegisterReader(ComputedCommand):
+    """Register log reader ``name`` if it is not: its pointer starts before the oldest message the
+    queue holds (``"oldest"``) or at the last id published (``"next"``: it reads what comes after).
+    An existing reader keeps its pointer. Answer ``[pointer, created]``."""
+
+    name: str
+    start: str = START_OLDEST
+
+    def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
+        idx = index_for(state)
+        if self.name in idx.readers:
+            return _finish(state, [], [idx.readers[self.name], False])
+        pointer = (idx.next_id if self.start == START_NEXT else _oldest(state, idx.next_id)) - 1
+        return _finish(state, [("put", reader_key(self.name), pointer, None)], [pointer, True])
+
+
+@register_command(CommandKind.QUEUE_COMMIT_READER, _reader, _position)
+@dataclass(frozen=True, slots=True)
+class CommitReader(ComputedCommand):
+    """Move log reader ``name``'s pointer to ``upto`` (it has read every id up to it); a pointer
+    never moves back (``upto`` at or below it changes nothing: 0 asks where it is). Erases, in the
+    same record, the ``done`` messages every reader has now passed. Answer the pointer (an int), or
+    why not: ``["unknown-reader", text]``, or ``["beyond-last", text]`` (``upto`` past the last id
+    published)."""
+
+    name: str
+    upto: int
+
+    def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
+        idx = index_for(state)
+        pointer = idx.readers.get(self.name)
+        if pointer is None:
+            return _finish(state, [], ["unknown-reader", f"no log reader {self.name!r} on this queue: register "
+                                                         f"it first (or it was removed)"])
+        if self.upto >= idx.next_id:
+            return _finish(state, [], ["beyond-last", f"cannot commit log reader {self.name!r} to {self.upto}: "
+                                                      f"the last id published is {idx.next_id - 1}"])
+        ops: list[tuple[Any, ...]] = []
+        if self.upto > pointer:
+            pointer = self.upto
+            ops.append(("put", reader_key(self.name), pointer, None))
+        others = idx.low_water(without=self.name)
+        ops.extend(("erase", i) for i in idx.done_upto(pointer if others is None else min(pointer, others)))
+        return _finish(state, ops, pointer)
+
+
+@register_command(CommandKind.QUEUE_REMOVE_READER, _reader)
+@dataclass(frozen=True, slots=True)
+class RemoveReader(ComputedCommand):
+    """Remove log reader ``name``; the ``done`` messages no remaining reader still has to read are
+    erased in the same record (every one, if it was the last reader). Answer whether it existed."""
+
+    name: str
+
+    def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
+        idx = index_for(state)
+        if self.name not in idx.readers:
+            return _finish(state, [], False)
+        ops: list[tuple[Any, ...]] = [("erase", reader_key(self.name))]
+        ops.extend(("erase", i) for i in idx.done_upto(idx.low_water(without=self.name)))
+        return _finish(state, ops, True)

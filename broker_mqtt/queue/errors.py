@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..store.errors import StoreError
 
-__all__ = ["QueueError", "NotHeld", "AlreadySettled"]
+__all__ = ["QueueError", "NotHeld", "AlreadySettled", "UnknownReader"]
 
 
 class QueueError(StoreError):
@@ -20,3 +20,8 @@ class NotHeld(QueueError):
 
 class AlreadySettled(QueueError):
     """The caller settled the same delivery twice (accept/release/reject once per delivery)."""
+
+
+class UnknownReader(QueueError):
+    """The queue has no log reader of that name: it was never registered (``register_reader``), or
+    it was removed. Nothing changed."""

@@ -5,15 +5,20 @@ Theory of operation (``docs/queues.md``):
 * A queue is an elected store. Message ``id`` (an int, assigned by the master from the counter key
   ``"next-id"``, so identical on every replica) is key ``id``; its value is a :class:`MessageRecord`
   in wire form ``{"data", "state", "owner", "count", "max", "reason"}``. A consumer's lease is key
-  ``"lease/<owner>"`` (wall-clock expiry, seconds). Nothing else lives in a queue's store.
-* States: ``ready`` → (acquire) ``acquired`` → (accept) erased | (release, owner lost, lease expired)
-  ``ready``, or ``dead`` once ``count`` reached ``max`` | (reject) ``dead``. ``dead`` is final: the
-  dead-letter queue is the set of dead records, each with its reason. The transitions are the
-  commands of :mod:`.commands`, computed by the master (deterministic: same state, same effect).
-* :class:`QueueIndex` is the master's in-memory view (ready ids in id order, who owns what, leases),
-  so acquiring is O(n log q), not O(q). It is derived: rebuilt from the state whenever the state moved
-  in a way it did not predict (this node became master, a snapshot, a foreign write), and otherwise
-  kept current from the ops the commands compute. No I/O, no clock: times are inputs.
+  ``"lease/<owner>"`` (wall-clock expiry, seconds). A log reader's read pointer is key
+  ``"reader/<name>"``: the last id it committed (an int >= 0). Nothing else lives in a queue's store.
+* States: ``ready`` → (acquire) ``acquired`` → (accept) erased, or ``done`` while a log reader has not
+  read past it | (release, owner lost, lease expired) ``ready``, or ``dead`` once ``count`` reached
+  ``max`` | (reject) ``dead``. ``dead`` is final: the dead-letter queue is the set of dead records,
+  each with its reason. ``done`` (accepted, kept for log readers) ends in erasure once every
+  registered reader's pointer is at or past the id (or the last reader is removed). The
+  transitions are the commands of :mod:`.commands`, computed by the master (deterministic: same
+  state, same effect).
+* :class:`QueueIndex` is the master's in-memory view (ready ids in id order, who owns what, leases,
+  the readers' pointers, the ``done`` ids in id order), so acquiring is O(n log q), not O(q). It is
+  derived: rebuilt from the state whenever the state moved in a way it did not predict (this node
+  became master, a snapshot, a foreign write), and otherwise kept current from the ops the commands
+  compute. No I/O, no clock: times are inputs.
 """
 
 from __future__ import annotations
@@ -27,14 +32,25 @@ from typing import Any
 
 from ..store.versioned import VersionedState
 
-__all__ = ["MessageState", "MessageRecord", "QueueIndex", "index_for", "NEXT_ID", "lease_key", "is_message_key"]
+__all__ = ["MessageState", "MessageRecord", "QueueIndex", "index_for", "NEXT_ID", "lease_key", "reader_key",
+           "is_message_key"]
 
 NEXT_ID = "next-id"
 LEASE_PREFIX = "lease/"
+READER_PREFIX = "reader/"
 
 
 def lease_key(owner: str) -> str:
     return LEASE_PREFIX + owner
+
+
+def reader_key(name: str) -> str:
+    return READER_PREFIX + name
+
+
+def is_pointer(value: Any) -> bool:
+    """A log reader's pointer: an int >= 0 (anything else under ``reader/`` is not a reader)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def is_message_key(key: Any) -> bool:
@@ -44,6 +60,7 @@ def is_message_key(key: Any) -> bool:
 class MessageState(enum.Enum):
     READY = "ready"
     ACQUIRED = "acquired"
+    DONE = "done"  # accepted, kept until every log reader has read past it
     DEAD = "dead"
 
 
@@ -85,6 +102,9 @@ class QueueIndex:
         self.owned: dict[str, set[int]] = {}
         self.owner_of: dict[int, str] = {}
         self.leases: dict[str, float] = {}
+        self.readers: dict[str, int] = {}  # log reader -> its pointer (last committed id)
+        self.done: set[int] = set()
+        self._done_heap: list[int] = []
 
     @classmethod
     def build(cls, state: VersionedState) -> QueueIndex:
@@ -105,6 +125,7 @@ class QueueIndex:
                     if not held:
                         del self.owned[owner]
             self.ready.discard(key)
+            self.done.discard(key)
             rec = None if value is None else MessageRecord.from_wire(value)
             if rec is None:
                 return
@@ -114,6 +135,14 @@ class QueueIndex:
             elif rec.state is MessageState.ACQUIRED and rec.owner is not None:
                 self.owned.setdefault(rec.owner, set()).add(key)
                 self.owner_of[key] = rec.owner
+            elif rec.state is MessageState.DONE:
+                self.done.add(key)
+                heapq.heappush(self._done_heap, key)
+        elif isinstance(key, str) and key.startswith(READER_PREFIX):
+            if is_pointer(value):
+                self.readers[key[len(READER_PREFIX):]] = value
+            else:
+                self.readers.pop(key[len(READER_PREFIX):], None)
         elif isinstance(key, str) and key.startswith(LEASE_PREFIX):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 self.leases[key[len(LEASE_PREFIX):]] = value
@@ -141,6 +170,22 @@ class QueueIndex:
                 popped.append(i)
         for i in popped:  # still ready until the op that acquires them is observed
             heapq.heappush(self._heap, i)
+        return out
+
+    def low_water(self, without: str | None = None) -> int | None:
+        """The smallest pointer of the log readers (but ``without``); None: no reader."""
+        return min((p for r, p in self.readers.items() if r != without), default=None)
+
+    def done_upto(self, upto: int | None) -> list[int]:
+        """The ``done`` ids <= ``upto`` (every one if None), smallest first (the index is not changed)."""
+        out: list[int] = []
+        heap = self._done_heap
+        while heap and (upto is None or heap[0] <= upto):
+            i = heapq.heappop(heap)
+            if i in self.done and (not out or out[-1] != i):
+                out.append(i)
+        for i in out:  # still done until the op that erases them is observed
+            heapq.heappush(heap, i)
         return out
 
     def expired_owners(self, wall: float) -> list[str]:

@@ -92,6 +92,9 @@ class CommandKind(enum.Enum):
     QUEUE_SETTLE = "queue_settle"
     QUEUE_RELEASE_OWNER = "queue_release_owner"
     QUEUE_RENEW = "queue_renew"
+    QUEUE_REGISTER_READER = "queue_register_reader"
+    QUEUE_COMMIT_READER = "queue_commit_reader"
+    QUEUE_REMOVE_READER = "queue_remove_reader"
 
 
 # -- field validators: raise StoreDecodeError, return the (converted) value --------------------------
