@@ -11,6 +11,7 @@ from .attached import Consumer, DeadLetter, Delivery, QueueStats, WorkQueue, att
 from .commands import (
     Acquire,
     CommitReader,
+    Forget,
     Publish,
     RegisterReader,
     ReleaseOwner,
@@ -23,7 +24,7 @@ from .log import LogEntry, LogReader
 from .model import MessageRecord, MessageState, QueueIndex
 
 __all__ = [
-    "Acquire", "AlreadySettled", "CommitReader", "Consumer", "DeadLetter", "Delivery", "LogEntry", "LogReader",
+    "Acquire", "AlreadySettled", "CommitReader", "Consumer", "DeadLetter", "Delivery", "Forget", "LogEntry", "LogReader",
     "MessageRecord", "MessageState", "NotHeld", "Publish", "QueueError", "QueueIndex", "QueueStats",
     "RegisterReader", "ReleaseOwner", "RemoveReader", "Renew", "Settle", "UnknownReader", "WorkQueue",
     "attach_queue",

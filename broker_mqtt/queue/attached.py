@@ -49,6 +49,7 @@ from .commands import (
     START_NEXT,
     START_OLDEST,
     Acquire,
+    Forget,
     Publish,
     RegisterReader,
     ReleaseOwner,
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker_mqtt.queue")
 
+TOMBSTONE_TTL = 60.0  # s the master keeps an erased key's tombstone (merges after a split need it)
 LINGER = 0.02  # s a consumer that found the queue empty waits after an arrival (fewer, fuller acquires)
 
 __all__ = ["WorkQueue", "Consumer", "Delivery", "DeadLetter", "QueueStats", "attach_queue"]
@@ -161,6 +163,7 @@ class Consumer:
     async def __aenter__(self) -> Self:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        self.queue._listen(1)
         self._tg.start_soon(self._acquire_loop)
         self._tg.start_soon(self._renew_loop)
         self._tg.start_soon(self._settler.run)
@@ -184,6 +187,7 @@ class Consumer:
             except StoreError as err:
                 log.warning("queue %s: could not release %s's messages (%s); their lease will",
                             self.queue.name, self.owner, err)
+        self.queue._listen(-1)
         self._tg.cancel_scope.cancel()
         self._send.close()
         self._recv.close()
@@ -281,18 +285,21 @@ class WorkQueue:
     """
 
     def __init__(self, ep: Endpoint, name: str, store: ElectedStore | None, *, max_deliveries: int | None,
-                 lease: float, write_timeout: float = 30.0) -> None:
+                 lease: float, write_timeout: float = 30.0, tombstone_ttl: float | None = TOMBSTONE_TTL) -> None:
         self.ep = ep
         self.name = name
         self.store = store
         self.max_deliveries = max_deliveries
         self.lease = lease
+        self.tombstone_ttl = tombstone_ttl
         self.store_name = f"queue-{name}"
         self.hint_topic = f"/$queue/{name}/ready"
         self._write_timeout = write_timeout
         self._writer: StoreWriter | None = None
         self._publisher = GroupCommit(self._publish_batch, in_flight=4)
         self._arrivals = 0  # messages that became ready (or hints of them) seen so far
+        self._listeners = 0  # consumers and log readers of this handle: they need to hear of arrivals
+        self._arrival_events: Any = None
         self._arrival = anyio.Event()
         self._arrival_waiters = 0
         self._hint = anyio.Event()
@@ -468,6 +475,17 @@ class WorkQueue:
         finally:
             self._done.set()
 
+    def _listen(self, delta: int) -> None:
+        """A consumer or log reader of this handle starts (1) or stops (-1) waiting for arrivals."""
+        self._listeners += delta
+        self._want_data()
+
+    def _want_data(self) -> None:
+        """The arrival loop needs the store's data events only on the master (hints) or while this
+        handle has consumers or log readers: a busy queue's standby replica builds none."""
+        if self._arrival_events is not None and self.store is not None:
+            self._arrival_events.data = self.store.is_master or self._listeners > 0
+
     def _arrived(self) -> None:
         self._arrivals += 1
         if self._arrival_waiters:
@@ -478,11 +496,14 @@ class WorkQueue:
         """Wake waiting consumers when a message becomes ready here (or a new master takes over)."""
         assert self.store is not None
         async with self.store.events() as events:
+            self._arrival_events = events
+            self._want_data()
             async for e in events:
                 match e:
                     case Inserted(key=key, value=value) | Updated(key=key, new_value=value):
                         ready = is_message_key(key) and isinstance(value, dict) and value.get("state") == "ready"
                     case MasterChange() | EventsDropped():
+                        self._want_data()
                         ready = True
                     case _:
                         ready = False
@@ -525,12 +546,21 @@ class WorkQueue:
                         tg.start_soon(self._release, owner, f"consumer's endpoint {e.peer.id} is gone", False)
 
     async def _lease_loop(self) -> None:
+        """The master's chores, every ``min(1 s, lease/4)``: release what expired leases held, and
+        forget the tombstones of keys erased more than ``tombstone_ttl`` s ago."""
         assert self.store is not None
         while True:
             await anyio.sleep(min(1.0, self.lease / 4))
             if self.store.is_master:
-                for owner in index_for(self.store.replica.state).expired_owners(time.time()):
+                state = self.store.replica.state
+                for owner in index_for(state).expired_owners(time.time()):
                     await self._release(owner, "lease expired", True)
+                if self.tombstone_ttl is not None and state.old_tombstones(
+                        int((time.time() - self.tombstone_ttl) * 1_000_000), 1):
+                    try:
+                        await self.write(Forget(self.tombstone_ttl))
+                    except StoreError as exc:  # e.g. mastership moved on: the next master does it
+                        log.warning("queue %s: forgetting tombstones failed: %s", self.name, exc)
 
     async def _release(self, owner: str, reason: str, if_expired: bool) -> None:
         try:
@@ -555,6 +585,7 @@ async def attach_queue(
     write_timeout: float = 30.0,
     candidate: bool = True,
     replica: bool = True,
+    tombstone_ttl: float | None = TOMBSTONE_TTL,
 ) -> WorkQueue:
     """Join work queue ``name`` on ``ep``: a replica of the elected store ``queue-<name>``.
 
@@ -564,18 +595,24 @@ async def attach_queue(
     ``replica=False``: keep no copy here, only write (publish and consume), like a
     :class:`~broker_mqtt.store.writer.StoreWriter`; such a handle never becomes master, does not count
     for durability and cannot read the dead-letter queue. The other options are
-    :func:`~broker_mqtt.store.elected.attach_store`'s. Raises ValueError for bad options.
+    :func:`~broker_mqtt.store.elected.attach_store`'s. ``tombstone_ttl``: an accepted message
+    leaves a tombstone (so that a merge after a split knows it was erased); the master forgets
+    tombstones older than this many seconds, so that the queue does not grow with every message
+    (None: keep them all). Raises ValueError for bad options.
     """
     if max_deliveries is not None and max_deliveries < 1:
         raise ValueError(f"max_deliveries must be None or >= 1, not {max_deliveries}")
     if not lease > 0:
         raise ValueError(f"lease must be > 0 s, not {lease}")
+    if tombstone_ttl is not None and not tombstone_ttl >= 0:
+        raise ValueError(f"tombstone_ttl must be None or >= 0 s, not {tombstone_ttl}")
     if not name or "/" in name or "+" in name or "#" in name:
         raise ValueError(f"bad queue name {name!r}")
     store = None
     if replica:
         store = await attach_store(ep, f"queue-{name}", backend=backend, path=path, election=election, mode=mode,
                                    durability=durability, write_timeout=write_timeout, candidate=candidate)
-    queue = WorkQueue(ep, name, store, max_deliveries=max_deliveries, lease=lease, write_timeout=write_timeout)
+    queue = WorkQueue(ep, name, store, max_deliveries=max_deliveries, lease=lease, write_timeout=write_timeout,
+                      tombstone_ttl=tombstone_ttl)
     await ep.start_service(queue._service)
     return queue

@@ -41,7 +41,7 @@ from .model import (
 )
 
 __all__ = ["Publish", "Acquire", "Settle", "ReleaseOwner", "Renew", "RegisterReader", "CommitReader", "RemoveReader",
-           "Action", "MAX_BATCH", "MAX_READER_NAME", "START_OLDEST", "START_NEXT", "check_reader_name"]
+           "Forget", "Action", "MAX_BATCH", "MAX_READER_NAME", "START_OLDEST", "START_NEXT", "check_reader_name"]
 
 MAX_BATCH = 10_000  # messages per publish or acquire command
 MAX_READER_NAME = 200  # characters
@@ -99,6 +99,12 @@ def _count(value: Any) -> int:
 def _max(value: Any) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise StoreDecodeError(f"max_deliveries must be None or an integer >= 1, got {value!r:.60}")
+    return value
+
+
+def _age(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise StoreDecodeError(f"expected an age >= 0 s, got {value!r:.60}")
     return value
 
 
@@ -341,3 +347,18 @@ class RemoveReader(ComputedCommand):
         ops: list[tuple[Any, ...]] = [("erase", reader_key(self.name))]
         ops.extend(("erase", i) for i in idx.done_upto(idx.low_water(without=self.name)))
         return _finish(state, ops, True)
+
+
+@register_command(CommandKind.QUEUE_FORGET, _age)
+@dataclass(frozen=True, slots=True)
+class Forget(ComputedCommand):
+    """Forget the tombstones of keys erased more than ``age`` seconds ago (accepted messages, leases
+    of consumers that left), at most ``MAX_BATCH``, oldest first: the queue's state then holds only
+    what is live. Answer how many. A replica that comes back from a split older than ``age`` with such
+    a key still live brings it back in the merge (an accepted message delivered again)."""
+
+    age: float
+
+    def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
+        keys = state.old_tombstones(int((wall - self.age) * 1_000_000), MAX_BATCH)
+        return _finish(state, [("forget", key) for key in keys], len(keys))

@@ -95,6 +95,7 @@ class CommandKind(enum.Enum):
     QUEUE_REGISTER_READER = "queue_register_reader"
     QUEUE_COMMIT_READER = "queue_commit_reader"
     QUEUE_REMOVE_READER = "queue_remove_reader"
+    QUEUE_FORGET = "queue_forget"
 
 
 # -- field validators: raise StoreDecodeError, return the (converted) value --------------------------

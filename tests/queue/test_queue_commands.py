@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from broker_mqtt.queue import Acquire, MessageState, Publish, QueueIndex, ReleaseOwner, Renew, Settle
+from broker_mqtt.queue import Acquire, Forget, MessageState, Publish, QueueIndex, ReleaseOwner, Renew, Settle
 from broker_mqtt.queue.model import MessageRecord, index_for
 from broker_mqtt.store.commands import CommandKind, ComputedCommand, Put, decode_command, register_command
 from broker_mqtt.store.errors import StoreDecodeError
@@ -108,6 +108,10 @@ def test_register_command_takes_only_computed_commands() -> None:
     ["queue_release_owner", "o", "why", "yes"],
     ["queue_renew", "o", 0],
     ["queue_renew", "o"],
+    ["queue_forget", -1],
+    ["queue_forget", "60"],
+    ["queue_forget", True],
+    ["queue_forget"],
 ])
 def test_malformed_queue_commands_are_decode_errors(wire: Any) -> None:
     with pytest.raises(StoreDecodeError):
@@ -115,7 +119,7 @@ def test_malformed_queue_commands_are_decode_errors(wire: Any) -> None:
 
 
 @pytest.mark.parametrize("cmd", [Publish([1, {"a": b"x"}], 3), Acquire("o", 5, 2.5), Settle("o", [[1, "reject", "bad"]]),
-                                 ReleaseOwner("o", "gone", True), Renew("o", 3.0)])
+                                 ReleaseOwner("o", "gone", True), Renew("o", 3.0), Forget(60.0), Forget(0)])
 def test_queue_commands_round_trip(cmd: Any) -> None:
     assert decode_command(cmd.to_wire()) == cmd
 
@@ -296,3 +300,31 @@ def test_a_wrong_index_is_rebuilt_not_trusted() -> None:
     index_for(state).ready.add(1)  # corrupt it: 1 is acquired by x
     assert run(state, Acquire("y", 2, 5.0)) == [[2, "b", 1]]  # 1 skipped, the index rebuilt
     assert index_for(state).ready == set() and index_for(state).owner_of == {1: "x", 2: "y"}
+
+
+def test_forget_drops_only_tombstones_older_than_its_age_and_the_index_stays_right() -> None:
+    state = VersionedState()
+
+    def at(cmd: Any, wall: float) -> Any:  # the record's HLC is the master's wall clock, as a real one's
+        op, answer = compute_op(state, cmd, wall)
+        state.apply(Record(state.last_seq + 1, (1, "m"), int(wall * 1_000_000), "o", "w", state.last_seq + 1, op,
+                           answer))
+        return answer
+
+    first = at(Publish(list(range(6))), 100.0)
+    got = at(Acquire("c", 4, 30.0), 100.0)
+    at(Settle("c", [[first, "accept", None], [first + 1, "accept", None]]), 110.0)  # erased at 110
+    at(Settle("c", [[first + 2, "accept", None]]), 150.0)                           # erased at 150
+    assert state.tombstones == 3
+    assert at(Forget(60.0), 160.0) == 0       # nothing erased before 100
+    assert at(Forget(60.0), 200.0) == 2       # the two erased at 110
+    assert state.tombstones == 1 and state.version(first) is None and state.version(first + 2).deleted
+    assert at(Forget(60.0), 200.0) == 0       # nothing more: the one erased at 150 is 50 s old
+    assert [g[0] for g in got] == [first, first + 1, first + 2, first + 3]
+    assert at(Settle("c", [[first + 3, "accept", None]]), 201.0) == [None]
+    assert [g[0] for g in at(Acquire("d", 10, 30.0), 202.0)] == [first + 4, first + 5]  # FIFO as before
+    assert at(Forget(0), 203.0) == 2          # age 0: every tombstone (first + 2, first + 3)
+    assert state.tombstones == 0
+    assert index_for(state).next_id == first + 6
+    fresh = QueueIndex.build(state)  # the index kept across forgets equals one rebuilt from the state
+    assert fresh.ready == index_for(state).ready and fresh.owned == index_for(state).owned

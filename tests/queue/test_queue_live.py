@@ -84,6 +84,37 @@ async def test_in_process_api(broker: EmbeddedBroker, namespace: str, tmp_path: 
         await qa.close()
 
 
+@pytest.mark.anyio
+async def test_accepted_messages_leave_no_tombstones_behind(broker: EmbeddedBroker, namespace: str,
+                                                           tmp_path: Path) -> None:
+    # tombstone_ttl 0: the master forgets every tombstone within a second; on every replica, in SQLite too
+    db = tmp_path / "jobs.db"
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        qa = await a.attach_queue("jobs", backend="sqlite", path=db, election=ELECTION, tombstone_ttl=0)
+        qb = await b.attach_queue("jobs", election=ELECTION, candidate=False, tombstone_ttl=0)
+        with anyio.fail_after(30):
+            assert await qa.await_master() and await qb.await_master()
+            ids = await qa.publish_many([{"job": i} for i in range(50)])
+            async with qb.consume(prefetch=20) as deliveries:
+                async for d in deliveries:
+                    await d.accept()
+                    if d.id == ids[-1]:
+                        break
+            assert await qa.publish({"job": "left"}) == ids[-1] + 1
+            while qa.store.replica.state.tombstones or qb.store.replica.state.tombstones:
+                await anyio.sleep(0.1)
+            assert await qa.store.await_idle(10) and await qb.store.await_idle(10)
+            for q in (qa, qb):
+                assert [k for k, _ in q.store.items() if isinstance(k, int)] == [ids[-1] + 1]
+                assert len(q.store.replica.state.versions()) == len(q.store.keys())  # nothing erased is kept
+        await qb.close()
+        await qa.close()
+    async with Endpoint(broker, namespace=namespace) as a:  # the SQLite file holds no tombstone either
+        qa = await a.attach_queue("jobs", backend="sqlite", path=db, election=ELECTION)
+        assert qa.store.replica.state.tombstones == 0 and qa.statistics().ready == 1
+        await qa.close()
+
+
 def test_four_senders_four_receivers_received_set_is_sent_set(broker: EmbeddedBroker, namespace: str,
                                                               procs: Any) -> None:
     n = 100
