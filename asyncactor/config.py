@@ -25,6 +25,11 @@ class Config:
     of ping delays; ``nodes``: max history (chain) length, -1 unlimited; ``splits``: history
     entries carried on the wire; ``n_hosts``: rough group size; ``force_in``: off-chain nodes bid
     early; ``version``: higher wins.
+
+    ``heal_beacon`` is this node's own setting, not sent in ``vers`` (a received configuration
+    keeps it): while "it", send one mid-slot ``hist`` (two history entries) so that a healed split
+    is noticed within about half a slot (docs/asyncactor.md §7).  Off by default: nodes of the
+    established implementation on the same topic would read it as split recovery.
     """
 
     cycle: float = 10.0
@@ -34,6 +39,7 @@ class Config:
     n_hosts: int = 10
     force_in: bool = False
     version: int = 0
+    heal_beacon: bool = False
 
     def __post_init__(self) -> None:
         self.check(allow_short_cycle=True)

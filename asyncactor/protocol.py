@@ -15,7 +15,9 @@ re-plans its own ping at ``cycle + d * gap`` after each accepted ping (see
 ``has_priority`` (the same answer on every node); a ping whose history disagrees with ours is the
 other side of a healed split (§7): each node reports one RecoverEvent per split, one node per side
 re-broadcasts its side's history as ``hist``, and the side with priority continues; the
-bookkeeping (and the losers' replay of the winners' early pings) is in :mod:`.recovery`.
+bookkeeping (and the losers' replay of the winners' early pings) is in :mod:`.recovery`.  With
+``heal_beacon`` the "it" node also sends a two-entry ``hist`` mid-slot: ignored on its own side,
+it opens the episode on the other side of a healed split about half a slot sooner.
 
 Sticky mode (§8): the holder re-pings every ``cycle - 1.5 * gap`` and keeps the tag; the others
 wait ``cycle - 1.5 * gap + (0.5 .. 1) * gap`` after each ping, so a dead holder is replaced within
@@ -72,6 +74,7 @@ class CoreStats:
     duplicate_inits: int = 0
     pings_sent: int = 0
     hists_sent: int = 0
+    beacons_sent: int = 0
     vers_sent: int = 0
     collisions_won: int = 0
     collisions_lost: int = 0
@@ -215,6 +218,8 @@ class ActorCore:
                     self._decide(now)
                 case Timer.HIST:
                     self._send_hist(now)
+                case Timer.BEACON:
+                    self._send_beacon()
 
     # ---- the caller's controls -------------------------------------------------------------
     def set_value(self, value: Any, now: float) -> None:
@@ -311,9 +316,11 @@ class ActorCore:
         self._goto(Phase.TAGGED)
         self._events.append(TagEvent(self.name, self._slot.value))
         self._timers[Timer.UNTAG] = self._slot.at + self.config.cycle + self.config.gap / 2
+        self._plan_beacon(self._slot.at)
 
     def _untag(self, event: UntagEvent | DetagEvent) -> None:
         self._timers.pop(Timer.UNTAG, None)
+        self._timers.pop(Timer.BEACON, None)
         self._goto(Phase.FOLLOWING)
         self._events.append(event)
 
@@ -371,6 +378,7 @@ class ActorCore:
             self._timers[Timer.UNTAG] = now + self.config.cycle + self.config.gap / 2
             self._send(Ping(self.name, self.value, self._wire_history()))
             self._plan_ping(now)
+            self._plan_beacon(now)
             return
         if self.phase is Phase.TAGGED:
             self._untag(UntagEvent())
@@ -386,6 +394,23 @@ class ActorCore:
         self._timers[Timer.TAG] = now + self.config.gap
         self._plan_ping(now)
 
+    # ---- internals: the heal beacon (§7) -----------------------------------------------------
+    def _plan_beacon(self, at: float) -> None:
+        """Halfway between our ping at ``at`` and the next one (``heal_beacon``)."""
+        c = self.config
+        if c.heal_beacon:
+            interval = c.cycle - 1.5 * c.gap if self.sticky else c.cycle + c.gap
+            self._timers[Timer.BEACON] = at + interval / 2
+
+    def _send_beacon(self) -> None:
+        """Re-announce our slot as ``hist {value, [us, the slot we answered]}``: a no-op on our side
+        (:meth:`_on_hist`), the other side's hist of a healed split, noticed at once."""
+        slot = self._slot
+        wire = self._wire_history()
+        if self.phase is Phase.TAGGED and slot is not None and slot.node == self.name and len(wire) > 2:
+            self._send(Hist(slot.value, wire[:2]))
+            self.stats.beacons_sent += 1
+
     # ---- internals: incoming messages ------------------------------------------------------
     def _on_init(self, msg: Init, now: float) -> None:
         if msg.node != self.name:
@@ -400,7 +425,8 @@ class ActorCore:
 
     def _on_vers(self, msg: Vers, now: float) -> None:
         if msg.config.version > self.config.version:
-            self._set_config(msg.config)
+            # heal_beacon is not on the wire: it stays this node's own setting
+            self._set_config(msg.config.with_changes(heal_beacon=self.config.heal_beacon))
         elif msg.config.version < self.config.version and now - self._last_vers_reply >= self.config.gap:
             self._last_vers_reply = now
             self._send(Vers(self.name, self.config))
@@ -450,7 +476,10 @@ class ActorCore:
             # we lost a split and know the winners only from their (stale) hist: follow the
             # first real ping of theirs, whatever slot it answers (then learn as a newcomer)
             ep.followed = True
-            parent = self._history if msg.node in self._history else msg.history[1:]
+            # its parent is the slot it answers (history[1]), whatever we thought came before
+            parent = merge(msg.history[1:], without(self._history, msg.node), limit)
+            if len(msg.history) == 1:  # answers anything: keep our view behind it
+                parent = self._history if msg.node in self._history else ()
             self._accept(msg, now, merge(msg.history, self._history, limit), parent, Relation.FRESH)
             return
         match rel:
@@ -617,16 +646,30 @@ class ActorCore:
             best, limit = decision.best, self.config.max_history
             self._await_ping = True  # the hist is stale news: bid only after the winners' next ping
             self._accept(best, now, merge(best.history, (), limit), best.history[1:], Relation.DIVERGED)
+            if len(best.history) < self.config.splits:  # perhaps a heal beacon: cut, not complete
+                self._known = min(self._known, len(best.history))
             self._learning = True  # and learn their current slot as a newcomer does
             for ping, at in decision.held:
                 # their pings that came before we decided, as if they came after (recovery.py)
                 self._handle_ping(ping, at)
+            # but a replayed ping never confirms our view: a winners' ping sent just before the
+            # heal never reached us, so a collision among them may have had a winner we never
+            # saw; learn their slot from a live ping
+            if not self._await_ping:
+                self._await_ping = self._learning = True
+                assert self._slot is not None
+                self._plan_ping(self._slot.at, now=now)
 
     def _on_hist(self, msg: Hist, now: float) -> None:
         if not self._history or self._learning:
             return  # a newcomer is on no side of a split
         if not self._recovery.own_side(msg, self._history, self._parent, now):
+            # (a heal beacon of the other side's "it" is a hist of that side like any other)
             self._diverged(msg.node, msg.value, msg.history, now, msg)
+            return
+        if len(msg.history) == 2 and self._recovery.active(now) is None:
+            # our own side's heal beacon (a recovery hist carries min(splits, chain) >= 2 entries;
+            # ignoring a two-entry one costs at most a second hist of our side): nothing to do
             return
         ep = self._episode_for(now)  # our side has spoken: it saw the split
         self._add_hist(ep, msg, own=True, now=now)

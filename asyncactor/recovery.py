@@ -16,7 +16,10 @@ winners' hist, exactly as if it had decided before they came (it follows the fir
 the rest to it).  Setting them aside instead let a loser follow whichever winner's ping came
 *after* its decision: when two of theirs crossed, that could be the collision's loser, and the
 loser side then answered a slot nobody else held, which opened a second episode (a second
-RecoverEvent and a double "it" until it was resolved).
+RecoverEvent and a double "it" until it was resolved).  The replay never confirms the loser's
+view, though: a winners' ping sent just before the heal reached only the winners, so the losers
+may have seen only the loser of a collision among them; the protocol keeps the loser unconfirmed
+until a live ping of the winners arrives (docs/asyncactor.md §7).
 
 :class:`SplitRecovery` is a plain object: it takes messages and times and returns decisions; the
 protocol (:class:`~asyncactor.protocol.ActorCore`) owns timers, phases and the slot.
@@ -130,7 +133,9 @@ class SplitRecovery:
         ep.decided = True
         best, best_own = ep.hists[0]
         for h, o in ep.hists[1:]:
-            if self.has_priority(h.node, h.value, best.node, best.value):
+            if self.has_priority(h.node, h.value, best.node, best.value) or (
+                h.node == best.node and len(h.history) > len(best.history)  # a heal beacon is cut
+            ):
                 best, best_own = h, o
         ep.remote_wins = not best_own
         remote = next((h for h, o in ep.hists if o == ep.remote_wins), best) if best_own else best

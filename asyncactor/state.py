@@ -39,6 +39,7 @@ class Timer(enum.Enum):
     PING_EVENT = "ping_event"  # report the current slot's holder
     HIST = "hist"  # re-broadcast our side's history after a split
     DECIDE = "decide"  # pick the winning side of a healed split
+    BEACON = "beacon"  # "it" re-announces its slot mid-slot (heal_beacon)
 
 
 @dataclass(slots=True)

@@ -5,7 +5,8 @@ member; sticky = ours) it measures:
 
 * failover: kill the "it" node at a random point of its tenure, >= 200 times; time from the
   victim's TagEvent and from its death to the next TagEvent (p50 / p99 / max);
-* messages per slot and CPU seconds per node per simulated hour in a steady 5-node group.
+* messages per slot and CPU seconds per node per simulated hour in a steady 5-node group;
+  the same with ``heal_beacon`` on (docs/asyncactor.md §7: one mid-slot ``hist`` per tenure).
 
 Rotation is the baseline; the table shows sticky / rotation ratios.  Writes
 bench/results/election.json.  Then the real-broker part (bench/election_real.py): actor
@@ -80,10 +81,11 @@ async def _failover(sticky: bool, kills: int, nodes: int, seed: int) -> dict[str
     }
 
 
-async def _steady(sticky: bool, nodes: int, hours: float, seed: int) -> dict[str, Any]:
+async def _steady(sticky: bool, nodes: int, hours: float, seed: int, beacon: bool = False) -> dict[str, Any]:
+    cfg = {**CFG, "heal_beacon": beacon}
     async with MemoryHub(latency=LATENCY, jitter=JITTER, rng=random.Random(seed)) as hub:
         async with anyio.create_task_group() as tg:
-            c = Cluster(hub, tg, cfg=CFG, seed=seed, actor_kw={"value": 1, "sticky": sticky})
+            c = Cluster(hub, tg, cfg=cfg, seed=seed, actor_kw={"value": 1, "sticky": sticky})
             await c.spawn_many(f"n{i:03d}" for i in range(nodes))
             await anyio.sleep(60)
             sent0, t0 = hub.sent, time.process_time()
@@ -124,7 +126,10 @@ def _run(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     clock = trio.testing.MockClock(autojump_threshold=0)
     st = anyio.run(_steady, sticky, args.nodes, args.hours, args.seed, backend="trio",
                    backend_options={"clock": clock})  # fmt: skip
-    return {"failover": fo, "steady": st}
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    sb = anyio.run(_steady, sticky, args.nodes, args.hours, args.seed, True, backend="trio",
+                   backend_options={"clock": clock})  # fmt: skip
+    return {"failover": fo, "steady": st, "steady_heal_beacon": sb}
 
 
 def main() -> None:
@@ -150,6 +155,7 @@ def main() -> None:
         ("failover from death max (s)", ("failover", "since_death", "max")),
         ("two 'it' at once (count)", ("failover", "double_it")),
         ("messages per slot", ("steady", "messages_per_slot")),
+        ("messages per slot, heal_beacon on", ("steady_heal_beacon", "messages_per_slot")),
         ("CPU s / node / simulated hour", ("steady", "cpu_s_per_node_per_sim_hour")),
     ]
 
