@@ -393,6 +393,15 @@ class ActorCore:
             self._goto(Phase.PINGED)
         self._timers[Timer.TAG] = now + self.config.gap
         self._plan_ping(now)
+        ep = self._recovery.active(now)
+        if ep is not None and not ep.decided and ep.held:
+            his, at = ep.held[-1]
+            if now - at < self.config.cycle and self.has_priority(his.node, his.value, self.name, self.value):
+                # the other side's ping of a healed split came just before ours: its sender bids
+                # or is "it"; it judges our ping as we judge its (_diverged), so only one of the
+                # two becomes "it" (here: not us) until the episode is decided
+                self._timers.pop(Timer.TAG, None)
+                self._goto(Phase.FOLLOWING)
 
     # ---- internals: the heal beacon (§7) -----------------------------------------------------
     def _plan_beacon(self, at: float) -> None:
@@ -652,6 +661,14 @@ class ActorCore:
             for ping, at in decision.held:
                 # their pings that came before we decided, as if they came after (recovery.py)
                 self._handle_ping(ping, at)
+            assert self._slot is not None
+            if self._slot.node == best.node:
+                # two hists of theirs answering the same slot: two of their pingers collided at
+                # the heal, and ``best`` (the best by has_priority) need not be the collision's
+                # winner, which two hists cannot tell (the pingers' old places are unknown).
+                # Unless a replayed ping settled it, leave it to their next ping, which names
+                # the winner (its history[1]), as for any collision we could not judge (§4)
+                self._unsure.update(decision.rivals)
             # but a replayed ping never confirms our view: a winners' ping sent just before the
             # heal never reached us, so a collision among them may have had a winner we never
             # saw; learn their slot from a live ping

@@ -19,7 +19,10 @@ loser side then answered a slot nobody else held, which opened a second episode 
 RecoverEvent and a double "it" until it was resolved).  The replay never confirms the loser's
 view, though: a winners' ping sent just before the heal reached only the winners, so the losers
 may have seen only the loser of a collision among them; the protocol keeps the loser unconfirmed
-until a live ping of the winners arrives (docs/asyncactor.md §7).
+until a live ping of the winners arrives (docs/asyncactor.md §7).  Likewise two hists of the
+winners that answer the same slot come from two of their pingers that collided at the heal: the
+best of them by ``has_priority`` need not be the collision's winner, so the decision names the
+others (``rivals``) and the losers leave the choice to the winners' next ping.
 
 :class:`SplitRecovery` is a plain object: it takes messages and times and returns decisions; the
 protocol (:class:`~asyncactor.protocol.ActorCore`) owns timers, phases and the slot.
@@ -64,12 +67,15 @@ class Decision:
     ``event``: its RecoverEvent (None if it has no value or is not on its side's chain);
     ``remote_wins``: the other side continues, so adopt ``best`` and replay ``held`` (the winners'
     pings that arrived before the decision, in arrival order, with their arrival times), dropping
-    those that ``best`` already reflects."""
+    those that ``best`` already reflects; ``rivals``: the heads of the winners' other hists that
+    answer the same slot as ``best`` (two of their pingers collided; the next ping names the
+    winner)."""
 
     remote_wins: bool
     best: Hist
     event: RecoverEvent | None
     held: tuple[tuple[Ping, float], ...]
+    rivals: tuple[str, ...] = ()  # heads of other winners' hists answering the same slot as best
 
 
 class SplitRecovery:
@@ -150,7 +156,13 @@ class SplitRecovery:
                 (p, t) for p, t in ep.held if self.is_remote(ep, p.history) and not _reflected(p.history, best.history)
             )
         ep.held = []
-        return Decision(ep.remote_wins, best, event, held)
+        rivals: tuple[str, ...] = ()
+        if ep.remote_wins and len(best.history) > 1:
+            rivals = tuple(
+                h.node for h, o in ep.hists
+                if not o and h.node != best.node and h.history[1:2] == best.history[1:2]
+            )  # fmt: skip
+        return Decision(ep.remote_wins, best, event, held, rivals)
 
 
 def _same_side(h: tuple[str, ...], history: tuple[str, ...], parent: tuple[str, ...]) -> bool:
