@@ -28,15 +28,10 @@ import time
 
 import anyio
 import anyio.lowlevel
+from line_procs import out
 
 from broker_mqtt import Endpoint
 from broker_mqtt.store.elected import Conflict, MasterChange
-
-
-def out(*parts: object) -> None:
-    """One write per line (a line cut by SIGKILL would otherwise be read as a shorter fact)."""
-    sys.stdout.write(" ".join(map(str, parts)) + "\n")
-    sys.stdout.flush()
 
 
 async def main() -> None:

@@ -1,6 +1,7 @@
 """Node processes that print one event per line (``KIND rest``), read by a thread, killable for real.
 
-The base of tests/store/elected_procs.py, tests/queue/queue_procs.py and bench/failover.py's nodes.
+The node side writes its lines with :func:`out`; the test side reads them with :class:`LineProc`,
+the base of tests/store/elected_procs.py, tests/queue/queue_procs.py and bench/failover.py's nodes.
 A subclass sets its own fields first, then calls :meth:`LineProc.__init__` (which starts the reader),
 and handles every kind of line but ``READY <node id>`` and ``DUMP <json>`` (the answer to SIGUSR2)
 in ``_line(kind, rest)``, which runs under ``_lock``.
@@ -12,12 +13,20 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def out(*parts: object) -> None:
+    """Node side: print one line in one write, flushed (a line cut by SIGKILL would otherwise be
+    read as a shorter fact)."""
+    sys.stdout.write(" ".join(map(str, parts)) + "\n")
+    sys.stdout.flush()
 
 
 class LineProc:

@@ -23,13 +23,10 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+from line_procs import out
 
 from broker_mqtt import Endpoint
 from broker_mqtt.store.elected import Conflict, MasterChange, StaleChange
-
-
-def out(*parts: object) -> None:
-    print(*parts, flush=True)
 
 
 def log(*parts: object) -> None:

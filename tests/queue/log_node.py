@@ -15,16 +15,15 @@ import argparse
 import json
 import signal
 import sys
+from pathlib import Path
 
 import anyio
 import anyio.lowlevel
 
 from broker_mqtt import Endpoint
 
-
-def out(*parts: object) -> None:
-    sys.stdout.write(" ".join(map(str, parts)) + "\n")
-    sys.stdout.flush()
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from line_procs import out  # noqa: E402 - tests/ holds the node line protocol
 
 
 async def main() -> None:
