@@ -402,9 +402,7 @@ class WorkQueue:
         message published (``start="next"``). From then on, messages it has not read past are kept
         when accepted: a reader nobody reads any more keeps them until :meth:`remove_reader`.
         Raises ValueError for a bad name or ``start``."""
-        why = check_reader_name(name)
-        if why is not None:
-            raise ValueError(why)
+        _reader_name(name)
         if start not in (START_OLDEST, START_NEXT):
             raise ValueError(f"start is {START_OLDEST!r} or {START_NEXT!r}, not {start!r}")
         pointer, _created = await self.write(RegisterReader(name, start))
@@ -413,19 +411,13 @@ class WorkQueue:
     async def remove_reader(self, name: str) -> bool:
         """Remove log reader ``name``: the accepted messages only it still had to read are erased.
         Returns whether it existed. Raises ValueError for a bad name."""
-        why = check_reader_name(name)
-        if why is not None:
-            raise ValueError(why)
-        return bool(await self.write(RemoveReader(name)))
+        return bool(await self.write(RemoveReader(_reader_name(name))))
 
     def read_log(self, name: str) -> LogReader:
         """Read as log reader ``name`` (registered with :meth:`register_reader`):
         ``async with queue.read_log(name) as log: async for entry in log: ...; await log.commit()``;
         see :class:`~.log.LogReader`. Raises ValueError for a bad name, QueueError without a replica."""
-        why = check_reader_name(name)
-        if why is not None:
-            raise ValueError(why)
-        return LogReader(self, name)
+        return LogReader(self, _reader_name(name))
 
     async def _publish_batch(self, items: list[Any]) -> list[int]:
         first: int = await self.write(Publish(items, self.max_deliveries))
@@ -569,6 +561,14 @@ class WorkQueue:
                 log.info("queue %s: released %d messages of %s: %s", self.name, n, owner, reason)
         except StoreError as exc:  # e.g. mastership moved on: the next master does it
             log.warning("queue %s: releasing %s failed: %s", self.name, owner, exc)
+
+
+def _reader_name(name: str) -> str:
+    """``name`` if it can name a log reader; else ValueError saying why."""
+    why = check_reader_name(name)
+    if why is not None:
+        raise ValueError(why)
+    return name
 
 
 async def attach_queue(

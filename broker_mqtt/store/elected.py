@@ -158,20 +158,19 @@ class _Events:
         return self
 
     async def __anext__(self) -> Any:
-        while not self._queue:
-            if self._closed:
-                raise StopAsyncIteration
-            self._wakeup = anyio.Event()
-            await self._wakeup.wait()
+        if not self._queue:
+            while not self._queue:
+                if self._closed:
+                    raise StopAsyncIteration
+                self._wakeup = anyio.Event()
+                await self._wakeup.wait()
             self._since_yield = 0
-        self._since_yield += 1
-        if self._since_yield >= self._YIELD_EVERY:
+        elif self._since_yield >= self._YIELD_EVERY:
             self._since_yield = 0
-            await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()  # the deque is read by this reader only: still there
         else:
             await anyio.lowlevel.checkpoint_if_cancelled()
-        if not self._queue:  # taken while this reader yielded (cannot happen with one reader; be safe)
-            return await self.__anext__()
+        self._since_yield += 1
         return self._queue.popleft()
 
 
@@ -352,8 +351,9 @@ class ElectedStore(WriteOperations):
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
-                async with self.ep.subscribe(self.topic, kind=Kind.COMMAND, buffer=4096) as sub, \
-                        self.ep.subscribe(answers_topic(self.name), kind=Kind.COMMAND, buffer=256) as answers, \
+                # the replication topic, and answers sent to this endpoint while it was not seen as live
+                async with self.ep.subscribe(self.topic, answers_topic(self.name), kind=Kind.COMMAND,
+                                             buffer=4096) as sub, \
                         self.ep.status() as status, contextlib.AsyncExitStack() as stack:
                     if self.candidate:  # only candidates take part in the election
                         transport = MQTTTransport(self.ep, self.actor_topic)
@@ -362,7 +362,6 @@ class ElectedStore(WriteOperations):
                             sticky=self.mode == "sticky", allow_short_cycle=self._allow_short_cycle))
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(self._receive_loop, sub)
-                        tg.start_soon(self._receive_loop, answers)
                         if self._actor is not None:
                             tg.start_soon(self._election_loop, self._actor)
                         tg.start_soon(self._status_loop, status)

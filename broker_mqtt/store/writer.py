@@ -181,19 +181,17 @@ class StoreWriter:
         self._errors: list[tuple[int, StoreError]] = []
         self._changed = anyio.Event()
         self._tg: Any = None
-        self._subs: list[Any] = []
+        self._sub: Any = None
         self._draining = False
 
     async def __aenter__(self) -> Self:
         # the master's announcements and the answers to this endpoint's writers; not the log
-        for topic in (master_topic(self.name), answers_topic(self.name)):
-            sub = self.ep.subscribe(topic, kind=Kind.COMMAND, buffer=4096)
-            await sub.__aenter__()
-            self._subs.append(sub)
+        self._sub = self.ep.subscribe(master_topic(self.name), answers_topic(self.name), kind=Kind.COMMAND,
+                                      buffer=4096)
+        await self._sub.__aenter__()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        for sub in self._subs:
-            self._tg.start_soon(self._receive, sub)
+        self._tg.start_soon(self._receive)
         self._tg.start_soon(self._timer)
         return self
 
@@ -201,8 +199,7 @@ class StoreWriter:
                         tb: TracebackType | None) -> None:
         self._tg.cancel_scope.cancel()
         await self._tg.__aexit__(None, None, None)
-        for sub in reversed(self._subs):
-            await sub.__aexit__(None, None, None)
+        await self._sub.__aexit__(None, None, None)
 
     async def await_master(self, timeout: float | None = None) -> bool:
         with anyio.move_on_after(math.inf if timeout is None else timeout):
@@ -245,8 +242,8 @@ class StoreWriter:
         await self._flush()
         return n
 
-    async def _receive(self, sub: Any) -> None:
-        async for msg in sub:
+    async def _receive(self) -> None:
+        async for msg in self._sub:
             try:
                 self.core.handle(msg.data, anyio.current_time())
             except StoreDecodeError:
