@@ -161,16 +161,7 @@ class QueueIndex:
 
     def first_ready(self, n: int) -> list[int]:
         """Up to ``n`` ready ids, smallest first (the index is not changed)."""
-        out: list[int] = []
-        popped: list[int] = []
-        while self._heap and len(out) < n:
-            i = heapq.heappop(self._heap)
-            if i in self.ready and (not out or out[-1] != i):
-                out.append(i)
-                popped.append(i)
-        for i in popped:  # still ready until the op that acquires them is observed
-            heapq.heappush(self._heap, i)
-        return out
+        return _smallest(self._heap, self.ready, n=n)
 
     def low_water(self, without: str | None = None) -> int | None:
         """The smallest pointer of the log readers (but ``without``); None: no reader."""
@@ -178,15 +169,7 @@ class QueueIndex:
 
     def done_upto(self, upto: int | None) -> list[int]:
         """The ``done`` ids <= ``upto`` (every one if None), smallest first (the index is not changed)."""
-        out: list[int] = []
-        heap = self._done_heap
-        while heap and (upto is None or heap[0] <= upto):
-            i = heapq.heappop(heap)
-            if i in self.done and (not out or out[-1] != i):
-                out.append(i)
-        for i in out:  # still done until the op that erases them is observed
-            heapq.heappush(heap, i)
-        return out
+        return _smallest(self._done_heap, self.done, upto=upto)
 
     def expired_owners(self, wall: float) -> list[str]:
         return sorted(o for o, exp in self.leases.items() if exp <= wall and o in self.owned)
@@ -196,6 +179,20 @@ class QueueIndex:
 
     def owners(self) -> Iterable[str]:
         return set(self.owned) | set(self.leases)
+
+
+def _smallest(heap: list[int], live: set[int], *, n: int | None = None, upto: int | None = None) -> list[int]:
+    """The smallest ids of the lazy ``heap`` that are still in ``live`` (at most ``n``, none above
+    ``upto``), smallest first. Stale and repeated entries met on the way are dropped from the heap;
+    the ids returned stay in it (they are live until the op that changes them is observed)."""
+    out: list[int] = []
+    while heap and (n is None or len(out) < n) and (upto is None or heap[0] <= upto):
+        i = heapq.heappop(heap)
+        if i in live and (not out or out[-1] != i):
+            out.append(i)
+    for i in out:
+        heapq.heappush(heap, i)
+    return out
 
 
 _INDEXES: weakref.WeakKeyDictionary[VersionedState, QueueIndex] = weakref.WeakKeyDictionary()
