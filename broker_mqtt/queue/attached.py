@@ -547,10 +547,10 @@ class WorkQueue:
                 state = self.store.replica.state
                 for owner in index_for(state).expired_owners(time.time()):
                     await self._release(owner, "lease expired", True)
-                if self.tombstone_ttl is not None and state.old_tombstones(
-                        int((time.time() - self.tombstone_ttl) * 1_000_000), 1):
+                forget = None if self.tombstone_ttl is None else Forget(self.tombstone_ttl)
+                if forget is not None and forget.keys(state, time.time(), limit=1):
                     try:
-                        await self.write(Forget(self.tombstone_ttl))
+                        await self.write(forget)
                     except StoreError as exc:  # e.g. mastership moved on: the next master does it
                         log.warning("queue %s: forgetting tombstones failed: %s", self.name, exc)
 

@@ -359,6 +359,10 @@ class Forget(ComputedCommand):
 
     age: float
 
+    def keys(self, state: VersionedState, wall: float, limit: int = MAX_BATCH) -> list[Any]:
+        """The keys it would forget at wall-clock ``wall`` (at most ``limit``; 1: is there work?)."""
+        return state.old_tombstones(int((wall - self.age) * 1_000_000), limit)
+
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
-        keys = state.old_tombstones(int((wall - self.age) * 1_000_000), MAX_BATCH)
+        keys = self.keys(state, wall)
         return _finish(state, [("forget", key) for key in keys], len(keys))
