@@ -11,7 +11,9 @@ of one machine):
   ``PUBLISHED <T> <i> <id>`` once each is durable, then ``PUBLISH_DONE <time>``;
 * ``--consume MODE`` (accept, hold, release, reject): ``DELIVERED <id> <count> <time> <json data>`` per
   delivery, then ``ACCEPTED|RELEASED|REJECTED <id> <json data>`` once settled (durable) or
-  ``NOTHELD <id>``; settlements run in concurrent tasks; ``hold`` never settles. ``--limit K``: leave the
+  ``NOTHELD <id>``; settlements run in concurrent tasks; ``hold`` never settles. ``accept-nowait``:
+  ``accept_nowait()`` per delivery, ``drain()`` every 0.05 s (accepted counts what it confirmed;
+  ``NOTHELD <id>`` per failure), no per-message lines but DELIVERED. ``--limit K``: leave the
   consumer (releasing what it holds) after K deliveries, printing ``LEFT``.
 * ``--quiet``: instead of per-message lines, ``PROGRESS <published> <accepted> <time>`` every 0.1 s.
 * ``--store-puts N``: the baseline of bench/queue.py: joins the elected store ``baseline`` (not a queue)
@@ -32,7 +34,7 @@ import anyio.lowlevel
 from line_procs import out
 
 from broker_mqtt import Endpoint
-from broker_mqtt.queue import MessageState, NotHeld
+from broker_mqtt.queue import Consumer, MessageState, NotHeld
 from broker_mqtt.store.elected import MasterChange
 
 
@@ -51,7 +53,7 @@ async def main() -> None:
     p.add_argument("--publish", type=int, default=0)
     p.add_argument("--tag", default="p")
     p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--consume", choices=["accept", "hold", "release", "reject"])
+    p.add_argument("--consume", choices=["accept", "accept-nowait", "hold", "release", "reject"])
     p.add_argument("--prefetch", type=int, default=10)
     p.add_argument("--limit", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
@@ -127,15 +129,32 @@ async def main() -> None:
                 word = {"accept": "ACCEPTED", "release": "RELEASED", "reject": "REJECTED"}[how]
                 out(word, d.id, json.dumps(d.data))  # type: ignore[attr-defined]
 
+        async def drain_loop(deliveries: Consumer) -> None:
+            while True:
+                await anyio.sleep(0.05)
+                made = nowait["made"]  # drain() decides those made before the call
+                failures = await deliveries.drain()
+                for d, _error in failures:
+                    out("NOTHELD", d.id)
+                counts["accepted"] += made - nowait["counted"] - len(failures)
+                nowait["counted"] = made
+
+        nowait = {"made": 0, "counted": 0}
+
         async def consume() -> None:
             await q.await_master()
             seen = 0
             async with q.consume(prefetch=args.prefetch) as deliveries, anyio.create_task_group() as tg:
+                if args.consume == "accept-nowait":
+                    tg.start_soon(drain_loop, deliveries)
                 async for d in deliveries:
                     seen += 1
                     if not args.quiet:
                         out("DELIVERED", d.id, d.delivery_count, time.monotonic(), json.dumps(d.data))
-                    if args.consume != "hold":
+                    if args.consume == "accept-nowait":
+                        d.accept_nowait()
+                        nowait["made"] += 1
+                    elif args.consume != "hold":
                         tg.start_soon(settle, d, args.consume)
                     if args.limit and seen >= args.limit:
                         break

@@ -25,6 +25,7 @@ Theory of operation:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import secrets
@@ -122,6 +123,20 @@ class Delivery:
         """Never deliver it again: it moves to the dead-letter queue with ``reason``."""
         await self._consumer._settle(self, "reject", str(reason))
 
+    def accept_nowait(self) -> None:
+        """:meth:`accept` without waiting: the settlement joins the consumer's next settle write and
+        this returns at once. Its outcome is reported by :meth:`Consumer.drain`. The fast way to
+        consume: no task and no round trip per message."""
+        self._consumer._settle_nowait(self, "accept", None)
+
+    def release_nowait(self) -> None:
+        """:meth:`release` without waiting (see :meth:`accept_nowait`)."""
+        self._consumer._settle_nowait(self, "release", None)
+
+    def reject_nowait(self, reason: str = "rejected") -> None:
+        """:meth:`reject` without waiting (see :meth:`accept_nowait`)."""
+        self._consumer._settle_nowait(self, "reject", str(reason))
+
     def __repr__(self) -> str:
         return f"Delivery(id={self.id}, delivery_count={self.delivery_count}, data={self.data!r:.60})"
 
@@ -130,11 +145,13 @@ class Consumer:
     """``async with queue.consume(prefetch=10) as deliveries: async for d in deliveries: ...``.
 
     Iterating blocks until a message is delivered. At most ``prefetch`` messages are held (delivered
-    and not settled) at a time; once half of them are settled, one write acquires the difference.
-    Settling waits for the master (one round trip, shared with concurrent settlements): settle in
-    concurrent tasks for throughput. Leaving the block (normally, by an exception or by cancellation)
-    releases what is still held, within a few seconds; messages held when the process dies go back
-    when the master sees its endpoint gone, or at the latest when the lease runs out.
+    and not settled) at a time; once a quarter of them are settled, one write acquires the difference.
+    ``await d.accept()`` (and release, reject) waits for the master (one round trip, shared with
+    concurrent settlements): settle in concurrent tasks for throughput, or use ``d.accept_nowait()``
+    (no wait, no task) and collect the outcomes with :meth:`drain`. Leaving the block (normally, by
+    an exception or by cancellation) waits for the settlements made so far, then releases what is
+    still held, within a few seconds; messages held when the process dies go back when the master
+    sees its endpoint gone, or at the latest when the lease runs out.
     """
 
     def __init__(self, queue: WorkQueue, *, prefetch: int, lease: float) -> None:
@@ -155,6 +172,10 @@ class Consumer:
         self._asked = 0  # messages asked for by acquires in flight
         self._in_flight = 0
         self._idle_wait = False  # an acquire found nothing: the next waits for an arrival
+        self._failures: list[tuple[Delivery, StoreError]] = []  # of settlements made without waiting
+        self._nowait_made = 0
+        self._nowait_decided = 0
+        self._decided = anyio.Event()
 
     @property
     def held(self) -> int:
@@ -177,6 +198,8 @@ class Consumer:
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
             unseen = [[d.id, "return", None] for d in self._held.values() if not d.seen]
             await self._settler.wait_idle()
+            for d, error in self._failures:
+                log.warning("queue %s: settling message %d failed: %s", self.queue.name, d.id, error)
             if unseen:  # acquired but never handed out: back with the delivery count as it was
                 try:
                     await self.queue.write(Settle(self.owner, unseen))
@@ -269,6 +292,39 @@ class Consumer:
         answer = await self._settler.submit([d.id, action, reason])
         if answer is not None:
             raise NotHeld(answer)
+
+    def _settle_nowait(self, d: Delivery, action: str, reason: str | None) -> None:
+        if d.settled:
+            raise AlreadySettled(f"message {d.id} was settled already")
+        d.settled = True
+        self._held.pop(d.id, None)
+        self._room.set()
+        self._nowait_made += 1
+        self._settler.submit_nowait([d.id, action, reason], functools.partial(self._settled, d))
+
+    def _settled(self, d: Delivery, outcome: Any) -> None:
+        """The answer to a settlement made without waiting: None when done."""
+        self._nowait_decided += 1
+        self._decided.set()
+        if isinstance(outcome, StoreError):
+            self._failures.append((d, outcome))
+        elif isinstance(outcome, BaseException):
+            self._failures.append((d, QueueError(f"settling message {d.id} failed: {outcome!r}")))
+        elif outcome is not None:
+            self._failures.append((d, NotHeld(outcome)))
+
+    async def drain(self) -> list[tuple[Delivery, StoreError]]:
+        """Wait until every settlement made without waiting (``*_nowait``) so far is decided; return
+        the failures since the last drain, as ``(delivery, error)`` pairs (and forget them):
+        :class:`~.errors.NotHeld` (the message had been taken back: another consumer gets it) or
+        :class:`~broker_mqtt.store.errors.StoreError` (the write failed: its outcome is unknown, and
+        a message not accepted comes back when the lease runs out)."""
+        target = self._nowait_made
+        while self._nowait_decided < target:
+            self._decided = anyio.Event()
+            await self._decided.wait()
+        failures, self._failures = self._failures, []
+        return failures
 
     async def _settle_batch(self, items: list[Any]) -> list[Any]:
         answers: list[Any] = await self.queue.write(Settle(self.owner, items))
@@ -473,10 +529,11 @@ class WorkQueue:
         self._want_data()
 
     def _want_data(self) -> None:
-        """The arrival loop needs the store's data events only on the master (hints) or while this
-        handle has consumers or log readers: a busy queue's standby replica builds none."""
+        """The arrival loop needs the store's data events only on a replica that is not the master and
+        has consumers or log readers: the master learns of arrivals from its index (no event per key),
+        and a busy queue's standby replica builds none."""
         if self._arrival_events is not None and self.store is not None:
-            self._arrival_events.data = self.store.is_master or self._listeners > 0
+            self._arrival_events.data = not self.store.is_master and self._listeners > 0
 
     def _arrived(self) -> None:
         self._arrivals += 1
@@ -487,9 +544,10 @@ class WorkQueue:
     async def _arrival_loop(self) -> None:
         """Wake waiting consumers when a message becomes ready here (or a new master takes over)."""
         assert self.store is not None
-        async with self.store.events() as events:
+        async with self.store.events() as events, anyio.create_task_group() as tg:
             self._arrival_events = events
             self._want_data()
+            tg.start_soon(self._master_arrivals)
             async for e in events:
                 match e:
                     case Inserted(key=key, value=value) | Updated(key=key, new_value=value):
@@ -503,6 +561,23 @@ class WorkQueue:
                     self._arrived()
                     if self.store.is_master:
                         self._hint.set()
+
+    async def _master_arrivals(self) -> None:
+        """At the master: after each change of the store, a message that became ready (the index
+        counts them as the master computes its writes) wakes consumers here and hints the others."""
+        assert self.store is not None
+        last: tuple[int, int] | None = None
+        while True:
+            await self.store._wait_change()
+            if not self.store.is_master:
+                last = None
+                continue
+            idx = index_for(self.store.replica.state)
+            mark = (id(idx), idx.readied)  # a rebuilt index (new object) counts anew
+            if mark != last and idx.ready:
+                self._arrived()
+                self._hint.set()
+            last = mark
 
     async def _hint_sender(self) -> None:
         """At the master: tell replica-less handles that messages are ready (at most every LINGER s)."""

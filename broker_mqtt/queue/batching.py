@@ -18,10 +18,11 @@ __all__ = ["GroupCommit"]
 
 
 class _Batch:
-    __slots__ = ("items", "done", "results", "error")
+    __slots__ = ("items", "reports", "done", "results", "error")
 
     def __init__(self) -> None:
         self.items: list[Any] = []
+        self.reports: list[tuple[int, Callable[[Any], None]]] = []  # items submitted without waiting
         self.done = anyio.Event()
         self.results: list[Any] = []
         self.error: BaseException | None = None
@@ -29,8 +30,10 @@ class _Batch:
 
 class GroupCommit:
     """``await submit(item)`` returns ``send(batch)[i]`` for the item's place ``i`` in its batch, or
-    raises what ``send`` raised. ``run()`` is the sending task (run it in the owner's task group).
-    Cancelling ``submit`` does not withdraw the item: its outcome is then unknown."""
+    raises what ``send`` raised. ``submit_nowait(item, report)`` places an item without waiting:
+    ``report`` is called with that answer, or with the exception, once the batch is decided.
+    ``run()`` is the sending task (run it in the owner's task group). Cancelling ``submit`` does not
+    withdraw the item: its outcome is then unknown."""
 
     def __init__(self, send: Callable[[list[Any]], Awaitable[list[Any]]], *, in_flight: int = 4,
                  max_batch: int = 1000) -> None:
@@ -43,14 +46,22 @@ class GroupCommit:
         self._idle = anyio.Event()
         self._idle.set()
 
-    async def submit(self, item: Any) -> Any:
+    def _place(self, item: Any) -> tuple[_Batch, int]:
         if not self._open or len(self._open[-1].items) >= self._max_batch:
             self._open.append(_Batch())
         batch = self._open[-1]
-        i = len(batch.items)
         batch.items.append(item)
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        if self._idle.is_set():
+            self._idle = anyio.Event()
         self._wake.set()
+        return batch, len(batch.items) - 1
+
+    def submit_nowait(self, item: Any, report: Callable[[Any], None]) -> None:
+        batch, i = self._place(item)
+        batch.reports.append((i, report))
+
+    async def submit(self, item: Any) -> Any:
+        batch, i = self._place(item)
         await batch.done.wait()
         if batch.error is not None:
             raise batch.error
@@ -79,6 +90,8 @@ class GroupCommit:
         except Exception as exc:  # handed to every submitter of the batch
             batch.error = exc
         finally:
+            for i, report in batch.reports:
+                report(batch.error if batch.error is not None else batch.results[i])
             batch.done.set()
             self._busy -= 1
             self._in_flight.release()

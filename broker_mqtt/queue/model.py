@@ -105,6 +105,7 @@ class QueueIndex:
         self.readers: dict[str, int] = {}  # log reader -> its pointer (last committed id)
         self.done: set[int] = set()
         self._done_heap: list[int] = []
+        self.readied = 0  # how often a message became ready (the master's arrivals, without events)
 
     @classmethod
     def build(cls, state: VersionedState) -> QueueIndex:
@@ -132,6 +133,7 @@ class QueueIndex:
             if rec.state is MessageState.READY:
                 self.ready.add(key)
                 heapq.heappush(self._heap, key)
+                self.readied += 1
             elif rec.state is MessageState.ACQUIRED and rec.owner is not None:
                 self.owned.setdefault(rec.owner, set()).add(key)
                 self.owner_of[key] = rec.owner

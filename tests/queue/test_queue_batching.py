@@ -57,3 +57,28 @@ async def test_a_failed_write_fails_every_item_of_its_batch_only() -> None:
             await gc.submit("bad")
         assert await gc.submit("good") == "good"
         tg.cancel_scope.cancel()
+
+
+async def test_items_placed_without_waiting_share_the_writes_and_report_their_outcome() -> None:
+    batches: list[list[Any]] = []
+
+    async def send(items: list[Any]) -> list[Any]:
+        batches.append(list(items))
+        if "bad" in items:
+            raise ValueError("refused")
+        return [item * 2 for item in items]
+
+    gc = GroupCommit(send, in_flight=1)
+    reports: list[tuple[Any, Any]] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gc.run)
+        for item in ("a", "b"):
+            gc.submit_nowait(item, lambda outcome, item=item: reports.append((item, outcome)))
+        assert await gc.submit("c") == "cc"  # waited for in the same write as the two before it
+        gc.submit_nowait("bad", lambda outcome: reports.append(("bad", outcome)))
+        with anyio.fail_after(5):
+            await gc.wait_idle()
+        tg.cancel_scope.cancel()
+    assert batches == [["a", "b", "c"], ["bad"]]
+    assert reports[:2] == [("a", "aa"), ("b", "bb")]
+    assert reports[2][0] == "bad" and isinstance(reports[2][1], ValueError)

@@ -153,6 +153,22 @@ def test_accept_release_reject() -> None:
     assert run(state, Acquire("y", 5, 5.0)) == [[2, "b", 2]]
 
 
+def test_the_index_counts_messages_that_became_ready() -> None:
+    # the master's arrivals: publishing, releasing and taking back count; acquiring and settling do not
+    state = VersionedState()
+    run(state, Publish(["a", "b"]))
+    idx = index_for(state)
+    assert idx.readied == 2
+    run(state, Acquire("x", 2, 5.0))
+    run(state, Settle("x", [[1, "accept", None]]))
+    assert index_for(state) is idx and idx.readied == 2
+    run(state, Settle("x", [[2, "release", None]]))
+    assert idx.readied == 3
+    run(state, Acquire("y", 1, 5.0))
+    run(state, ReleaseOwner("y", "gone"))
+    assert index_for(state) is idx and idx.readied == 4 and idx.ready == {2}
+
+
 def test_settling_what_one_does_not_hold_is_answered_per_item() -> None:
     state = VersionedState()
     run(state, Publish(["a", "b"]))

@@ -18,7 +18,7 @@ from queue_procs import QueueProc, wait_for
 
 from broker_mqtt import Endpoint
 from broker_mqtt.embedded import EmbeddedBroker
-from broker_mqtt.queue import AlreadySettled, Settle
+from broker_mqtt.queue import Acquire, AlreadySettled, MessageState, NotHeld, ReleaseOwner, Settle
 from broker_mqtt.store.errors import StoreProtocolError
 
 pytestmark = [pytest.mark.mosquitto]
@@ -112,6 +112,70 @@ async def test_accepted_messages_leave_no_tombstones_behind(broker: EmbeddedBrok
     async with Endpoint(broker, namespace=namespace) as a:  # the SQLite file holds no tombstone either
         qa = await a.attach_queue("jobs", backend="sqlite", path=db, election=ELECTION)
         assert qa.store.replica.state.tombstones == 0 and qa.statistics().ready == 1
+        await qa.close()
+
+
+@pytest.mark.anyio
+async def test_settling_without_waiting(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        qa = await a.attach_queue("jobs", election=ELECTION, max_deliveries=5)
+        qs = await b.attach_queue("jobs", election=ELECTION, candidate=False)  # the second replica
+        qb = await b.attach_queue("jobs", election=ELECTION, replica=False)
+        with anyio.fail_after(30):
+            assert await qa.await_master() and await qs.await_master() and await qb.await_master()
+            await qa.publish_many(list(range(20)))
+            async with qb.consume(prefetch=20) as deliveries:  # one acquire takes all 20
+                async for d in deliveries:
+                    if d.id == 3:
+                        d.reject_nowait("bad job")
+                    elif d.id == 4:
+                        d.release_nowait()
+                    elif d.id == 5:
+                        assert await deliveries.drain() == []  # every settlement so far is done
+                        # the master takes back what the consumer holds (as if its lease had run out), and
+                        # another owner acquires it all before this consumer (4 settled of 20: it asks
+                        # for more only once 5 are free)
+                        assert await qa.write(ReleaseOwner(deliveries.owner, "test", False)) == 16
+                        assert len(await qa.write(Acquire("other", 100, 30.0))) == 17  # 4 and 5..20
+                        d.accept_nowait()
+                        with pytest.raises(AlreadySettled):
+                            d.accept_nowait()
+                        assert [(x.id, type(e)) for x, e in await deliveries.drain()] == [(5, NotHeld)]
+                    else:
+                        d.accept_nowait()
+                    if d.id == 20:
+                        break
+                failed = [(x.id, type(e)) for x, e in await deliveries.drain()]
+                assert failed == [(i, NotHeld) for i in range(6, 21)]
+            assert await qa.write(ReleaseOwner("other", "test", False)) == 17
+            assert await qa.store.await_idle(10)
+            assert [(x.id, x.reason) for x in qa.dead_letters()] == [(3, "bad job")]
+            # 1 and 2 accepted, 3 dead, the rest ready again after two deliveries each
+            assert {i: r.count for i, r in qa._records() if r.state is MessageState.READY} == {
+                i: 2 for i in range(4, 21)}
+        await qb.close()
+        await qs.close()
+        await qa.close()
+
+
+@pytest.mark.anyio
+async def test_a_consumer_on_the_master_hears_of_arrivals(broker: EmbeddedBroker, namespace: str) -> None:
+    # the master learns of arrivals from its index, not from data events: its own consumer wakes
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        qa = await a.attach_queue("jobs", election=ELECTION)
+        qb = await b.attach_queue("jobs", election=ELECTION, candidate=False)
+        with anyio.fail_after(30):
+            assert await qa.await_master() and await qb.await_master() and qa.is_master
+            assert qa._arrival_events is not None and not qa._arrival_events.data  # no events per key
+            async with qa.consume(prefetch=5) as deliveries:
+                await anyio.sleep(0.2)  # the first acquire found the queue empty: it waits for an arrival
+                before = qa._arrivals
+                assert await qb.publish("job") == 1
+                async for d in deliveries:
+                    await d.accept()
+                    break
+                assert qa._arrivals > before
+        await qb.close()
         await qa.close()
 
 
