@@ -11,10 +11,15 @@ same topic only when one covers the other, so :meth:`SubscriptionTable.add` drop
 subscriber the prefixes covered by its other prefixes: every subscriber then sits behind at most
 one of the subscriptions a message matches, and never gets that message twice.
 
-Table filters are subscribed with MQTT's No Local option *off*: mosquitto 2.0 keeps a filter's
-first options when it is subscribed again, so a second local subscriber that wanted its own
-messages could never get them. The endpoint drops its own messages by sender id instead, for the
-subscribers that did not ask for them.
+Table filters (data prefixes) are subscribed with MQTT's No Local option *on*, always: the broker
+never sends an endpoint back what it published itself. Since every table filter has the same
+options, mosquitto 2.0's rule that a filter subscribed again keeps its first options does not
+matter. Subscribers that ask for their own messages (``local=True``) get them from the endpoint
+itself, at send time, matched with :meth:`SubscriptionTable.match`-style prefix matching (only
+when such a subscriber exists; never on the receive path). An own message that still comes back
+(a broker that ignores No Local) is dropped by sender id, so none is delivered twice. Raw MQTT
+filters (``levels`` None) keep No Local off: raw subscribers get their own PUBLISHes from the
+broker.
 
 A broker without subscription identifiers (CONNACK ``Subscription Identifiers Available`` = 0)
 is served by :meth:`SubscriptionTable.match`, which matches topics against filters instead.
@@ -47,7 +52,7 @@ class Filter(Generic[S]):
 class Subscribe:
     mqtt_filter: str
     sub_id: int
-    no_local: bool = False
+    no_local: bool = False  #: True for data filters, False for raw ones (see the module docstring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +93,7 @@ class SubscriptionTable(Generic[S]):
             if f is None:
                 f = Filter(mqtt_filter, self._allocate(), levels)
                 self.by_filter[mqtt_filter] = self.by_id[f.sub_id] = f
-                changes.append(Subscribe(mqtt_filter, f.sub_id))
+                changes.append(Subscribe(mqtt_filter, f.sub_id, f.levels is not None))
             f.subscribers.append(subscriber)
         return changes
 
@@ -104,7 +109,7 @@ class SubscriptionTable(Generic[S]):
 
     def all_subscribes(self) -> list[Subscribe]:
         """What to subscribe after (re)connecting."""
-        return [Subscribe(f.mqtt_filter, f.sub_id) for f in self.by_filter.values()]
+        return [Subscribe(f.mqtt_filter, f.sub_id, f.levels is not None) for f in self.by_filter.values()]
 
     def targets(self, sub_ids: Iterable[int]) -> list[Filter[S]]:
         """The filters a PUBLISH matched, from its subscription identifiers (unknown ids skipped)."""

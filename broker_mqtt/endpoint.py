@@ -16,6 +16,11 @@ Guarantees (docs/guarantees.md): per publisher and topic, messages arrive in ord
 lost is sent again). QoS 0 batches on the wire when the connection drops are lost; queued ones
 are sent after reconnecting. A subscriber never gets one message twice because of overlapping
 filters. Nothing accepted is dropped silently: a publish that cannot be queued raises.
+
+Own messages. Data filters are subscribed with MQTT's No Local on, so the broker never sends an
+endpoint back what it published (dispatch.py). ``local=True`` subscribers get the endpoint's own
+node messages in-process instead, when they are sent (:meth:`Endpoint._deliver_own`), in send
+order; an own message that the broker still sends back is dropped by sender id.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ from .events import (
 from .message import Kind, NodeEncoder, decode_batch
 from .outbox import Batch, InFlight, Outbox
 from .subscription import RawMessage, RawSubscription, StatusStream, Subscription, _Stream
-from .topics import TopicLayout, validate_prefix, validate_topic
+from .topics import TopicLayout, prefix_matches, validate_prefix, validate_topic
 
 __all__ = ["Endpoint", "Subscription", "RawSubscription", "RawMessage", "EndpointStatistics"]
 
@@ -167,6 +172,8 @@ class Endpoint:
             max_pending_messages=max_pending_messages,
         )
         self._table: SubscriptionTable[_Stream] = SubscriptionTable(first_id=3)
+        #: local=True subscribers and their (minimal) prefix levels: they get own messages at send time
+        self._locals: dict[Subscription, list[tuple[str, ...]]] = {}
         self._peers: dict[uuid.UUID, PeerInfo] = {}
         self._status_streams: list[StatusStream] = []
         self._stats = EndpointStatistics()
@@ -336,7 +343,8 @@ class Endpoint:
 
     async def _on_connected(self, client: aiomqtt.Client) -> None:
         await self._mqtt_subscribe(client, Subscribe(self.layout.presence_filter(), _PRESENCE_SID, True))
-        await self._mqtt_subscribe(client, Subscribe(self._unicast_topic, _UNICAST_SID, False))
+        # No Local: unicasts to ourselves never go through the broker (send_node delivers them).
+        await self._mqtt_subscribe(client, Subscribe(self._unicast_topic, _UNICAST_SID, True))
         for change in self._table.all_subscribes():
             await self._mqtt_subscribe(client, change)
         self._outbox.max_batch_bytes = min(self._max_batch_bytes, self._max_packet - _PUBLISH_OVERHEAD)
@@ -394,11 +402,14 @@ class Endpoint:
         :class:`PublishQueueFull` when the broker is unreachable and the queue is at its bound.
         """
         mqtt_topic = self._data_topic(topic)
-        data = self._encoder.encode(Kind.DATA, topic, codec.encode(value))
+        packed = codec.encode(value)
+        data = self._encoder.encode(Kind.DATA, topic, packed)
         if self._outbox.full:
             await self._enqueue(mqtt_topic, self.qos if qos is None else qos, data)
         else:  # the fast path: no extra coroutine frame per message
             self._enqueue_nowait(mqtt_topic, self.qos if qos is None else qos, data)
+        if self._locals:
+            self._deliver_own(Kind.DATA, topic, validate_topic(topic), [packed])
 
     async def publish_encoded(self, topic: str, payloads: Sequence[bytes], *, qos: int | None = None) -> None:
         """Publish values already encoded, one data message per item of ``payloads``, in order.
@@ -437,6 +448,10 @@ class Endpoint:
         outbox.add_many(mqtt_topic, self.qos if qos is None else qos, messages)
         self._stats.published += len(messages)
         self._wakeup.notify()
+        if self._locals:
+            self._deliver_own(
+                Kind.DATA, topic, validate_topic(topic), [p if type(p) is bytes else bytes(p) for p in payloads]
+            )
 
     async def unicast(self, peer: uuid.UUID, topic: str, value: Any, *, qos: int | None = None) -> None:
         """Send ``value`` on ``topic`` to the endpoint ``peer`` only (its subscribers of ``topic``)."""
@@ -455,17 +470,42 @@ class Endpoint:
 
         With one receiver it goes to that endpoint's unicast topic; with none, or several, it is
         published on ``topic`` (several receivers: only they accept it). Subscribers created
-        with ``subscribe(..., kind=k)`` receive only messages of kind ``k``.
+        with ``subscribe(..., kind=k)`` receive only messages of kind ``k``. This endpoint's own
+        ``local=True`` subscribers get the message here, when it is sent (if it is for them); a
+        unicast to this endpoint itself does not go through the broker at all.
         """
-        validate_topic(topic)
-        data = self._encoder.encode(
-            kind, topic, codec.encode(value), None if receivers is None else tuple(r.bytes for r in receivers)
-        )
+        levels = validate_topic(topic)
+        packed = codec.encode(value)
+        to = None if receivers is None else tuple(r.bytes for r in receivers)
+        data = self._encoder.encode(kind, topic, packed, to)
         qos = self.qos if qos is None else qos
-        if receivers is not None and len(receivers) == 1:
-            await self._enqueue(self.layout.unicast(receivers[0].hex), qos, data)
+        if to is not None and len(to) == 1:
+            if to[0] == self._id_bytes:  # to ourselves: only our local subscribers can get it
+                self._check_size(len(data))
+                self._stats.published += 1
+            else:
+                await self._enqueue(self.layout.unicast(to[0].hex()), qos, data)
         else:
             await self._enqueue(self._data_topic(topic), qos, data)
+        if self._locals and (to is None or self._id_bytes in to):
+            self._deliver_own(kind, topic, levels, [packed])
+
+    def _deliver_own(self, kind: Kind, topic: str, levels: tuple[str, ...], payloads: list[bytes]) -> None:
+        """Hand this endpoint's own messages on ``topic`` to its ``local=True`` subscribers of ``kind``.
+
+        Called at send time, only when such subscribers exist: the broker does not send our own
+        messages back (No Local), and the receive path drops any that still come. The prefix
+        test is :meth:`SubscriptionTable.match`'s; a subscriber's prefixes are minimal, so at
+        most one of them matches. Never waits (see ``Subscription``).
+        """
+        messages: list[Message] | None = None
+        for sub, prefixes in self._locals.items():
+            if sub.kind is kind and any(prefix_matches(p, levels) for p in prefixes):
+                if messages is None:
+                    me = self._id_bytes
+                    messages = [Message(topic, me, p) for p in payloads]
+                self._stats.delivered += len(messages)
+                sub._deliver_own(messages)
 
     async def publish_raw(self, mqtt_topic: str, payload: bytes, *, qos: int = 1, retain: bool = False,
                           urgent: bool = False) -> None:
@@ -629,13 +669,13 @@ class Endpoint:
             # Every message of a data PUBLISH matched the same filters: flatten them once.
             expected = topic[len(self._data_head):]
             expected_slash = "/" + expected
-            flat: list[tuple[_Stream, Kind, bool, list[Message]]] = [
-                (sub, sub.kind, sub.local, []) for f in filters for sub in f.subscribers  # type: ignore[attr-defined]
+            flat: list[tuple[_Stream, Kind, list[Message]]] = [
+                (sub, sub.kind, []) for f in filters for sub in f.subscribers  # type: ignore[attr-defined]
             ]
         else:
             # Unicast: each message may match other subscribers; the lists are kept per topic
             # and per subscriber, so the hand-over still happens once per PUBLISH.
-            by_topic: dict[str, list[tuple[_Stream, Kind, bool, list[Message]]]] = {}
+            by_topic: dict[str, list[tuple[_Stream, Kind, list[Message]]]] = {}
             by_sub: dict[_Stream, list[Message]] = {}
         received = 0
         for kind, sender, receivers, _ttl, node_topic, packed in messages:
@@ -650,7 +690,7 @@ class Endpoint:
                         self._stats.malformed += 1
                         continue
                     flat = by_topic[node_topic] = [
-                        (sub, sub.kind, sub.local, by_sub.setdefault(sub, []))  # type: ignore[attr-defined]
+                        (sub, sub.kind, by_sub.setdefault(sub, []))  # type: ignore[attr-defined]
                         for f in self._table.match(levels)
                         for sub in f.subscribers
                     ]
@@ -662,16 +702,19 @@ class Endpoint:
                 )
                 continue
             received += 1
-            own = sender == me
+            if sender == me:
+                # Our own message came back (No Local ignored, or an old subscription's window):
+                # local subscribers already got it when it was sent.
+                continue
             msg = Message(node_topic, sender, packed)
-            for _sub, sub_kind, local, batch in flat:
-                if sub_kind is kind and (local or not own):
+            for _sub, sub_kind, batch in flat:
+                if sub_kind is kind:
                     batch.append(msg)
         self._stats.received += received
         if filters is None:
             await self._hand_over(by_sub.items())
         else:
-            await self._hand_over((sub, batch) for sub, _kind, _local, batch in flat)
+            await self._hand_over((sub, batch) for sub, _kind, batch in flat)
 
     async def _hand_over(self, batches: Iterable[tuple[_Stream, list[Message]]]) -> None:
         for sub, batch in batches:
@@ -742,7 +785,12 @@ class Endpoint:
     ) -> Subscription:
         """Subscribe to topic prefixes; use as ``async with ep.subscribe("/a", "/b") as sub``.
 
-        ``local=True`` also delivers this endpoint's own publications. ``buffer`` bounds the
+        ``local=True`` also delivers this endpoint's own messages (publish, publish_encoded,
+        send_node and unicasts to itself) of ``kind`` on these prefixes, each once. They are
+        handed over in-process when sent, not echoed by the broker: own messages keep their
+        send order, but relative to other endpoints' messages they may come earlier than the
+        broker would have delivered them. Publishing never waits for a full local subscriber
+        (its own messages are held beyond ``buffer``). ``buffer`` bounds the
         PUBLISH batches held for this subscriber (default ``subscriber_buffer``). ``kind``
         selects which node messages it gets (data by default; stores use command).
         Raises :class:`TopicError` at once for prefixes MQTT cannot carry.
@@ -762,7 +810,10 @@ class Endpoint:
     async def _add_subscriber(self, sub: Subscription) -> None:
         levels = minimal_prefixes(validate_prefix(p) for p in sub.prefixes)
         filters = [(self.layout.data_filter("/".join(lv) or "/"), lv) for lv in levels]
-        await self._apply(self._table.add(sub, filters))
+        changes = self._table.add(sub, filters)
+        if sub.local:
+            self._locals[sub] = levels
+        await self._apply(changes)
         self._announce()
 
     async def _add_raw_subscriber(self, sub: RawSubscription) -> None:
@@ -770,6 +821,7 @@ class Endpoint:
 
     async def _remove_subscriber(self, sub: _Stream) -> None:
         with anyio.CancelScope(shield=True):
+            self._locals.pop(sub, None)  # type: ignore[arg-type]
             await self._apply(self._table.remove(sub))
             if isinstance(sub, Subscription):
                 self._announce()

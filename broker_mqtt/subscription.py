@@ -7,6 +7,13 @@ receiver waits (subscriptions) or the event is dropped and counted (status strea
 docs/guarantees.md states. A data subscription decodes payloads in its own task, a few
 consecutive messages at a time (``codec.decode_many``: one C call instead of one per message);
 a malformed payload is reported when the iteration reaches it, as before.
+
+The endpoint's own messages reach ``local=True`` subscriptions at send time
+(:meth:`_Stream._deliver_own`), never through the broker. That never waits: a publisher may be
+the very task that consumes the subscription. Own batches that do not fit wait in a list of
+their own; the consumer takes them, in order, after what the stream already holds, and until
+they are all taken the receiver waits before handing over anything newer, so everything stays
+in arrival order.
 """
 
 from __future__ import annotations
@@ -48,8 +55,12 @@ class _Stream:
         self._endpoint = endpoint
         self._send, self._receive = anyio.create_memory_object_stream[list[Any]](buffer)
         self._items: deque[Any] = deque()
+        self._own: deque[list[Any]] = deque()  # own batches that did not fit (after the stream's)
+        self._own_taken: anyio.Event | None = None  # set when _own empties
 
     def _deliver_nowait(self, items: list[Any]) -> bool:
+        if self._own:
+            return False  # own batches wait: nothing newer may overtake them
         try:
             self._send.send_nowait(items)
         except anyio.WouldBlock:
@@ -59,17 +70,43 @@ class _Stream:
         return True
 
     async def _deliver(self, items: list[Any]) -> None:
+        while self._own:
+            if self._own_taken is None:
+                self._own_taken = anyio.Event()
+            await self._own_taken.wait()
         try:
             await self._send.send(items)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass
 
+    def _deliver_own(self, items: list[Any]) -> None:
+        """Hand over a batch of this endpoint's own messages without ever waiting (a full stream
+        keeps it in ``_own``, taken after the stream's items)."""
+        if not self._deliver_nowait(items):
+            self._own.append(items)
+
+    def _own_drained(self) -> None:
+        event = self._own_taken
+        if event is not None:
+            self._own_taken = None
+            event.set()
+
     async def _next_item(self) -> Any:
         while not self._items:
             try:
-                self._items.extend(await self._receive.receive())
+                if self._own:
+                    # Everything in the stream arrived before the own batches: take it first.
+                    try:
+                        batch = self._receive.receive_nowait()
+                    except anyio.WouldBlock:
+                        batch = self._own.popleft()
+                        if not self._own:
+                            self._own_drained()
+                else:
+                    batch = await self._receive.receive()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 raise StopAsyncIteration from None
+            self._items.extend(batch)
         return self._items.popleft()
 
     @property
@@ -80,6 +117,8 @@ class _Stream:
     def _close(self) -> None:
         self._send.close()
         self._receive.close()
+        self._own.clear()
+        self._own_drained()
 
     async def _detach(self) -> None:
         """Unregister from the endpoint (after the stream is closed)."""
@@ -99,7 +138,9 @@ class Subscription(_Stream):
     Entering blocks until the broker confirmed the subscriptions (when connected). Messages
     arrive in order per publisher and topic, each once, with ``data`` already decoded;
     messages whose payload does not decode are skipped and reported as an ErrorEvent. When the
-    buffer is full the endpoint's receiver waits for this subscriber (nothing is dropped).
+    buffer is full the endpoint's receiver waits for this subscriber (nothing is dropped). With
+    ``local=True`` the endpoint's own messages are handed over when sent, in send order, and
+    never make the publisher wait (beyond the buffer they are held in an unbounded list).
     """
 
     def __init__(
