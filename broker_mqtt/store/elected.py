@@ -8,8 +8,9 @@ Theory of operation:
   ``untagged``). ``mode="sticky"`` keeps the master while it lives; ``mode="rotate"`` moves it every slot.
 * Replication messages are node messages of kind COMMAND on topic ``/$store/<name>/e``, broadcast
   to every replica of the store, one message per list (the endpoint coalesces them into PUBLISHes);
-  the master's announcements are copied to ``/$store/<name>/em`` and answers to writers without a
-  replica go to their endpoint on ``/$store/<name>/ea`` (:mod:`.routes`).
+  writes go to the master's endpoint only, on ``/$store/<name>/ew``; the master's announcements are
+  copied to ``/$store/<name>/em`` and answers to writers without a replica go to their endpoint on
+  ``/$store/<name>/ea`` (:mod:`.routes`). Every replica subscribes to ``e``, ``ew`` and ``ea``.
 * A receive loop, an election loop, a peer-status loop (a peer's last will tells the replica at once
   that its nodes are gone) and a timer loop feed the replica; after each call the handle drains the
   replica's events (writes answered, data changes, master changes, conflicts) and its messages
@@ -58,7 +59,7 @@ from .replication import (
     WriteDone,
     WriteFailed,
 )
-from .routes import answers_topic, replication_topic, routes
+from .routes import answers_topic, replication_topic, routes, writes_topic
 from .versioned import Epoch, Resolver, Version, VersionedState, last_writer_wins
 
 if TYPE_CHECKING:
@@ -351,9 +352,11 @@ class ElectedStore(WriteOperations):
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
-                # the replication topic, and answers sent to this endpoint while it was not seen as live
-                async with self.ep.subscribe(self.topic, answers_topic(self.name), kind=Kind.COMMAND,
-                                             buffer=4096) as sub, \
+                # the replication topic, writes sent to this endpoint as the master's (every replica:
+                # any candidate may become master, the others ignore them), and answers sent to this
+                # endpoint while it was not seen as live
+                async with self.ep.subscribe(self.topic, writes_topic(self.name), answers_topic(self.name),
+                                             kind=Kind.COMMAND, buffer=4096) as sub, \
                         self.ep.status() as status, contextlib.AsyncExitStack() as stack:
                     if self.candidate:  # only candidates take part in the election
                         transport = MQTTTransport(self.ep, self.actor_topic)

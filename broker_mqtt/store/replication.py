@@ -30,7 +30,7 @@ Theory of operation (``docs/elected-stores.md``; the anyio layer is :mod:`.elect
 
 Nothing here does I/O or reads a clock: the caller passes ``now`` (monotonic seconds) and ``wall``
 (wall-clock seconds, for expiries), calls :meth:`tick` at :attr:`next_deadline`, and sends what
-:meth:`to_send` returns (wire lists, all for the store's one topic).
+:meth:`to_send` returns (wire lists; :mod:`.routes` says which topic, and which endpoint, each goes to).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 A :class:`WriterCore` is the writer half of a :class:`~.replication.Replica`: it learns who the master
 is from the replicas' heartbeats and ``active`` messages, sends each write ``(writer, n, command)`` to
 it, re-sends unanswered writes to every new master and every ``retry_interval``, and reports answers.
+Each write carries the epoch of the master it is meant for, which names that master: :func:`.routes.routes`
+sends it to that master's endpoint only, on ``/$store/<name>/ew`` (the other replicas never see it).
 It keeps no copy of the data, never votes and is never master: a Spark task, a script, a gateway with
 no disk can write into a store this way.
 
@@ -28,7 +30,7 @@ import anyio
 from ..message import Kind
 from .commands import Put, WriteCommand
 from .errors import StoreDecodeError, StoreError, Timeout, error_from_wire
-from .routes import answers_topic, master_topic, replication_topic
+from .routes import answers_topic, master_topic, routes
 from .versioned import Epoch, epoch_from_wire
 
 if TYPE_CHECKING:
@@ -145,8 +147,9 @@ class WriterCore:
             self._outbox.append(self._message(n, p))
 
     def _message(self, n: int, p: _Pending) -> list[Any]:
-        """A write for the current master: it carries that master's epoch, and any other master
-        (one that receives it late, after a split healed) ignores it."""
+        """A write for the current master: it carries that master's epoch, which routes it to that
+        master's endpoint, and any other master (one that receives it late, after a split healed)
+        ignores it."""
         return ["write", self.writer, n, self.origin, p.cmd, None if self.epoch is None else list(self.epoch)]
 
     def answered(self, upto: int, results: dict[int, Any]) -> None:
@@ -174,7 +177,6 @@ class StoreWriter:
             raise ValueError("a writer needs an id and a store name without '/'")
         self.ep = ep
         self.name = name
-        self.topic = replication_topic(name)
         self.core = WriterCore(writer_id, ep.id.hex, anyio.current_time(), write_timeout=write_timeout)
         self.max_pending = max_pending
         self._results: dict[int, Any] = {}
@@ -279,8 +281,10 @@ class StoreWriter:
                 out = self.core.to_send()
                 if not out:
                     break
-                for msg in out:
-                    await self.ep.send_node(Kind.COMMAND, self.topic, msg)
+                for msg in out:  # to the master's endpoint (routes): the other replicas never see it
+                    for topic, endpoint in routes(self.name, msg):
+                        await self.ep.send_node(Kind.COMMAND, topic, msg,
+                                                receivers=None if endpoint is None else (endpoint,))
         finally:
             self._draining = False
 
