@@ -41,13 +41,41 @@ def _pack_scalar(obj: int | str) -> bytes:
 def _pack(obj: Any) -> bytes:
     """Encode a key or value: ``broker_mqtt.codec``'s encoding, in canonical form (so that equal
     keys, e.g. sets built in another order, get equal bytes). Plain ints and strings, the usual
-    keys, come from a cache (``type(...) is``: a bool, an int subclass, never shares 1's bytes)."""
-    if type(obj) is int or type(obj) is str:
+    keys, come from a cache (``type(...) is``: a bool, an int subclass, never shares 1's bytes).
+    A :class:`_Packed` inside ``obj`` stands for the item it holds the encoding of."""
+    t = type(obj)
+    if t is int or t is str:
         return _pack_scalar(obj)
     try:
-        return cbor2.dumps(obj, canonical=True, default=codec._default)
+        return cbor2.dumps(obj, canonical=True, default=_default)
     except (cbor2.CBOREncodeError, codec.EncodeError, TypeError, ValueError) as exc:
         raise BackendError(f"cannot encode {obj!r}: {exc}") from exc
+
+
+def _default(encoder: cbor2.CBOREncoder, obj: Any) -> None:
+    """``_pack``'s hook for what cbor2 does not encode itself: a :class:`_Packed` is written as the
+    encoding it holds (a part encoded earlier), anything else goes to the codec."""
+    if type(obj) is _Packed:
+        encoder.write(obj.data)
+    else:
+        codec._default(encoder, obj)
+
+
+def _pack_array(parts: list[bytes]) -> bytes:
+    """``_pack`` of a list whose items ``_pack`` to ``parts``: a canonical array is its head (the
+    length in the fewest bytes) followed by its items' encodings."""
+    n = len(parts)
+    if n < 24:
+        head = bytes((0x80 + n,))
+    elif n < 0x100:
+        head = bytes((0x98, n))
+    elif n < 0x1_0000:
+        head = b"\x99" + n.to_bytes(2, "big")
+    elif n < 0x1_0000_0000:
+        head = b"\x9a" + n.to_bytes(4, "big")
+    else:
+        head = b"\x9b" + n.to_bytes(8, "big")
+    return head + b"".join(parts)
 
 
 @contextlib.contextmanager
@@ -134,8 +162,8 @@ class Backend(Protocol):
 
 
 class _Packed:
-    """A stored value kept as its CBOR encoding (every mutable or composite value: a fresh copy on
-    every read)."""
+    """A value kept as its CBOR encoding: a MemoryBackend's stored value (every mutable or composite
+    value: a fresh copy on every read), or a part of what ``_pack`` encodes, encoded earlier."""
 
     __slots__ = ("data",)
 
