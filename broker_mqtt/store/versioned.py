@@ -166,9 +166,8 @@ class Record:
     result: Any = None
 
     def to_wire(self) -> list[Any]:
-        op = self.op
-        wire_op = ["many", [list(o) for o in op[1]]] if op[0] == "many" else list(op)
-        return [self.seq, list(self.epoch), self.hlc, self.origin, self.writer, self.n, wire_op, self.result]
+        # the op as it is: CBOR encodes tuples as arrays, and from_wire takes either
+        return [self.seq, list(self.epoch), self.hlc, self.origin, self.writer, self.n, self.op, self.result]
 
     @classmethod
     def from_wire(cls, wire: Any) -> Record:
