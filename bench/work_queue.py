@@ -5,8 +5,9 @@ durability "one". One run measures:
 
 - publish->accept msg/s with 1 and with 4 consumers: one publisher (the queue's master, the only
   candidate) publishes N messages from 256 concurrent tasks (group-committed); a standby replica
-  confirms writes (durability "one"); consumers without a replica (``replica=False``, prefetch 100)
-  accept them with ``accept_nowait()`` (no task, no wait per message; ``drain()`` every 0.05 s
+  confirms writes (durability "one"); consumers without a replica (``replica=False``, prefetch 100;
+  a second 4-consumer run with prefetch 1000, which makes every acquire and settle write carry more
+  messages) accept them with ``accept_nowait()`` (no task, no wait per message; ``drain()`` every 0.05 s
   counts what the master confirmed). From the publisher's start to the last confirmed accept.
 - redelivery after a consumer dies: consumer A holds 50 messages, consumer B waits; A is killed
   with SIGKILL; the time until B receives the first and the last of them again (master sees A's
@@ -38,6 +39,9 @@ from queue_procs import QueueProc, wait_for  # noqa: E402 - the node helpers liv
 
 from broker_mqtt import EmbeddedBroker  # noqa: E402
 
+PREFETCH = 100  # each consumer's window (``consume(prefetch=...)``) in the main runs
+LARGE_PREFETCH = 1000  # and in a second 4-consumer run: fuller acquires and settle writes
+
 
 def _start_of(proc: QueueProc) -> float:
     """The time of the last progress line before the node's first message (0.1 s resolution)."""
@@ -53,11 +57,12 @@ def _published(nodes: list[QueueProc]) -> int:
     return sum(n.progress[-1][0] for n in nodes if n.progress)
 
 
-def throughput(url: str, n: int, consumers: int, consume: str = "accept-nowait") -> dict[str, Any]:
+def throughput(url: str, n: int, consumers: int, prefetch: int, consume: str = "accept-nowait") -> dict[str, Any]:
     ns = "bq" + uuid.uuid4().hex[:8]
     procs: list[QueueProc] = []
     try:
-        cons = [QueueProc(url, ns, "jobs", "--no-replica", "--consume", consume, "--prefetch", "100", "--quiet")
+        cons = [QueueProc(url, ns, "jobs", "--no-replica", "--consume", consume, "--prefetch", str(prefetch),
+                          "--quiet")
                 for _ in range(consumers)]
         standby = QueueProc(url, ns, "jobs", "--no-candidate", "--quiet")  # a second replica: durability "one"
         procs += [*cons, standby]
@@ -71,7 +76,7 @@ def throughput(url: str, n: int, consumers: int, consume: str = "accept-nowait")
             max((x[1] for x in other.progress if x[2] <= t), default=0) for other in cons) >= n)
         start = _start_of(pub)
         published = pub.publish_done or done
-        return {"n": n, "consumers": consumers, "seconds": done - start, "accepted_per_s": n / (done - start),
+        return {"n": n, "consumers": consumers, "prefetch": prefetch, "seconds": done - start, "accepted_per_s": n / (done - start),
                 "published_per_s": n / (published - start),
                 "per_consumer": [c.progress[-1][1] for c in cons]}
     finally:
@@ -129,39 +134,48 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "queue.json"))
+    parser.add_argument("--prefetch", type=int, default=PREFETCH, help="each consumer's window")
+    parser.add_argument("--large-prefetch", type=int, default=LARGE_PREFETCH,
+                        help="the window of the second 4-consumer run")
+    parser.add_argument("-n", type=int, default=None, help="messages per throughput run")
     args = parser.parse_args()
-    n = 5_000 if args.quick else 20_000
+    n = args.n or (5_000 if args.quick else 20_000)
     trials = 2 if args.quick else 3
     with EmbeddedBroker() as broker:
         base = baseline(broker.url, n)
-        one = throughput(broker.url, n, 1)
-        four = throughput(broker.url, n, 4)
+        one = throughput(broker.url, n, 1, args.prefetch)
+        four = throughput(broker.url, n, 4, args.prefetch)
+        four_large = throughput(broker.url, n, 4, args.large_prefetch)
         redo = [redelivery(broker.url, 50) for _ in range(trials)]
     put = base["put_per_s"]
+    pf, large = f"prefetch {args.prefetch}", f"prefetch {args.large_prefetch}"
     rows = [
-        {"case": "publish->accept msg/s, 1 consumer", "value": one["accepted_per_s"], "target": None,
+        {"case": f"publish->accept msg/s, 1 consumer, {pf}", "value": one["accepted_per_s"], "target": None,
          "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
-        {"case": "publish->accept msg/s, 4 consumers", "value": four["accepted_per_s"], "target": 10_000,
+        {"case": f"publish->accept msg/s, 4 consumers, {pf}", "value": four["accepted_per_s"], "target": 10_000,
          "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
-        {"case": "publish msg/s (1 publisher, 4 consumers)", "value": four["published_per_s"], "target": None,
-         "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
+        {"case": f"publish->accept msg/s, 4 consumers, {large}", "value": four_large["accepted_per_s"],
+         "target": 10_000, "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
+        {"case": f"publish msg/s (1 publisher, 4 consumers, {pf})", "value": four["published_per_s"],
+         "target": None, "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
         {"case": "redelivery after kill -9, first msg s", "value": statistics.median(r["first_s"] for r in redo),
          "target": None, "baseline": None, "baseline_case": f"median of {trials}"},
         {"case": "redelivery after kill -9, all 50 msgs s", "value": statistics.median(r["all_s"] for r in redo),
          "target": None, "baseline": None, "baseline_case": f"median of {trials}"},
     ]
-    print(f"{'case':42} {'value':>10} {'target':>8} {'baseline':>10} {'ratio':>6}  baseline case")
+    print(f"{'case':52} {'value':>10} {'target':>8} {'baseline':>10} {'ratio':>6}  baseline case")
     for row in rows:
         row["ratio"] = row["value"] / row["baseline"] if row["baseline"] else None
 
         def fmt(v: float | None) -> str:
             return "" if v is None else f"{v:,.0f}" if v > 100 else f"{v:.2f}"
 
-        print(f"{row['case']:42} {fmt(row['value']):>10} {fmt(row['target']):>8} {fmt(row['baseline']):>10} "
+        print(f"{row['case']:52} {fmt(row['value']):>10} {fmt(row['target']):>8} {fmt(row['baseline']):>10} "
               f"{fmt(row['ratio']):>6}  {row['baseline_case']}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"cases": rows, "runs": {"baseline": base, "one_consumer": one, "four_consumers": four,
+                                                       "four_consumers_large_prefetch": four_large,
                                                        "redelivery": redo},
                                "quick": args.quick, "cores": os.cpu_count(), "time": time.time()}, indent=2))
     print(f"wrote {out}")

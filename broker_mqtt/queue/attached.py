@@ -27,15 +27,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import secrets
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
+import anyio.lowlevel
 
 from ..errors import BrokerMQTTError
 from ..events import PeerLost, PeerRemoved
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("broker_mqtt.queue")
 
 TOMBSTONE_TTL = 60.0  # s the master keeps an erased key's tombstone (merges after a split need it)
+_YIELD_EVERY = 64  # deliveries a consumer hands out between two full checkpoints
 LINGER = 0.02  # s a consumer that found the queue empty waits after an arrival (fewer, fuller acquires)
 
 __all__ = ["WorkQueue", "Consumer", "Delivery", "DeadLetter", "QueueStats", "attach_queue"]
@@ -163,10 +165,13 @@ class Consumer:
         self.prefetch = prefetch
         self.lease = lease
         self.owner = f"{queue.ep.id.hex}.{secrets.token_hex(4)}"
-        self._send, self._recv = anyio.create_memory_object_stream[Delivery](math.inf)
+        self._ready: deque[Delivery] = deque()  # acquired, not yet handed to the application
+        self._delivered = anyio.Event()
+        self._closed = False
+        self._since_yield = 0
         self._held: dict[int, Delivery] = {}
         self._room = anyio.Event()
-        self._settler = GroupCommit(self._settle_batch, in_flight=4)
+        self._settler = GroupCommit(self._settle_batch, in_flight=1)
         self._tg: anyio.abc.TaskGroup | None = None
         self._acquiring: anyio.CancelScope | None = None
         self._asked = 0  # messages asked for by acquires in flight
@@ -196,7 +201,7 @@ class Consumer:
         if self._acquiring is not None:
             self._acquiring.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-            unseen = [[d.id, "return", None] for d in self._held.values() if not d.seen]
+            unseen = [[d.id, "return", None, d.delivery_count] for d in self._held.values() if not d.seen]
             await self._settler.wait_idle()
             for d, error in self._failures:
                 log.warning("queue %s: settling message %d failed: %s", self.queue.name, d.id, error)
@@ -212,19 +217,34 @@ class Consumer:
                             self.queue.name, self.owner, err)
         self.queue._listen(-1)
         self._tg.cancel_scope.cancel()
-        self._send.close()
-        self._recv.close()
+        self._closed = True
+        self._delivered.set()
         return await self._tg.__aexit__(exc_type, exc, tb)
 
     def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> Delivery:
+        # Deliveries wait in a deque: taking one already there costs no trip through the event loop
+        # (a cancellation point each time, a full checkpoint every _YIELD_EVERY so that a busy
+        # consumer does not starve the other tasks).
         while True:
-            try:
-                d = await self._recv.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                raise StopAsyncIteration from None
+            if self._closed:
+                raise StopAsyncIteration
+            if not self._ready:
+                while not self._ready and not self._closed:
+                    self._delivered = anyio.Event()
+                    await self._delivered.wait()
+                self._since_yield = 0
+                continue
+            elif self._since_yield >= _YIELD_EVERY:
+                self._since_yield = 0
+                await anyio.lowlevel.checkpoint()
+                continue  # the deque may have changed meanwhile (closed, say)
+            else:
+                await anyio.lowlevel.checkpoint_if_cancelled()
+            self._since_yield += 1
+            d = self._ready.popleft()
             if not d.settled:
                 d.seen = True
                 return d
@@ -261,7 +281,9 @@ class Consumer:
         for msg_id, data, count in got:
             d = Delivery(self, msg_id, data, count)
             self._held[msg_id] = d
-            self._send.send_nowait(d)
+            self._ready.append(d)
+        if got:
+            self._delivered.set()
         if len(got) < n:  # the queue ran dry: wait for an arrival, and let a few gather
             self._idle_wait = True
             try:
@@ -289,7 +311,7 @@ class Consumer:
         d.settled = True
         self._held.pop(d.id, None)
         self._room.set()
-        answer = await self._settler.submit([d.id, action, reason])
+        answer = await self._settler.submit([d.id, action, reason, d.delivery_count])
         if answer is not None:
             raise NotHeld(answer)
 
@@ -300,7 +322,7 @@ class Consumer:
         self._held.pop(d.id, None)
         self._room.set()
         self._nowait_made += 1
-        self._settler.submit_nowait([d.id, action, reason], functools.partial(self._settled, d))
+        self._settler.submit_nowait([d.id, action, reason, d.delivery_count], functools.partial(self._settled, d))
 
     def _settled(self, d: Delivery, outcome: Any) -> None:
         """The answer to a settlement made without waiting: None when done."""

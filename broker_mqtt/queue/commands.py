@@ -37,6 +37,7 @@ from .model import (
     index_for,
     is_message_key,
     lease_key,
+    published_wire,
     reader_key,
 )
 
@@ -114,14 +115,14 @@ def _seconds(value: Any) -> float:
     return value
 
 
-
-
 def _settlements(value: Any) -> list[list[Any]]:
     items = _items(value)
     for item in items:
-        if not (isinstance(item, (list, tuple)) and len(item) == 3 and is_message_key(item[0])
-                and item[1] in _ACTIONS and (item[2] is None or isinstance(item[2], str))):
-            raise StoreDecodeError(f"a settlement is [id, accept|release|reject|return, reason], got {item!r:.60}")
+        if not (isinstance(item, (list, tuple)) and len(item) in (3, 4) and is_message_key(item[0])
+                and item[1] in _ACTIONS and (item[2] is None or isinstance(item[2], str))
+                and (len(item) == 3 or (is_message_key(item[3]) and item[3] >= 1))):
+            raise StoreDecodeError(f"a settlement is [id, accept|release|reject|return, reason(, delivery count)], "
+                                   f"got {item!r:.60}")
     return [list(item) for item in items]
 
 
@@ -160,9 +161,9 @@ class Publish(ComputedCommand):
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         first = index_for(state).next_id
-        ops: list[tuple[Any, ...]] = [
-            ("put", first + i, MessageRecord(data, max=self.max_deliveries).to_wire(), None)
-            for i, data in enumerate(self.items)]
+        m = self.max_deliveries
+        ops: list[tuple[Any, ...]] = [("put", first + i, published_wire(data, m), None)
+                                      for i, data in enumerate(self.items)]
         ops.append(("put", NEXT_ID, first + len(self.items), None))
         return _finish(state, ops, first)
 
@@ -196,11 +197,12 @@ class Acquire(ComputedCommand):
 @register_command(CommandKind.QUEUE_SETTLE, _owner, _settlements)
 @dataclass(frozen=True, slots=True)
 class Settle(ComputedCommand):
-    """Settle messages ``owner`` holds: ``[[id, action, reason], ...]`` with action ``accept``
-    (erase it), ``release`` (back to ready, or dead past max_deliveries), ``reject`` (dead, with
-    ``reason``) or ``return`` (acquired but never handed to the application: back to ready with its
-    delivery count lowered again). Answer per item: None, or why it could not be settled (not held
-    by ``owner``)."""
+    """Settle messages ``owner`` holds: ``[[id, action, reason(, delivery count)], ...]`` with action
+    ``accept`` (erase it), ``release`` (back to ready, or dead past max_deliveries), ``reject`` (dead,
+    with ``reason``) or ``return`` (acquired but never handed to the application: back to ready with
+    its delivery count lowered again). With a delivery count, only that delivery is settled: a
+    message taken back and acquired again (by the same owner, say) is a new delivery. Answer per
+    item: None, or why it could not be settled (not held by ``owner``, or not that delivery)."""
 
     owner: str
     items: list[list[Any]]
@@ -209,18 +211,20 @@ class Settle(ComputedCommand):
         ops: list[tuple[Any, ...]] = []
         answers: list[str | None] = []
         done: set[int] = set()
-        for msg_id, action, reason in self.items:
+        low = index_for(state).low_water()  # the readers' pointers do not move within a settle
+        for msg_id, action, reason, *delivery in self.items:
             rec = _record(state, msg_id)
-            if rec is None or rec.state is not MessageState.ACQUIRED or rec.owner != self.owner or msg_id in done:
+            if (rec is None or rec.state is not MessageState.ACQUIRED or rec.owner != self.owner or msg_id in done
+                    or (delivery and delivery[0] != rec.count)):
                 why = "gone (accepted, or never published)" if rec is None else (
-                    f"{rec.state.value}" + (f" by {rec.owner}" if rec.owner else ""))
+                    f"{rec.state.value}" + (f" by {rec.owner}" if rec.owner else "")
+                    + (f", delivery {rec.count} (not {delivery[0]})" if delivery and delivery[0] != rec.count else ""))
                 answers.append(f"message {msg_id} is not held by this consumer: {why}; it was released "
                                f"(lease expired or consumer presumed gone) or settled already")
                 continue
             done.add(msg_id)
             answers.append(None)
             if action == "accept":
-                low = index_for(state).low_water()
                 if low is None or msg_id <= low:  # no log reader still to read it
                     ops.append(("erase", msg_id))
                 else:

@@ -84,10 +84,32 @@ class MessageRecord:
     def from_wire(cls, wire: Any) -> MessageRecord | None:
         """The record, or None if ``wire`` is not one (a foreign value written into the store)."""
         try:
-            return cls(wire["data"], MessageState(wire["state"]), wire["owner"], int(wire["count"]), wire["max"],
+            return cls(wire["data"], _STATES[wire["state"]], wire["owner"], int(wire["count"]), wire["max"],
                        wire["reason"])
         except (TypeError, KeyError, ValueError):
             return None
+
+
+def published_wire(data: Any, max_deliveries: int | None) -> dict[str, Any]:
+    """``MessageRecord(data, max=max_deliveries).to_wire()``, built directly (once per published message)."""
+    return {"data": data, "state": "ready", "owner": None, "count": 0, "max": max_deliveries, "reason": None}
+
+
+_STATES = {s.value: s for s in MessageState}  # a dict look-up: cheaper than MessageState(value)
+_FIELDS = frozenset(("data", "state", "owner", "count", "max", "reason"))
+
+
+def _state_and_owner(value: Any) -> tuple[MessageState, Any] | None:
+    """What the index needs of a stored value: ``(state, owner)`` if it is a record (exactly when
+    :meth:`MessageRecord.from_wire` gives one), else None; without building the record."""
+    try:
+        if not value.keys() >= _FIELDS:
+            return None
+        state = _STATES[value["state"]]
+        int(value["count"])
+    except (AttributeError, TypeError, KeyError, ValueError):
+        return None
+    return state, value["owner"]
 
 
 class QueueIndex:
@@ -127,17 +149,18 @@ class QueueIndex:
                         del self.owned[owner]
             self.ready.discard(key)
             self.done.discard(key)
-            rec = None if value is None else MessageRecord.from_wire(value)
-            if rec is None:
+            peek = None if value is None else _state_and_owner(value)
+            if peek is None:
                 return
-            if rec.state is MessageState.READY:
+            state, owner = peek
+            if state is MessageState.READY:
                 self.ready.add(key)
                 heapq.heappush(self._heap, key)
                 self.readied += 1
-            elif rec.state is MessageState.ACQUIRED and rec.owner is not None:
-                self.owned.setdefault(rec.owner, set()).add(key)
-                self.owner_of[key] = rec.owner
-            elif rec.state is MessageState.DONE:
+            elif state is MessageState.ACQUIRED and owner is not None:
+                self.owned.setdefault(owner, set()).add(key)
+                self.owner_of[key] = owner
+            elif state is MessageState.DONE:
                 self.done.add(key)
                 heapq.heappush(self._done_heap, key)
         elif isinstance(key, str) and key.startswith(READER_PREFIX):

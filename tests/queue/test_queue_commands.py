@@ -105,6 +105,9 @@ def test_register_command_takes_only_computed_commands() -> None:
     ["queue_settle", "o", []],
     ["queue_settle", "o", [["1", "accept", None]]],
     ["queue_settle", "o", [[1, "accept"]]],
+    ["queue_settle", "o", [[1, "accept", None, 0]]],           # delivery counts start at 1
+    ["queue_settle", "o", [[1, "accept", None, "1"]]],
+    ["queue_settle", "o", [[1, "accept", None, 1, 2]]],
     ["queue_release_owner", "o", "why", "yes"],
     ["queue_renew", "o", 0],
     ["queue_renew", "o"],
@@ -119,6 +122,7 @@ def test_malformed_queue_commands_are_decode_errors(wire: Any) -> None:
 
 
 @pytest.mark.parametrize("cmd", [Publish([1, {"a": b"x"}], 3), Acquire("o", 5, 2.5), Settle("o", [[1, "reject", "bad"]]),
+                                 Settle("o", [[1, "accept", None, 2]]),
                                  ReleaseOwner("o", "gone", True), Renew("o", 3.0), Forget(60.0), Forget(0)])
 def test_queue_commands_round_trip(cmd: Any) -> None:
     assert decode_command(cmd.to_wire()) == cmd
@@ -167,6 +171,20 @@ def test_the_index_counts_messages_that_became_ready() -> None:
     run(state, Acquire("y", 1, 5.0))
     run(state, ReleaseOwner("y", "gone"))
     assert index_for(state) is idx and idx.readied == 4 and idx.ready == {2}
+
+
+def test_a_settlement_with_a_delivery_count_settles_that_delivery_only() -> None:
+    # taken back and acquired again by the same owner: the first delivery's late accept is refused
+    state = VersionedState()
+    run(state, Publish(["a"]))
+    assert run(state, Acquire("x", 1, 5.0)) == [[1, "a", 1]]
+    run(state, ReleaseOwner("x", "lease expired"))
+    assert run(state, Acquire("x", 1, 5.0)) == [[1, "a", 2]]
+    [why] = run(state, Settle("x", [[1, "accept", None, 1]]))
+    assert why is not None and "delivery 2 (not 1)" in why
+    assert records(state)[1].state is MessageState.ACQUIRED
+    assert run(state, Settle("x", [[1, "accept", None, 2]])) == [None]
+    assert 1 not in records(state)
 
 
 def test_settling_what_one_does_not_hold_is_answered_per_item() -> None:
@@ -344,3 +362,23 @@ def test_forget_drops_only_tombstones_older_than_its_age_and_the_index_stays_rig
     assert index_for(state).next_id == first + 6
     fresh = QueueIndex.build(state)  # the index kept across forgets equals one rebuilt from the state
     assert fresh.ready == index_for(state).ready and fresh.owned == index_for(state).owned
+
+
+@pytest.mark.parametrize("value", [
+    MessageRecord("x").to_wire(), MessageRecord("x", MessageState.ACQUIRED, "o", 1).to_wire(),
+    {**MessageRecord("x").to_wire(), "extra": 1}, {**MessageRecord("x").to_wire(), "count": "2"},
+    {**MessageRecord("x").to_wire(), "count": "two"}, {**MessageRecord("x").to_wire(), "state": "eaten"},
+    {**MessageRecord("x").to_wire(), "state": ["ready"]}, {"data": 1, "state": "ready"}, [1, 2], "ready", 7, None,
+])
+def test_the_index_reads_a_value_as_a_record_exactly_when_from_wire_does(value: Any) -> None:
+    from broker_mqtt.queue.model import _state_and_owner
+
+    rec = MessageRecord.from_wire(value)
+    assert _state_and_owner(value) == (None if rec is None else (rec.state, rec.owner))
+
+
+def test_a_published_record_is_built_as_to_wire_builds_it() -> None:
+    from broker_mqtt.queue.model import published_wire
+
+    for data, m in ((["t", 1], 10), ({"job": 7}, None)):
+        assert published_wire(data, m) == MessageRecord(data, max=m).to_wire()
