@@ -39,6 +39,7 @@ from .model import (
     lease_key,
     published_wire,
     reader_key,
+    record_state,
 )
 
 __all__ = ["Publish", "Acquire", "Settle", "ReleaseOwner", "Renew", "RegisterReader", "CommitReader", "RemoveReader",
@@ -181,14 +182,19 @@ class Acquire(ComputedCommand):
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         ops: list[tuple[Any, ...]] = []
         got: list[list[Any]] = []
+        owner = self.owner
         for msg_id in index_for(state).first_ready(self.n):
-            rec = _record(state, msg_id)
-            if rec is None or rec.state is not MessageState.READY:  # cannot happen; if it did: rebuild
+            v = state.version(msg_id)
+            wire = None if v is None or v.deleted else v.value
+            peek = None if wire is None else record_state(wire)
+            if peek is None or peek[0] is not MessageState.READY:  # cannot happen; if it did: rebuild
                 forget_index(state)
                 continue
-            ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.ACQUIRED, self.owner, rec.count + 1,
-                                                     rec.max).to_wire(), None))
-            got.append([msg_id, rec.data, rec.count + 1])
+            # the acquired record, built directly (what MessageRecord(...).to_wire() gives)
+            data, count = wire["data"], int(wire["count"]) + 1
+            ops.append(("put", msg_id, {"data": data, "state": "acquired", "owner": owner, "count": count,
+                                        "max": wire["max"], "reason": None}, None))
+            got.append([msg_id, data, count])
         if ops:
             ops.append(("put", lease_key(self.owner), wall + self.lease, None))
         return _finish(state, ops, got)

@@ -99,7 +99,7 @@ _STATES = {s.value: s for s in MessageState}  # a dict look-up: cheaper than Mes
 _FIELDS = frozenset(("data", "state", "owner", "count", "max", "reason"))
 
 
-def _state_and_owner(value: Any) -> tuple[MessageState, Any] | None:
+def record_state(value: Any) -> tuple[MessageState, Any] | None:
     """What the index needs of a stored value: ``(state, owner)`` if it is a record (exactly when
     :meth:`MessageRecord.from_wire` gives one), else None; without building the record."""
     try:
@@ -149,7 +149,7 @@ class QueueIndex:
                         del self.owned[owner]
             self.ready.discard(key)
             self.done.discard(key)
-            peek = None if value is None else _state_and_owner(value)
+            peek = None if value is None else record_state(value)
             if peek is None:
                 return
             state, owner = peek

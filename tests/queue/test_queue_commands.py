@@ -371,10 +371,10 @@ def test_forget_drops_only_tombstones_older_than_its_age_and_the_index_stays_rig
     {**MessageRecord("x").to_wire(), "state": ["ready"]}, {"data": 1, "state": "ready"}, [1, 2], "ready", 7, None,
 ])
 def test_the_index_reads_a_value_as_a_record_exactly_when_from_wire_does(value: Any) -> None:
-    from broker_mqtt.queue.model import _state_and_owner
+    from broker_mqtt.queue.model import record_state
 
     rec = MessageRecord.from_wire(value)
-    assert _state_and_owner(value) == (None if rec is None else (rec.state, rec.owner))
+    assert record_state(value) == (None if rec is None else (rec.state, rec.owner))
 
 
 def test_a_published_record_is_built_as_to_wire_builds_it() -> None:
