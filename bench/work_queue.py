@@ -4,7 +4,7 @@ Every node is its own OS process (tests/queue_node.py); one embedded mosquitto, 
 durability "one". One run measures:
 
 - publish->accept msg/s with 1 and with 4 consumers: one publisher (the queue's master, the only
-  candidate) publishes N messages from 256 concurrent tasks (group-committed); a standby replica
+  candidate) publishes N messages (100,000; ``-n``; 5,000 with ``--quick``) from 256 concurrent tasks (group-committed); a standby replica
   confirms writes (durability "one"); consumers without a replica (``replica=False``, prefetch 100;
   a second 4-consumer run with prefetch 1000, which makes every acquire and settle write carry more
   messages) accept them with ``accept_nowait()`` (no task, no wait per message; ``drain()`` every 0.05 s
@@ -17,6 +17,8 @@ durability "one". One run measures:
   operation). Ratios are queue figure / baseline.
 
 Prints a table and writes bench/results/queue.json. Run: ``python bench/work_queue.py [--quick]``.
+The figures swing with the machine (the baseline by up to 2x between runs on a shared 2-core
+machine); the ratios to the baseline of the same run are the comparable part.
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ def main() -> None:
                         help="the window of the second 4-consumer run")
     parser.add_argument("-n", type=int, default=None, help="messages per throughput run")
     args = parser.parse_args()
-    n = args.n or (5_000 if args.quick else 20_000)
+    n = args.n or (5_000 if args.quick else 100_000)
     trials = 2 if args.quick else 3
     with EmbeddedBroker() as broker:
         base = baseline(broker.url, n)
