@@ -13,28 +13,13 @@ import aiomqtt
 import anyio
 import cbor2
 import pytest
+from subscriber_helpers import nothing_more, take
 
-from broker_mqtt import EmbeddedBroker, Endpoint, Message, Subscription, codec
+from broker_mqtt import EmbeddedBroker, Endpoint, codec
 from broker_mqtt.message import Kind, NodeEncoder
 
 pytestmark = pytest.mark.anyio
 mosquitto = pytest.mark.mosquitto
-
-
-async def take(sub: Subscription, n: int, timeout: float = 10) -> list[Message]:
-    out: list[Message] = []
-    with anyio.fail_after(timeout):
-        async for msg in sub:
-            out.append(msg)
-            if len(out) == n:
-                break
-    return out
-
-
-async def nothing_more(sub: Subscription, wait: float = 0.3) -> None:
-    with anyio.move_on_after(wait):
-        msg = await sub.get()
-        pytest.fail(f"unexpected message {msg!r}")
 
 
 async def settled_peers(a: Endpoint, b: Endpoint, b_topics: tuple[str, ...]) -> None:

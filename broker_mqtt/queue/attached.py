@@ -15,7 +15,9 @@ Theory of operation:
   ``<endpoint uuid hex>.<random>`` and task group: it acquires the free part of its ``prefetch``
   window in one write once a quarter of it is free (two acquires in flight at most), renews its
   lease every ``lease/3`` s while it holds messages, and gathers settlements (accept, release,
-  reject) into group-committed writes. Leaving the block gives back everything it still holds.
+  reject, with or without waiting) into group-committed writes, one in flight at a time (what is
+  settled during a round trip goes in the next write). Leaving the block gives back everything it
+  still holds.
 * Every operation is a write to the store's master, answered once durable per the store's
   ``durability``; the effects are computed by :mod:`.commands`.
 * Log readers (:meth:`WorkQueue.register_reader`, :meth:`WorkQueue.read_log`): named read pointers

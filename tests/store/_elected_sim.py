@@ -175,3 +175,17 @@ class SimNet:
 
 def _hashable(key: Any) -> Any:
     return tuple(key) if isinstance(key, list) else key
+
+
+def record_sends(replica: Replica) -> list[list[Any]]:
+    """From now on, a copy of everything ``replica`` sends (it is still sent)."""
+    out: list[list[Any]] = []
+    send = replica.to_send
+
+    def recorded() -> list[list[Any]]:
+        msgs = send()
+        out.extend(msgs)
+        return msgs
+
+    replica.to_send = recorded  # type: ignore[method-assign]
+    return out

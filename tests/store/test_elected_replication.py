@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
-from _elected_sim import SimNet
+from _elected_sim import SimNet, record_sends
 
 from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
 from broker_mqtt.store.errors import StoreDecodeError, TypeClash
@@ -401,15 +401,7 @@ def test_writers_without_a_replica_are_answered_at_their_endpoint_and_replicas_o
     pure = WriterCore("spark-job/p1", endpoint, net.now)
     pure.set_master(master.epoch, master.id, net.now)
     pure.write(Put("k", 1), net.now)
-    out: list[list[Any]] = []  # what the master sends, as the net delivers it
-    send = master.to_send
-
-    def recorded() -> list[list[Any]]:
-        msgs = send()
-        out.extend(msgs)
-        return msgs
-
-    master.to_send = recorded  # type: ignore[method-assign]
+    out = record_sends(master)  # what the master sends, as the net delivers it
     for msg in pure.to_send():
         master.handle(msg, net.now)
     n = net.write("b", Put("j", 2))  # a replica's own write

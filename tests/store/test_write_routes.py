@@ -16,7 +16,7 @@ from typing import Any
 import aiomqtt
 import anyio
 import pytest
-from _elected_sim import SimNet
+from _elected_sim import SimNet, record_sends
 from elected_procs import ElectedProc, check_converged
 
 from broker_mqtt import Endpoint, codec
@@ -80,26 +80,11 @@ def test_a_replica_less_writer_sends_to_each_master_it_learns_and_holds_writes_w
 
 # -- replicas (sans-io, simulated network) ------------------------------------------------------------
 
-def _recording(net: SimNet, name: str) -> list[list[Any]]:
-    """Record what replica ``name`` sends (the net still delivers it)."""
-    replica = net.nodes[name].replica
-    out: list[list[Any]] = []
-    send = replica.to_send
-
-    def recorded() -> list[list[Any]]:
-        msgs = send()
-        out.extend(msgs)
-        return msgs
-
-    replica.to_send = recorded  # type: ignore[method-assign]
-    return out
-
-
 def test_a_replicas_writes_go_to_its_master_and_follow_it_across_a_handover() -> None:
     net = SimNet([A, B, C], seed=5)
     net.tag(A)
     net.run(1.0)
-    out = _recording(net, B)
+    out = record_sends(net.nodes[B].replica)
     n1 = net.write(B, Put("x", 1))
     writes = [m for m in out if m[0] == "write"]
     assert writes and all(routes("s", m) == [(writes_topic("s"), uuid.UUID(hex=A))] for m in writes)
@@ -120,7 +105,7 @@ def test_a_replicas_answer_stays_on_the_log_topic_after_the_records() -> None:
     net = SimNet([A, B], seed=6)
     net.tag(A)
     net.run(1.0)
-    out = _recording(net, A)
+    out = record_sends(net.nodes[A].replica)
     net.write(B, Put("y", 1))
     net.run(1.0)
     kinds = [m[0] for m in out if m[0] in ("log", "wack")]
