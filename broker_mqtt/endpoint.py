@@ -781,12 +781,17 @@ class Endpoint:
 
     # -- subscribing --------------------------------------------------------------------------
     def subscribe(
-        self, *prefixes: str, local: bool = False, buffer: int | None = None, kind: Kind = Kind.DATA
+        self,
+        *prefixes: str,
+        local: bool | Iterable[str] = False,
+        buffer: int | None = None,
+        kind: Kind = Kind.DATA,
     ) -> Subscription:
         """Subscribe to topic prefixes; use as ``async with ep.subscribe("/a", "/b") as sub``.
 
         ``local=True`` also delivers this endpoint's own messages (publish, publish_encoded,
-        send_node and unicasts to itself) of ``kind`` on these prefixes, each once. They are
+        send_node and unicasts to itself) of ``kind`` on these prefixes, each once; ``local`` may
+        instead name some of ``prefixes``: own messages on those only. They are
         handed over in-process when sent, not echoed by the broker: own messages keep their
         send order, but relative to other endpoints' messages they may come earlier than the
         broker would have delivered them. Publishing never waits for a full local subscriber
@@ -799,7 +804,15 @@ class Endpoint:
             raise UsageError("subscribe needs at least one topic prefix")
         for p in prefixes:
             validate_prefix(p)
-        return Subscription(self, prefixes, local=local, buffer=buffer or self._subscriber_buffer, kind=kind)
+        if isinstance(local, bool):
+            own = prefixes if local else ()
+        elif isinstance(local, str):
+            raise UsageError("local takes True, False or a collection of the prefixes, not one string")
+        else:
+            own = tuple(local)
+            if not set(own) <= set(prefixes):
+                raise UsageError(f"local names prefixes that are not subscribed: {sorted(set(own) - set(prefixes))}")
+        return Subscription(self, prefixes, local=own, buffer=buffer or self._subscriber_buffer, kind=kind)
 
     def subscribe_raw(self, *mqtt_filters: str, buffer: int | None = None) -> RawSubscription:
         """Receive bare PUBLISHes on MQTT filters outside the data layout (own messages included)."""
@@ -812,7 +825,7 @@ class Endpoint:
         filters = [(self.layout.data_filter("/".join(lv) or "/"), lv) for lv in levels]
         changes = self._table.add(sub, filters)
         if sub.local:
-            self._locals[sub] = levels
+            self._locals[sub] = minimal_prefixes(validate_prefix(p) for p in sub.local)
         await self._apply(changes)
         self._announce()
 

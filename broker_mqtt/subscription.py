@@ -138,17 +138,24 @@ class Subscription(_Stream):
     Entering blocks until the broker confirmed the subscriptions (when connected). Messages
     arrive in order per publisher and topic, each once, with ``data`` already decoded;
     messages whose payload does not decode are skipped and reported as an ErrorEvent. When the
-    buffer is full the endpoint's receiver waits for this subscriber (nothing is dropped). With
-    ``local=True`` the endpoint's own messages are handed over when sent, in send order, and
-    never make the publisher wait (beyond the buffer they are held in an unbounded list).
+    buffer is full the endpoint's receiver waits for this subscriber (nothing is dropped). On the
+    prefixes in ``local`` (all of them for ``subscribe(..., local=True)``) the endpoint's own
+    messages are handed over when sent, in send order, and never make the publisher wait (beyond
+    the buffer they are held in an unbounded list).
     """
 
     def __init__(
-        self, endpoint: Endpoint, prefixes: tuple[str, ...], *, local: bool, buffer: int, kind: Kind = Kind.DATA
+        self,
+        endpoint: Endpoint,
+        prefixes: tuple[str, ...],
+        *,
+        local: tuple[str, ...],
+        buffer: int,
+        kind: Kind = Kind.DATA,
     ) -> None:
         super().__init__(endpoint, buffer)
         self.prefixes = prefixes
-        self.local = local
+        self.local = local  # the prefixes on which own messages are delivered (empty: none)
         self.kind = kind
 
     async def __aenter__(self) -> Self:

@@ -15,7 +15,7 @@ import cbor2
 import pytest
 from subscriber_helpers import nothing_more, take
 
-from broker_mqtt import EmbeddedBroker, Endpoint, codec
+from broker_mqtt import EmbeddedBroker, Endpoint, UsageError, codec
 from broker_mqtt.message import Kind, NodeEncoder
 
 pytestmark = pytest.mark.anyio
@@ -166,6 +166,31 @@ async def test_own_messages_respect_kind_and_prefix(broker: EmbeddedBroker, name
             assert [m.data for m in await take(deep, 1)] == ["d1"]
             for sub in (data, commands, deep, other):
                 await nothing_more(sub, 0.1)
+
+
+@mosquitto
+async def test_local_may_name_some_of_the_prefixes(broker: EmbeddedBroker, namespace: str) -> None:
+    """``local=("/w",)``: own messages on ``/w`` only; a peer's messages on every prefix."""
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        async with a.subscribe("/log", "/w", local=("/w",), kind=Kind.COMMAND) as sub:
+            await settled_peers(b, a, ("/log", "/w"))
+            await a.send_node(Kind.COMMAND, "/log/1", "own log")
+            await a.send_node(Kind.COMMAND, "/w/1", "own write", receivers=(a.id,))
+            await a.send_node(Kind.COMMAND, "/w/2", "own broadcast write")
+            await b.send_node(Kind.COMMAND, "/log/2", "peer log")
+            await b.send_node(Kind.COMMAND, "/w/3", "peer write", receivers=(a.id,))
+            got = [m.data for m in await take(sub, 4)]
+            assert got[:2] == ["own write", "own broadcast write"]  # in-process, at send time
+            assert sorted(got[2:]) == ["peer log", "peer write"]
+            await nothing_more(sub, 0.1)
+
+
+async def test_local_must_name_subscribed_prefixes() -> None:
+    ep = Endpoint("mqtt://127.0.0.1:1")  # never entered: subscribe checks its arguments first
+    with pytest.raises(UsageError, match="not subscribed"):
+        ep.subscribe("/a", "/b", local=("/c",))
+    with pytest.raises(UsageError, match="one string"):
+        ep.subscribe("/a", local="/a")  # type: ignore[arg-type]
 
 
 # -- without a broker: the endpoint is fed PUBLISHes directly ---------------------------------------

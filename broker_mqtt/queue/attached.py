@@ -533,7 +533,8 @@ class WorkQueue:
                         self._writer = await stack.enter_async_context(StoreWriter(
                             self.ep, self.store_name, f"{self.ep.id.hex}.{secrets.token_hex(4)}",
                             write_timeout=self._write_timeout))
-                        hints = await stack.enter_async_context(self.ep.subscribe(self.hint_topic, kind=Kind.COMMAND))
+                        hints = await stack.enter_async_context(  # local: the master may be on this endpoint
+                            self.ep.subscribe(self.hint_topic, kind=Kind.COMMAND, local=True))
                     tg = await stack.enter_async_context(anyio.create_task_group())  # left first: the rest lives
                     tg.start_soon(self._publisher.run)
                     if self.store is None:

@@ -354,8 +354,10 @@ class ElectedStore(WriteOperations):
                 self._scope = scope
                 # the replication topic, writes sent to this endpoint as the master's (every replica:
                 # any candidate may become master, the others ignore them), and answers sent to this
-                # endpoint while it was not seen as live
-                async with self.ep.subscribe(self.topic, writes_topic(self.name), answers_topic(self.name),
+                # endpoint while it was not seen as live; writes also from this endpoint (a writer
+                # without a replica beside the master), never the log this replica sends
+                writes = writes_topic(self.name)
+                async with self.ep.subscribe(self.topic, writes, answers_topic(self.name), local=(writes,),
                                              kind=Kind.COMMAND, buffer=4096) as sub, \
                         self.ep.status() as status, contextlib.AsyncExitStack() as stack:
                     if self.candidate:  # only candidates take part in the election

@@ -187,9 +187,10 @@ class StoreWriter:
         self._draining = False
 
     async def __aenter__(self) -> Self:
-        # the master's announcements and the answers to this endpoint's writers; not the log
+        # the master's announcements and the answers to this endpoint's writers; not the log. Also
+        # from this endpoint: the master may be a replica on it
         self._sub = self.ep.subscribe(master_topic(self.name), answers_topic(self.name), kind=Kind.COMMAND,
-                                      buffer=4096)
+                                      local=True, buffer=4096)
         await self._sub.__aenter__()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()

@@ -116,6 +116,33 @@ async def test_accepted_messages_leave_no_tombstones_behind(broker: EmbeddedBrok
 
 
 @pytest.mark.anyio
+async def test_a_consumer_without_a_replica_on_the_masters_endpoint(broker: EmbeddedBroker, namespace: str) -> None:
+    """The master's hints, answers and the consumer's writes stay on one endpoint (no broker echo)."""
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        qa = await a.attach_queue("jobs", election=ELECTION)
+        qs = await b.attach_queue("jobs", election=ELECTION, candidate=False)  # the second replica
+        qc = await a.attach_queue("jobs", election=ELECTION, replica=False)  # beside the master
+        with anyio.fail_after(30):
+            assert await qa.await_master() and await qs.await_master() and await qc.await_master()
+            assert qa.store.is_master
+            got: list[int] = []
+            async with qc.consume(prefetch=5) as deliveries:
+                await qa.publish_many(list(range(12)))  # arrivals announced by hint while it waits
+                async for d in deliveries:
+                    got.append(d.data)
+                    await d.accept()
+                    if len(got) == 12:
+                        break
+            assert got == list(range(12))
+            assert await qc.publish("from beside") == 13
+            assert await qa.store.await_idle(10) and await qs.store.await_idle(10)
+            assert qa.statistics().ready == qs.statistics().ready == 1
+        await qc.close()
+        await qs.close()
+        await qa.close()
+
+
+@pytest.mark.anyio
 async def test_settling_without_waiting(broker: EmbeddedBroker, namespace: str) -> None:
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
         qa = await a.attach_queue("jobs", election=ELECTION, max_deliveries=5)

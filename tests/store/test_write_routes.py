@@ -201,6 +201,32 @@ async def test_only_the_master_receives_writes_and_they_travel_on_its_unicast_to
 
 
 @pytest.mark.mosquitto
+@pytest.mark.anyio
+async def test_a_writer_beside_the_master_on_its_endpoint(broker: EmbeddedBroker, namespace: str) -> None:
+    """A writer without a replica on the master's own endpoint: no broker echo brings it the
+    master's announcements or answers, nor the master its writes; they are handed over in-process."""
+    election = {"cycle": CYCLE, "gap": GAP}
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        sa = await a.attach_store("beside", election=election)
+        assert await sa.await_master(15) and sa.is_master
+        sb = await b.attach_store("beside", election=election, candidate=False)  # confirms (durability "one")
+        assert await sb.await_master(15)
+        async with StoreWriter(a, "beside", "job-3/part-0") as writer:
+            assert await writer.await_master(10)
+            assert writer.core.master == sa.node_id
+            for i in range(20):
+                await writer.put_nowait(("row", i), i)
+            with anyio.fail_after(10):
+                await writer.drain()  # every write answered
+            await writer.put("last", "x")
+        assert await sa.await_idle(10) and await sb.await_idle(10)
+        for s in (sa, sb):
+            assert len(s) == 21 and s.get(("row", 19)) == 19 and s.get("last") == "x"
+        for s in (sa, sb):
+            await s.close()
+
+
+@pytest.mark.mosquitto
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_replica_less_writes_survive_a_kill_9_of_the_master(broker: EmbeddedBroker, namespace: str) -> None:
