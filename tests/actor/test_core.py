@@ -300,6 +300,28 @@ def test_sim_exclusive_and_fair(n):
     assert len(per) == n  # everybody got a turn
 
 
+@pytest.mark.parametrize(("n_hosts", "max_wait"), [(3, 100), (10, None)])
+def test_sim_off_chain_nodes_join_the_rotation_by_early_bids(n_hosts, max_wait):
+    """Three nodes started together: two form the chain at once, the third gets in only by an
+    early bid (probability 1 / (free places x n_hosts) per slot, docs/asyncactor.md § 3)."""
+    cfg = Config(cycle=0.4, gap=0.1, n_hosts=n_hosts)
+    waits = []
+    for seed in range(40):
+        rng = random.Random(seed)
+        net = SimNet(["a", "b", "c"], config=cfg, seed=seed, latency=_jitter(rng, 0.0, 0.01), value=1)
+        net.run_until(0.5 * 200)
+        ts = net.tenures()
+        assert not overlapping(ts)
+        turns = [t[0] for t in ts]
+        assert len(turns) > 150
+        waits.append(max(turns.index(n) if n in turns else len(turns) for n in "abc"))
+    if max_wait is not None:
+        assert max(waits) < max_wait  # (8/9)^100 < 1e-5 per run: the live rotate test relies on it
+    # whatever n_hosts, the third node waits for its early bid: mean 1/p slots (9 or 30)
+    mean = sum(waits) / len(waits)
+    assert 0.4 * 3 * n_hosts < mean < 2.5 * 3 * n_hosts, waits
+
+
 def test_sim_50_nodes_2000_slots():
     """The issue's scale target, in the loop-free tier (a few seconds; tier 2 runs 200 slots)."""
     n, slots = 50, 2000

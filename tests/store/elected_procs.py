@@ -24,9 +24,10 @@ class ElectedProc(LineProc):
     """One node: its process, and what it printed (acks, masters seen, conflicts, dumps)."""
 
     def __init__(self, url: str, namespace: str, store: str, mode: str, cycle: float, gap: float, *,
-                 writers: int = 0, sqlite: str | None = None, durability: str = "one", stderr: Any = None) -> None:
+                 writers: int = 0, sqlite: str | None = None, durability: str = "one", n_hosts: int = 10,
+                 stderr: Any = None) -> None:
         cmd = [sys.executable, str(HERE / "elected_node.py"), url, namespace, store, mode, str(cycle), str(gap),
-               "--writers", str(writers), "--durability", durability]
+               "--writers", str(writers), "--durability", durability, "--n-hosts", str(n_hosts)]
         if sqlite:
             cmd += ["--sqlite", sqlite]
         self.acks: list[int] = []
