@@ -88,6 +88,13 @@ class LineProc:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
+    def stop(self) -> None:
+        """SIGSTOP: the process freezes; its sockets stay open (a hung node, not a dead one)."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def cont(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
     def terminate(self, timeout: float = 10.0) -> None:
         """SIGTERM (after a SIGCONT, should it be stopped); SIGKILL after ``timeout``."""
         if self.proc.poll() is None:

@@ -270,6 +270,31 @@ def test_consumer_killed_holding_a_message_it_is_delivered_to_another(broker: Em
     assert [x[:2] for x in b.delivered] == [(msg_id, 2)]
 
 
+def test_a_hung_consumers_lease_runs_out_and_its_message_goes_to_another(broker: EmbeddedBroker, namespace: str,
+                                                                          procs: Any) -> None:
+    """A frozen consumer (SIGSTOP: its connection stays open, no last will) stops renewing its lease;
+    when the lease (2 s) runs out the master takes its message back for another consumer."""
+    pub = _publisher(procs, broker, namespace, 1)
+    a = procs(broker.url, namespace, "jobs", "--no-replica", "--consume", "hold", "--prefetch", "1",
+              "--lease", "2")
+    assert wait_for(lambda: a.delivered, 30)
+    b = procs(broker.url, namespace, "jobs", "--no-candidate", "--consume", "accept")
+    b.wait_ready()
+    assert wait_for(lambda: b.current_master() is not None, 30)
+    time.sleep(3)  # longer than the lease: a, renewing it, keeps the message
+    assert not b.delivered
+    a.stop()
+    try:
+        # the lease runs out after 2 s and the master looks every second; a's connection would be
+        # given up only after 1.5 keep-alives (15 s): a delivery before then is the lease's doing
+        assert wait_for(lambda: b.settled["ACCEPTED"], 12)
+    finally:
+        a.cont()
+    msg_id = pub.published[("p", 0)]
+    assert [x[:2] for x in a.delivered] == [(msg_id, 1)]
+    assert [x[:2] for x in b.delivered] == [(msg_id, 2)]
+
+
 def test_reject_dead_letters_exactly_once(broker: EmbeddedBroker, namespace: str, procs: Any) -> None:
     pub = _publisher(procs, broker, namespace, 2)
     a = procs(broker.url, namespace, "jobs", "--no-candidate", "--consume", "reject", "--prefetch", "1",

@@ -59,12 +59,6 @@ class ElectedProc(LineProc):
         with self._lock:
             return self.masters[-1] if self.masters else None
 
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def cont(self) -> None:
-        self.proc.send_signal(signal.SIGCONT)
-
 
 def check_converged(nodes: list[ElectedProc], all_nodes: list[ElectedProc]) -> dict[str, Any]:
     """Dump ``nodes``; assert identical contents, every acknowledged push of ``all_nodes`` present,
