@@ -352,3 +352,33 @@ def test_kill_9_master_under_load_loses_and_doubles_nothing(broker: EmbeddedBrok
     assert (dump["ready"], dump["acquired"], dump["dead"]) == (0, 0, 0), (
         f"left: {dump['live']}; ids published: {sorted(i for s in senders for i in s.published.values())[-20:]}; "
         f"masters: {[r.masters for r in survivors]}; receivers: {[r.node_id for r in receivers]}")
+
+
+@pytest.mark.slow
+def test_master_migrating_every_slot_under_load_loses_and_doubles_nothing(broker: EmbeddedBroker, namespace: str,
+                                                                          procs: Any) -> None:
+    """Rotate mode: the queue's master moves to another replica every slot while 2 senders publish and
+    2 receivers accept; every message is accepted exactly once."""
+    n = 1000
+    election = ["--cycle", "2", "--gap", "0.5", "--n-hosts", "3"]
+    replicas = [procs(broker.url, namespace, "jobs", *election, "--mode", "rotate") for _ in range(3)]
+    for r in replicas:
+        r.wait_ready()
+    common = ["--no-candidate", "--lease", "5", *election]
+    senders = [procs(broker.url, namespace, "jobs", *common, "--publish", str(n), "--tag", f"s{k}",
+                     "--concurrency", "2") for k in range(2)]
+    receivers = [procs(broker.url, namespace, "jobs", *common, "--consume", "accept", "--prefetch", "10")
+                 for _ in range(2)]
+    sent = {(f"s{k}", i) for k in range(2) for i in range(n)}
+    assert wait_for(lambda: sum(len(r.accepted()) for r in receivers) >= len(sent), 120), \
+        f"accepted {sum(len(r.accepted()) for r in receivers)} of {len(sent)}"
+    terms = {m[0] for r in replicas for m in r.masters}
+    assert len(terms) >= 4, f"the master moved only {len(terms) - 1} times"  # it did migrate under load
+    accepted = [d for r in receivers for d in r.accepted()]
+    doubled = [d for d, k in collections.Counter(accepted).items() if k > 1]
+    assert not doubled, f"accepted twice: {doubled[:10]}"
+    assert set(accepted) == sent
+    assert wait_for(lambda: {key for s in senders for key in s.published} == sent, 30)
+    for r in replicas:
+        assert wait_for(lambda r=r: (lambda d: (d["ready"], d["acquired"], d["dead"]))(r.dump()) == (0, 0, 0), 20), \
+            f"left on a replica: {r.dump()['live']}"
