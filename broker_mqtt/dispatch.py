@@ -14,7 +14,7 @@ one of the subscriptions a message matches, and never gets that message twice.
 Table filters (data prefixes) are subscribed with MQTT's No Local option *on*, always: the broker
 never sends an endpoint back what it published itself. Since every table filter has the same
 options, mosquitto 2.0's rule that a filter subscribed again keeps its first options does not
-matter. Subscribers that ask for their own messages (``local=True``) get them from the endpoint
+matter. Subscribers that ask for their own messages (``local=``) get them from the endpoint
 itself, at send time, matched with :meth:`SubscriptionTable.match`-style prefix matching (only
 when such a subscriber exists; never on the receive path). An own message that still comes back
 (a broker that ignores No Local) is dropped by sender id, so none is delivered twice. Raw MQTT

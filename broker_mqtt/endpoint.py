@@ -18,8 +18,8 @@ are sent after reconnecting. A subscriber never gets one message twice because o
 filters. Nothing accepted is dropped silently: a publish that cannot be queued raises.
 
 Own messages. Data filters are subscribed with MQTT's No Local on, so the broker never sends an
-endpoint back what it published (dispatch.py). ``local=True`` subscribers get the endpoint's own
-node messages in-process instead, when they are sent (:meth:`Endpoint._deliver_own`), in send
+endpoint back what it published (dispatch.py). ``local`` subscribers (``subscribe(..., local=...)``)
+get the endpoint's own node messages on their local prefixes in-process instead, when they are sent (:meth:`Endpoint._deliver_own`), in send
 order; an own message that the broker still sends back is dropped by sender id.
 """
 
@@ -65,7 +65,7 @@ from .events import (
 from .message import Kind, NodeEncoder, decode_batch
 from .outbox import Batch, InFlight, Outbox
 from .subscription import RawMessage, RawSubscription, StatusStream, Subscription, _Stream
-from .topics import TopicLayout, prefix_matches, validate_prefix, validate_topic
+from .topics import TopicLayout, covers, prefix_matches, validate_prefix, validate_topic
 
 __all__ = ["Endpoint", "Subscription", "RawSubscription", "RawMessage", "EndpointStatistics"]
 
@@ -172,7 +172,7 @@ class Endpoint:
             max_pending_messages=max_pending_messages,
         )
         self._table: SubscriptionTable[_Stream] = SubscriptionTable(first_id=3)
-        #: local=True subscribers and their (minimal) prefix levels: they get own messages at send time
+        #: subscribers with local prefixes, and their (minimal) levels: they get own messages at send time
         self._locals: dict[Subscription, list[tuple[str, ...]]] = {}
         self._peers: dict[uuid.UUID, PeerInfo] = {}
         self._status_streams: list[StatusStream] = []
@@ -471,7 +471,7 @@ class Endpoint:
         With one receiver it goes to that endpoint's unicast topic; with none, or several, it is
         published on ``topic`` (several receivers: only they accept it). Subscribers created
         with ``subscribe(..., kind=k)`` receive only messages of kind ``k``. This endpoint's own
-        ``local=True`` subscribers get the message here, when it is sent (if it is for them); a
+        ``local`` subscribers get the message here, when it is sent (if it is for them); a
         unicast to this endpoint itself does not go through the broker at all.
         """
         levels = validate_topic(topic)
@@ -491,7 +491,8 @@ class Endpoint:
             self._deliver_own(kind, topic, levels, [packed])
 
     def _deliver_own(self, kind: Kind, topic: str, levels: tuple[str, ...], payloads: list[bytes]) -> None:
-        """Hand this endpoint's own messages on ``topic`` to its ``local=True`` subscribers of ``kind``.
+        """Hand this endpoint's own messages on ``topic`` to its subscribers of ``kind`` with a local
+        prefix that matches.
 
         Called at send time, only when such subscribers exist: the broker does not send our own
         messages back (No Local), and the receive path drops any that still come. The prefix
@@ -791,7 +792,8 @@ class Endpoint:
 
         ``local=True`` also delivers this endpoint's own messages (publish, publish_encoded,
         send_node and unicasts to itself) of ``kind`` on these prefixes, each once; ``local`` may
-        instead name some of ``prefixes``: own messages on those only. They are
+        instead be a collection of prefixes, each under one of ``prefixes``: own messages under
+        those only. They are
         handed over in-process when sent, not echoed by the broker: own messages keep their
         send order, but relative to other endpoints' messages they may come earlier than the
         broker would have delivered them. Publishing never waits for a full local subscriber
@@ -804,15 +806,8 @@ class Endpoint:
             raise UsageError("subscribe needs at least one topic prefix")
         for p in prefixes:
             validate_prefix(p)
-        if isinstance(local, bool):
-            own = prefixes if local else ()
-        elif isinstance(local, str):
-            raise UsageError("local takes True, False or a collection of the prefixes, not one string")
-        else:
-            own = tuple(local)
-            if not set(own) <= set(prefixes):
-                raise UsageError(f"local names prefixes that are not subscribed: {sorted(set(own) - set(prefixes))}")
-        return Subscription(self, prefixes, local=own, buffer=buffer or self._subscriber_buffer, kind=kind)
+        return Subscription(self, prefixes, local=_local_prefixes(local, prefixes),
+                            buffer=buffer or self._subscriber_buffer, kind=kind)
 
     def subscribe_raw(self, *mqtt_filters: str, buffer: int | None = None) -> RawSubscription:
         """Receive bare PUBLISHes on MQTT filters outside the data layout (own messages included)."""
@@ -937,3 +932,18 @@ def _mqtt_match(mqtt_filter: str, topic: str) -> bool:
             return False
     return len(f_levels) == len(t_levels)
 
+
+def _local_prefixes(local: Any, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+    """``subscribe``'s ``local`` as the prefixes on which own messages are delivered; UsageError if bad."""
+    if local is True or local is False:
+        return prefixes if local else ()
+    if isinstance(local, (str, bytes)) or not isinstance(local, Iterable):
+        raise UsageError(f"local takes True, False or a collection of topic prefixes, not {local!r}")
+    own = tuple(local)
+    if not all(isinstance(p, str) for p in own):
+        raise UsageError(f"local takes topic prefixes (strings), not {own!r}")
+    subscribed = [validate_prefix(p) for p in prefixes]
+    for p in own:
+        if not any(covers(s, validate_prefix(p)) for s in subscribed):
+            raise UsageError(f"local prefix {p!r} is not under a subscribed prefix {list(prefixes)}")
+    return own

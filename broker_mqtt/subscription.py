@@ -149,13 +149,14 @@ class Subscription(_Stream):
         endpoint: Endpoint,
         prefixes: tuple[str, ...],
         *,
-        local: tuple[str, ...],
+        local: bool | tuple[str, ...],
         buffer: int,
         kind: Kind = Kind.DATA,
     ) -> None:
         super().__init__(endpoint, buffer)
         self.prefixes = prefixes
-        self.local = local  # the prefixes on which own messages are delivered (empty: none)
+        #: the prefixes on which the endpoint's own messages are delivered (empty: none)
+        self.local: tuple[str, ...] = (prefixes if local else ()) if isinstance(local, bool) else local
         self.kind = kind
 
     async def __aenter__(self) -> Self:

@@ -16,6 +16,7 @@ import pytest
 from subscriber_helpers import nothing_more, take
 
 from broker_mqtt import EmbeddedBroker, Endpoint, UsageError, codec
+from broker_mqtt.endpoint import _local_prefixes
 from broker_mqtt.message import Kind, NodeEncoder
 
 pytestmark = pytest.mark.anyio
@@ -185,12 +186,28 @@ async def test_local_may_name_some_of_the_prefixes(broker: EmbeddedBroker, names
             await nothing_more(sub, 0.1)
 
 
-async def test_local_must_name_subscribed_prefixes() -> None:
+async def test_local_prefixes_must_lie_under_subscribed_ones() -> None:
     ep = Endpoint("mqtt://127.0.0.1:1")  # never entered: subscribe checks its arguments first
-    with pytest.raises(UsageError, match="not subscribed"):
+    with pytest.raises(UsageError, match="not under a subscribed prefix"):
         ep.subscribe("/a", "/b", local=("/c",))
-    with pytest.raises(UsageError, match="one string"):
-        ep.subscribe("/a", local="/a")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="not under a subscribed prefix"):
+        ep.subscribe("/a/b", local=("/a",))  # wider than what is subscribed
+    for bad in ("/a", None, [["/a"]], [b"/a"]):
+        with pytest.raises(UsageError, match="local takes"):
+            ep.subscribe("/a", local=bad)  # type: ignore[arg-type]
+    assert _local_prefixes(["a"], ("/a", "/b")) == ("a",)  # "a" and "/a" are one topic
+    assert _local_prefixes(("/a/deep",), ("/a",)) == ("/a/deep",)
+    assert _local_prefixes(True, ("/a", "/b")) == ("/a", "/b")
+    assert _local_prefixes(False, ("/a",)) == ()
+
+
+@mosquitto
+async def test_a_local_prefix_below_a_subscribed_one(broker: EmbeddedBroker, namespace: str) -> None:
+    async with Endpoint(broker, namespace=namespace) as a, a.subscribe("/a", local=("/a/own",)) as sub:
+        await a.publish("/a/other", "not delivered")
+        await a.publish("/a/own/1", "delivered")
+        assert [m.data for m in await take(sub, 1)] == ["delivered"]
+        await nothing_more(sub, 0.1)
 
 
 # -- without a broker: the endpoint is fed PUBLISHes directly ---------------------------------------

@@ -56,7 +56,7 @@ async def test_a_batch_is_decoded_in_order_and_bad_payloads_are_reported() -> No
     batch = [_msg(p) for p in payloads]
     batch.insert(10, _msg(b"\x82\x01"))  # truncated
     batch.insert(20, _msg(b""))  # empty
-    async with Subscription(ep, ("/t",), local=(), buffer=4, kind=Kind.DATA) as sub:  # type: ignore[arg-type]
+    async with Subscription(ep, ("/t",), local=False, buffer=4, kind=Kind.DATA) as sub:  # type: ignore[arg-type]
         assert sub._deliver_nowait(batch)
         got = await _take(sub, len(rows))
         assert sub.buffered == 0
@@ -70,7 +70,7 @@ async def test_a_batch_is_decoded_in_order_and_bad_payloads_are_reported() -> No
 
 async def test_buffered_counts_the_rest_of_the_publish() -> None:
     ep = FakeEndpoint()
-    async with Subscription(ep, ("/t",), local=(), buffer=4, kind=Kind.DATA) as sub:  # type: ignore[arg-type]
+    async with Subscription(ep, ("/t",), local=False, buffer=4, kind=Kind.DATA) as sub:  # type: ignore[arg-type]
         sub._deliver_nowait([_msg(codec.encode(i)) for i in range(3)])
         sub._deliver_nowait([_msg(codec.encode(9))])
         first = await sub.get()
@@ -81,8 +81,8 @@ async def test_buffered_counts_the_rest_of_the_publish() -> None:
 async def test_a_message_shared_by_two_subscriptions_is_decoded_once() -> None:
     ep = FakeEndpoint()
     shared = [_msg(codec.encode({"k": i})) for i in range(5)]
-    async with Subscription(ep, ("/t",), local=(), buffer=4, kind=Kind.DATA) as a, \
-            Subscription(ep, ("/t",), local=(), buffer=4, kind=Kind.DATA) as b:  # type: ignore[arg-type]
+    async with Subscription(ep, ("/t",), local=False, buffer=4, kind=Kind.DATA) as a, \
+            Subscription(ep, ("/t",), local=False, buffer=4, kind=Kind.DATA) as b:  # type: ignore[arg-type]
         a._deliver_nowait(list(shared))
         b._deliver_nowait(list(shared))
         from_a = await _take(a, 5)
@@ -93,7 +93,7 @@ async def test_a_message_shared_by_two_subscriptions_is_decoded_once() -> None:
 
 async def test_closed_subscription_ends_iteration() -> None:
     ep = FakeEndpoint()
-    sub = Subscription(ep, ("/t",), local=(), buffer=4, kind=Kind.DATA)  # type: ignore[arg-type]
+    sub = Subscription(ep, ("/t",), local=False, buffer=4, kind=Kind.DATA)  # type: ignore[arg-type]
     async with sub:
         sub._deliver_nowait([_msg(codec.encode(1))])
         assert (await sub.get()).data == 1
@@ -106,7 +106,7 @@ async def test_chunks_across_publishes_keep_order_and_errors() -> None:
     ep = FakeEndpoint()
     bad = {63, 64, 130}
     payloads = [b"\xff" if i in bad else codec.encode(i) for i in range(200)]
-    async with Subscription(ep, ("/t",), local=(), buffer=8, kind=Kind.DATA) as sub:  # type: ignore[arg-type]
+    async with Subscription(ep, ("/t",), local=False, buffer=8, kind=Kind.DATA) as sub:  # type: ignore[arg-type]
         for start, end in ((0, 70), (70, 150), (150, 200)):  # three PUBLISHes
             assert sub._deliver_nowait([_msg(p) for p in payloads[start:end]])
         got = await _take(sub, 200 - len(bad))

@@ -29,6 +29,7 @@ import math
 import secrets
 import time
 import uuid
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio
 import anyio.lowlevel
 
+from ..errors import UsageError
 from ..events import PeerLost, PeerRemoved
 from ..message import Kind
 from .attached import Erased, EventsDropped, Expired, Inserted, Updated
@@ -66,6 +68,10 @@ if TYPE_CHECKING:
     from ..endpoint import Endpoint
 
 log = logging.getLogger("broker_mqtt.store.elected")
+
+#: the stores each endpoint holds a replica of: one per endpoint and store (a second one would
+#: share the first's topics and never get the answers to its own writes)
+_replicas: weakref.WeakKeyDictionary[Endpoint, set[str]] = weakref.WeakKeyDictionary()
 
 __all__ = ["ElectedStore", "MasterChange", "Conflict", "StaleChange", "ElectedEvent", "attach_store"]
 
@@ -374,6 +380,7 @@ class ElectedStore(WriteOperations):
                         task_status.started(self)
         finally:
             self.closed = True
+            _replicas.get(self.ep, set()).discard(self.name)
             self._actor = None
             for event, box in self._waiters.values():
                 box.append(("error", StoreError(f"store {self.name!r} is closed")))
@@ -526,7 +533,7 @@ async def attach_store(
     ``resolver``: how a healed split picks a key's version (default: last writer wins).
     ``candidate=False``: a replica that never becomes master and stays out of the election (it
     follows, reads locally, writes, and confirms writes for durability). Raises ValueError for bad
-    options.
+    options, and UsageError (a ValueError) while this endpoint holds an open replica of ``name``.
     """
     if mode not in ("sticky", "rotate"):
         raise ValueError(f"mode must be 'sticky' or 'rotate', not {mode!r}")
@@ -537,6 +544,10 @@ async def attach_store(
     if not name or "/" in name or "+" in name or "#" in name:
         raise ValueError(f"bad store name {name!r}")
     durability = Durability(durability).value
+    held = _replicas.setdefault(ep, set())
+    if name in held:
+        raise UsageError(f"this endpoint already holds a replica of store {name!r}: use that handle (or a "
+                         "StoreWriter, which keeps no replica)")
     election = dict(election or {})
     from asyncactor import Config
 
@@ -551,5 +562,10 @@ async def attach_store(
                       resolver=resolver)
     store = ElectedStore(ep, name, replica, mode=mode, election=election, allow_short_cycle=allow_short_cycle,
                          candidate=candidate)
-    await ep.start_service(store._service)
+    held.add(name)
+    try:
+        await ep.start_service(store._service)
+    except BaseException:
+        held.discard(name)
+        raise
     return store

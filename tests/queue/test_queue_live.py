@@ -134,6 +134,7 @@ async def test_a_consumer_without_a_replica_on_the_masters_endpoint(broker: Embe
                     if len(got) == 12:
                         break
             assert got == list(range(12))
+            assert qc._arrivals > 0  # the master's hints reached it (only hints count on a replica-less handle)
             assert await qc.publish("from beside") == 13
             assert await qa.store.await_idle(10) and await qs.store.await_idle(10)
             assert qa.statistics().ready == qs.statistics().ready == 1
@@ -273,19 +274,19 @@ def test_consumer_killed_holding_a_message_it_is_delivered_to_another(broker: Em
 def test_a_hung_consumers_lease_runs_out_and_its_message_goes_to_another(broker: EmbeddedBroker, namespace: str,
                                                                           procs: Any) -> None:
     """A frozen consumer (SIGSTOP: its connection stays open, no last will) stops renewing its lease;
-    when the lease (2 s) runs out the master takes its message back for another consumer."""
+    when the lease (4 s) runs out the master takes its message back for another consumer."""
     pub = _publisher(procs, broker, namespace, 1)
     a = procs(broker.url, namespace, "jobs", "--no-replica", "--consume", "hold", "--prefetch", "1",
-              "--lease", "2")
+              "--lease", "4")
     assert wait_for(lambda: a.delivered, 30)
     b = procs(broker.url, namespace, "jobs", "--no-candidate", "--consume", "accept")
     b.wait_ready()
     assert wait_for(lambda: b.current_master() is not None, 30)
-    time.sleep(3)  # longer than the lease: a, renewing it, keeps the message
+    time.sleep(5)  # longer than the lease: a, renewing it, keeps the message
     assert not b.delivered
     a.stop()
     try:
-        # the lease runs out after 2 s and the master looks every second; a's connection would be
+        # the lease runs out after 4 s and the master looks every second; a's connection would be
         # given up only after 1.5 keep-alives (15 s): a delivery before then is the lease's doing
         assert wait_for(lambda: b.settled["ACCEPTED"], 12)
     finally:
@@ -372,8 +373,11 @@ def test_master_migrating_every_slot_under_load_loses_and_doubles_nothing(broker
     sent = {(f"s{k}", i) for k in range(2) for i in range(n)}
     assert wait_for(lambda: sum(len(r.accepted()) for r in receivers) >= len(sent), 120), \
         f"accepted {sum(len(r.accepted()) for r in receivers)} of {len(sent)}"
-    terms = {m[0] for r in replicas for m in r.masters}
-    assert len(terms) >= 4, f"the master moved only {len(terms) - 1} times"  # it did migrate under load
+    # masters that became active while messages were being delivered: the master moved under load
+    first = min(d[3] for r in receivers for d in r.delivered)
+    last = max(d[3] for r in receivers for d in r.delivered)
+    terms = {m[0] for r in replicas for m in r.masters if first < m[2] < last}
+    assert len(terms) >= 3, f"the master moved only {len(terms)} times while messages were delivered"
     accepted = [d for r in receivers for d in r.accepted()]
     doubled = [d for d, k in collections.Counter(accepted).items() if k > 1]
     assert not doubled, f"accepted twice: {doubled[:10]}"

@@ -14,7 +14,7 @@ import anyio
 import pytest
 from elected_procs import ElectedProc, check_converged, wait_for
 
-from broker_mqtt import Endpoint
+from broker_mqtt import Endpoint, UsageError
 from broker_mqtt.embedded import EmbeddedBroker
 from broker_mqtt.store.elected import MasterChange
 from broker_mqtt.store.errors import NoSuchKey
@@ -80,6 +80,21 @@ async def test_in_process_store_api(broker: EmbeddedBroker, namespace: str) -> N
             assert all(type(e).__name__ not in ("Inserted", "Updated", "Erased", "Expired") for e in no_data)
         await sa.close()
         await sb.close()
+
+
+@pytest.mark.anyio
+async def test_one_replica_of_a_store_per_endpoint(broker: EmbeddedBroker, namespace: str) -> None:
+    election = {"cycle": CYCLE, "gap": GAP}
+    async with Endpoint(broker, namespace=namespace) as a:
+        sa = await a.attach_store("one", election=election, durability="master")
+        with pytest.raises(UsageError, match="already holds a replica"):
+            await a.attach_store("one", election=election)
+        other = await a.attach_store("two", election=election, durability="master")  # another store is fine
+        await sa.close()
+        again = await a.attach_store("one", election=election, durability="master")  # once closed, again
+        assert await again.await_master(15)
+        await again.close()
+        await other.close()
 
 
 @pytest.mark.slow
