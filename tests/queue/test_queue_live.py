@@ -8,7 +8,9 @@ once, redelivered after a consumer dies), never about speed: bench/work_queue.py
 from __future__ import annotations
 
 import collections
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -115,15 +117,29 @@ async def test_accepted_messages_leave_no_tombstones_behind(broker: EmbeddedBrok
         await qa.close()
 
 
+@contextlib.asynccontextmanager
+async def _master_standby_writer(broker: EmbeddedBroker, namespace: str, *, beside_master: bool,
+                                 **master_options: Any) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """Queue "jobs": its master on endpoint a, a second replica on b (durability "one"), and a handle
+    without a replica on a (``beside_master``) or b; all three know the master when this yields."""
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        qa = await a.attach_queue("jobs", election=ELECTION, **master_options)
+        qs = await b.attach_queue("jobs", election=ELECTION, candidate=False)
+        qw = await (a if beside_master else b).attach_queue("jobs", election=ELECTION, replica=False)
+        try:
+            with anyio.fail_after(30):
+                assert await qa.await_master() and await qs.await_master() and await qw.await_master()
+            yield qa, qs, qw
+        finally:
+            for q in (qw, qs, qa):
+                await q.close()
+
+
 @pytest.mark.anyio
 async def test_a_consumer_without_a_replica_on_the_masters_endpoint(broker: EmbeddedBroker, namespace: str) -> None:
     """The master's hints, answers and the consumer's writes stay on one endpoint (no broker echo)."""
-    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
-        qa = await a.attach_queue("jobs", election=ELECTION)
-        qs = await b.attach_queue("jobs", election=ELECTION, candidate=False)  # the second replica
-        qc = await a.attach_queue("jobs", election=ELECTION, replica=False)  # beside the master
+    async with _master_standby_writer(broker, namespace, beside_master=True) as (qa, qs, qc):
         with anyio.fail_after(30):
-            assert await qa.await_master() and await qs.await_master() and await qc.await_master()
             assert qa.store.is_master
             got: list[int] = []
             async with qc.consume(prefetch=5) as deliveries:
@@ -138,19 +154,12 @@ async def test_a_consumer_without_a_replica_on_the_masters_endpoint(broker: Embe
             assert await qc.publish("from beside") == 13
             assert await qa.store.await_idle(10) and await qs.store.await_idle(10)
             assert qa.statistics().ready == qs.statistics().ready == 1
-        await qc.close()
-        await qs.close()
-        await qa.close()
 
 
 @pytest.mark.anyio
 async def test_settling_without_waiting(broker: EmbeddedBroker, namespace: str) -> None:
-    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
-        qa = await a.attach_queue("jobs", election=ELECTION, max_deliveries=5)
-        qs = await b.attach_queue("jobs", election=ELECTION, candidate=False)  # the second replica
-        qb = await b.attach_queue("jobs", election=ELECTION, replica=False)
+    async with _master_standby_writer(broker, namespace, beside_master=False, max_deliveries=5) as (qa, _, qb):
         with anyio.fail_after(30):
-            assert await qa.await_master() and await qs.await_master() and await qb.await_master()
             await qa.publish_many(list(range(20)))
             async with qb.consume(prefetch=20) as deliveries:  # one acquire takes all 20
                 async for d in deliveries:
@@ -181,9 +190,6 @@ async def test_settling_without_waiting(broker: EmbeddedBroker, namespace: str) 
             # 1 and 2 accepted, 3 dead, the rest ready again after two deliveries each
             assert {i: r.count for i, r in qa._records() if r.state is MessageState.READY} == {
                 i: 2 for i in range(4, 21)}
-        await qb.close()
-        await qs.close()
-        await qa.close()
 
 
 @pytest.mark.anyio
