@@ -42,7 +42,8 @@ class Role(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ReplicaConfig:
-    """Timings in seconds. ``log_keep``: records kept for catching up others by tail, not snapshot."""
+    """Timings in seconds. ``log_keep``: log ops kept for catching up others by tail rather than by
+    snapshot (a batch's record counts each of its ops; see :mod:`.record_log`)."""
 
     heartbeat: float = 0.25
     member_timeout: float = 1.0
@@ -51,7 +52,7 @@ class ReplicaConfig:
     retry_interval: float = 1.0
     write_timeout: float = 30.0
     max_held: int = 10_000
-    log_keep: int = 100_000
+    log_keep: int = 20_000
 
 
 # -- events ----------------------------------------------------------------------------------------

@@ -35,13 +35,13 @@ Nothing here does I/O or reads a clock: the caller passes ``now`` (monotonic sec
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from .backend import _pack
 from .commands import WriteCommand, decode_command
 from .errors import StoreDecodeError, StoreError
+from .record_log import RecordLog
 from .replica_events import (
     ConflictsFound,
     DataChanged,
@@ -141,7 +141,7 @@ class Replica:
         self.stale = True
         self._stale_reason = "no master yet"
         self._members: dict[str, _Member] = {}
-        self._log: deque[Record] = deque(maxlen=self.config.log_keep)
+        self._log = RecordLog(self.config.log_keep)
         self._ahead: dict[int, Record] = {}
         self._fetch_deadline = 0.0
         self._claim: _Claim | None = None
@@ -358,11 +358,10 @@ class Replica:
             self._start_claim(now)  # its history diverged and was never merged: merge it first
             return
         seq = pos[0]
-        if self.state.contains(pos) and (seq == self.state.last_seq or (
-                self._log and self._log[0].seq <= seq + 1 and self._log[-1].seq == self.state.last_seq)):
-            records = [r.to_wire() for r in self._log if r.seq > seq]
-            for i in range(0, max(len(records), 1), 256):
-                self._send(["tail", list(epoch), requester, records[i:i + 256], self.state.last_seq, self.id])
+        if self.state.contains(pos) and (seq == self.state.last_seq or self._log.covers(seq, self.state.last_seq)):
+            for chunk in self._log.after(seq):
+                self._send(["tail", list(epoch), requester, [r.to_wire() for r in chunk], self.state.last_seq,
+                            self.id])
         else:
             self._send(["snap", list(epoch), requester, self.state.to_wire(), self.id])
 

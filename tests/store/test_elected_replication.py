@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from _elected_sim import SimNet, record_sends
 
+from broker_mqtt.queue import Publish
 from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
 from broker_mqtt.store.errors import StoreDecodeError, TypeClash
+from broker_mqtt.store.record_log import RecordLog
 from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig
 from broker_mqtt.store.versioned import Clock, Record, VersionedState, fork_seq
 
@@ -455,3 +457,48 @@ def test_forget_drops_old_tombstones_only_and_persists(tmp_path: Any, persistent
         assert again.tombstones == 1 and again.old_tombstones(100, 10) == [3]
         assert again.version(1).value == "again"
         again.close()
+
+
+
+@pytest.mark.parametrize(("batches", "how"), [(5, "tail"), (20, "snap")])
+def test_log_keep_counts_ops_not_records(batches: int, how: str) -> None:
+    """With ``log_keep=100``, 5 publishes of 10 messages (11 ops each: the records and the counter)
+    still come as a tail; 20 (220 ops, in 20 records) are beyond what the log keeps, and the lagging
+    replica gets a snapshot."""
+    net = SimNet(["a", "b", "c"], seed=12, config=ReplicaConfig(log_keep=100))
+    net.tag("a")
+    settle(net, 1.0)
+    out = record_sends(net.nodes["a"].replica)
+    net.partition({"a", "b"}, {"c"})
+    for i in range(batches):
+        net.write("a", Publish([[i, j] for j in range(10)]))
+    net.run(0.3)
+    net.heal()
+    net.write("a", Put("after", 1))  # c sees the gap before this record and fetches
+    settle(net)
+    assert {m[0] for m in out if m[0] in ("tail", "snap")} == {how}
+    assert net.contents("c") == net.contents("a")
+    assert len([k for k in net.contents("c") if isinstance(k, int)]) == 10 * batches
+    log = net.nodes["a"].replica._log
+    assert log.ops <= 100 and (len(log) == batches + 1 if how == "tail" else len(log) < batches)
+
+
+def test_record_log_keeps_ops_up_to_its_bound_and_always_the_newest_record() -> None:
+    def rec(seq: int, ops: int) -> Record:
+        op = ("many", [("put", f"k{seq}.{i}", i, None) for i in range(ops)]) if ops > 1 else ("put", seq, 1, None)
+        return Record(seq, (1, "m"), seq, "o", "w", seq, op)
+
+    log = RecordLog(10)
+    for seq, ops in [(1, 4), (2, 4), (3, 1)]:
+        log.append(rec(seq, ops))
+    assert (log.ops, [r.seq for r in log]) == (9, [1, 2, 3])
+    log.append(rec(4, 3))  # 12 ops: the oldest record goes
+    assert (log.ops, [r.seq for r in log]) == (8, [2, 3, 4])
+    assert log.covers(1, 4) and not log.covers(0, 4) and not log.covers(1, 5)
+    assert [[r.seq for r in c] for c in log.after(1, chunk_ops=4)] == [[2], [3, 4]]
+    assert [[r.seq for r in c] for c in log.after(4)] == [[]]  # nothing after: one empty tail
+    log.append(rec(5, 25))  # larger than the bound alone: kept, alone
+    assert (log.ops, [r.seq for r in log]) == (25, [5])
+    assert [[r.seq for r in c] for c in log.after(4, chunk_ops=4)] == [[5]]
+    log.clear()
+    assert (log.ops, len(log), log.covers(0, 0)) == (0, 0, False)
