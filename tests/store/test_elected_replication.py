@@ -460,6 +460,21 @@ def test_forget_drops_old_tombstones_only_and_persists(tmp_path: Any, persistent
 
 
 
+def test_a_follower_that_lost_log_records_catches_up_without_another_write() -> None:
+    net = SimNet(["a", "b", "c"], seed=11)
+    net.tag("a")
+    settle(net, 1.0)
+    net.partition({"a", "b"}, {"c"})  # c misses the log records, not the master
+    for i in range(30):
+        net.write("a", Put(f"k{i}", i))
+    net.run(0.3)
+    net.heal()
+    settle(net)  # no write after the heal: the master's heartbeats show c what it lacks
+    c = net.nodes["c"].replica
+    assert c.state.last_seq == net.nodes["a"].replica.state.last_seq == 30
+    assert net.contents("c") == net.contents("a") and not c.stale
+
+
 @pytest.mark.parametrize(("batches", "how"), [(5, "tail"), (20, "snap")])
 def test_log_keep_counts_ops_not_records(batches: int, how: str) -> None:
     """With ``log_keep=100``, 5 publishes of 10 messages (11 ops each: the records and the counter)
