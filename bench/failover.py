@@ -11,7 +11,7 @@ mosquitto, three phases, each in a fresh namespace:
    gap between consecutive acknowledged writes of the survivors (merged) from the last ack before the kill
    to the first ack after the new master became active; *data moved* = records + snapshot entries the new
    master received between the kill (its statistics asked for with SIGWINCH just before) and its MASTER line.
-2. **rotate** (cycle 0.4 s, gap 0.1 s): 3 nodes, the master moves every slot; runs until ``--migrations``
+2. **rotate** (cycle 0.4 s, gap 0.1 s, n_hosts 3): 3 nodes, the master moves every slot; runs until ``--migrations``
    new terms became active. Acked writes/s summed over the nodes in that window; per migration the longest
    gap between consecutive acks (all nodes merged) in the window between the midpoints to the previous
    and next migration; data moved per migration = sum over nodes of (records_fetched + snapshot_entries)
@@ -61,7 +61,7 @@ class Node(ElectedProc):
     """An ElectedProc whose acks carry the node's monotonic time, with its stderr kept in a file."""
 
     def __init__(self, url: str, namespace: str, store: str, mode: str, cycle: float, gap: float, *,
-                 writers: int, durability: str, stderr_path: Path) -> None:
+                 writers: int, durability: str, stderr_path: Path, n_hosts: int = 10) -> None:
         self.stderr_path = stderr_path
         self.started = time.monotonic()
         self.ack_times: list[float] = []
@@ -70,7 +70,7 @@ class Node(ElectedProc):
         self.garbled: list[str] = []  # lines that did not parse
         with stderr_path.open("w") as err:
             super().__init__(url, namespace, store, mode, cycle, gap, writers=writers, durability=durability,
-                             stderr=err)
+                             n_hosts=n_hosts, stderr=err)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -122,8 +122,10 @@ class Cluster:
         self.everyone: list[Node] = []
 
     def spawn(self) -> Node:
+        # rotate: the election knows the group's size (3), so that every node gets its turns soon
+        # (docs/elected-stores.md § 1); sticky keeps the default, as users of it would
         n = Node(self.url, self.namespace, "s", self.mode, self.cycle, self.gap, writers=self.args.writers,
-                 durability=self.args.durability,
+                 durability=self.args.durability, n_hosts=3 if self.mode == "rotate" else 10,
                  stderr_path=self.logdir / f"{self.label}-{len(self.everyone)}.err")
         self.live.append(n)
         self.everyone.append(n)
