@@ -19,8 +19,8 @@ __all__ = ["RecordLog", "op_count"]
 
 
 def op_count(op: tuple[Any, ...]) -> int:
-    """How many ops a record's op stands for (a ``many`` op: its parts)."""
-    return len(op[1]) if op[0] == "many" else 1
+    """How many ops a record's op stands for (a ``many`` op: its parts; every record at least one)."""
+    return max(len(op[1]), 1) if op[0] == "many" else 1
 
 
 class RecordLog:

@@ -311,9 +311,10 @@ class Replica:
         epoch = None if epoch is None else epoch_from_wire(epoch)
         pos = position_from_wire(pos)
         m = self._members.get(node)
+        # where its previous heartbeat said it was (none before its first one in this epoch)
+        before = m.pos[0] if m is not None and m.epoch == epoch else None
         if m is None:
             m = self._members[node] = _Member(now, epoch, pos)
-        before = m.pos[0] if m.epoch == epoch else None  # where its previous heartbeat said it was
         m.seen, m.epoch, m.pos = now, epoch, pos
         if epoch is not None:
             self.max_term = max(self.max_term, epoch[0])
@@ -329,9 +330,8 @@ class Replica:
         elif (role == "master" and epoch == self.epoch and node == self.master and self.role is Role.FOLLOWER
               and before is not None and self.state.last_seq < before and self._verified and not self.stale
               and not self._ahead):
-            # The master sends its log records right after the heartbeat that first counts them, and
-            # on the same topic: by this heartbeat we hold every record up to where the previous one
-            # said it was, unless records were lost (a partition, a broker that dropped them). With no
+            # The master queues every record its heartbeat counts before its next heartbeat, on the
+            # same topic: by this heartbeat we hold every record up to where the previous one said it was, unless records were lost (a partition, a broker that dropped them). With no
             # gap to show for it, nothing else would notice before the next write: catch up now.
             self._mark_stale("catching up: log records were lost")
             self._request_fetch(node, now)

@@ -15,8 +15,8 @@ from _elected_sim import SimNet, record_sends
 from broker_mqtt.queue import Publish
 from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
 from broker_mqtt.store.errors import StoreDecodeError, TypeClash
-from broker_mqtt.store.record_log import RecordLog
-from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig
+from broker_mqtt.store.record_log import RecordLog, op_count
+from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig, StaleChanged
 from broker_mqtt.store.versioned import Clock, Record, VersionedState, fork_seq
 
 
@@ -475,6 +475,38 @@ def test_a_follower_that_lost_log_records_catches_up_without_another_write() -> 
     assert net.contents("c") == net.contents("a") and not c.stale
 
 
+
+def test_a_replica_joining_while_the_master_writes_is_not_told_it_lost_records() -> None:
+    """A joiner's first message from the master is a log record: it catches up by tail, and the
+    master's first heartbeat after that (which counts records still on their way) is no sign of loss."""
+    master = Replica("s", "m", VersionedState(), 0.0, durability="master")
+    master.tagged(0.0)
+    t = 0.0
+    for _ in range(10):
+        t += 0.3
+        master.tick(t, t)
+        master.to_send()
+    assert master.is_master
+    joiner = Replica("s", "j", VersionedState(), t)
+    reasons: list[str] = []
+    k = 0
+    for _ in range(20):  # writes in every step: each step's first message is the log, then a heartbeat
+        t += 0.05
+        for _ in range(5):
+            master.write(Put(f"k{k}", k), t)
+            k += 1
+        master.tick(t, t)
+        for msg in master.to_send():
+            joiner.handle(msg, t)
+        for msg in joiner.to_send():
+            master.handle(msg, t)
+        for msg in master.to_send():
+            joiner.handle(msg, t)
+        reasons += [e.reason for e in joiner.events() if isinstance(e, StaleChanged) and e.stale]
+    assert not [r for r in reasons if "lost" in r], reasons
+    assert joiner.state.last_seq == master.state.last_seq and not joiner.stale
+
+
 @pytest.mark.parametrize(("batches", "how"), [(5, "tail"), (20, "snap")])
 def test_log_keep_counts_ops_not_records(batches: int, how: str) -> None:
     """With ``log_keep=100``, 5 publishes of 10 messages (11 ops each: the records and the counter)
@@ -517,3 +549,4 @@ def test_record_log_keeps_ops_up_to_its_bound_and_always_the_newest_record() -> 
     assert [[r.seq for r in c] for c in log.after(4, chunk_ops=4)] == [[5]]
     log.clear()
     assert (log.ops, len(log), log.covers(0, 0)) == (0, 0, False)
+    assert op_count(("many", [])) == 1  # every record counts: an empty batch cannot grow the log unbounded
