@@ -61,7 +61,7 @@ class Node(ElectedProc):
     """An ElectedProc whose acks carry the node's monotonic time, with its stderr kept in a file."""
 
     def __init__(self, url: str, namespace: str, store: str, mode: str, cycle: float, gap: float, *,
-                 writers: int, durability: str, stderr_path: Path, n_hosts: int = 10) -> None:
+                 writers: int, durability: str, stderr_path: Path, n_hosts: int | None = None) -> None:
         self.stderr_path = stderr_path
         self.started = time.monotonic()
         self.ack_times: list[float] = []
@@ -125,7 +125,7 @@ class Cluster:
         # rotate: the election knows the group's size (3), so that every node gets its turns soon
         # (docs/elected-stores.md § 1); sticky keeps the default, as users of it would
         n = Node(self.url, self.namespace, "s", self.mode, self.cycle, self.gap, writers=self.args.writers,
-                 durability=self.args.durability, n_hosts=3 if self.mode == "rotate" else 10,
+                 durability=self.args.durability, n_hosts=3 if self.mode == "rotate" else None,
                  stderr_path=self.logdir / f"{self.label}-{len(self.everyone)}.err")
         self.live.append(n)
         self.everyone.append(n)

@@ -18,9 +18,10 @@ are sent after reconnecting. A subscriber never gets one message twice because o
 filters. Nothing accepted is dropped silently: a publish that cannot be queued raises.
 
 Own messages. Data filters are subscribed with MQTT's No Local on, so the broker never sends an
-endpoint back what it published (dispatch.py). ``local`` subscribers (``subscribe(..., local=...)``)
-get the endpoint's own node messages on their local prefixes in-process instead, when they are sent (:meth:`Endpoint._deliver_own`), in send
-order; an own message that the broker still sends back is dropped by sender id.
+endpoint back what it published (dispatch.py). Subscribers with local prefixes
+(``subscribe(..., local=...)``) get the endpoint's own node messages under them in-process instead,
+when they are sent (:meth:`Endpoint._deliver_own`), in send order; an own message that the broker
+still sends back is dropped by sender id.
 """
 
 from __future__ import annotations
@@ -793,8 +794,7 @@ class Endpoint:
         ``local=True`` also delivers this endpoint's own messages (publish, publish_encoded,
         send_node and unicasts to itself) of ``kind`` on these prefixes, each once; ``local`` may
         instead be a collection of prefixes, each under one of ``prefixes``: own messages under
-        those only. They are
-        handed over in-process when sent, not echoed by the broker: own messages keep their
+        those only. They are handed over in-process when sent, not echoed by the broker: own messages keep their
         send order, but relative to other endpoints' messages they may come earlier than the
         broker would have delivered them. Publishing never waits for a full local subscriber
         (its own messages are held beyond ``buffer``). ``buffer`` bounds the

@@ -45,12 +45,13 @@ async def main() -> None:
     p.add_argument("--sqlite")
     p.add_argument("--writers", type=int, default=0)
     p.add_argument("--durability", default="one")
-    p.add_argument("--n-hosts", type=int, default=10, help="the election's rough group size (asyncactor n_hosts)")
+    p.add_argument("--n-hosts", type=int, help="the election's rough group size (asyncactor n_hosts)")
     args = p.parse_args()
     async with Endpoint(args.url, namespace=args.namespace) as ep:
         store = await ep.attach_store(
             args.store, backend="sqlite" if args.sqlite else "memory", path=args.sqlite, mode=args.mode,
-            election={"cycle": args.cycle, "gap": args.gap, "n_hosts": args.n_hosts}, durability=args.durability, write_timeout=60)
+            election={"cycle": args.cycle, "gap": args.gap, **({"n_hosts": args.n_hosts} if args.n_hosts else {})},
+            durability=args.durability, write_timeout=60)
         stop = anyio.Event()
         counter = itertools.count()
         key = f"log-{store.node_id}"

@@ -2,7 +2,8 @@
 
 ``queue_node.py URL NAMESPACE QUEUE [options]`` joins work queue QUEUE (a replica of its elected store;
 ``--no-candidate``: never master; ``--no-replica``: only publishes and consumes; ``--cycle``/``--gap``/
-``--n-hosts``: the election's configuration; ``--mode``: sticky or rotate; ``--lease``, ``--max-deliveries``, ``--sqlite PATH``: the queue's options)
+``--n-hosts``: the election's configuration; ``--mode``: sticky or rotate; ``--lease``,
+``--max-deliveries``, ``--sqlite PATH``: the queue's options)
 and prints one line per fact, flushed at once (times: ``time.monotonic()``, shared by the processes
 of one machine):
 
@@ -46,7 +47,7 @@ async def main() -> None:
     p.add_argument("--cycle", type=float, default=1.0)
     p.add_argument("--gap", type=float, default=0.25)
     p.add_argument("--mode", choices=["sticky", "rotate"], default="sticky")
-    p.add_argument("--n-hosts", type=int, default=10, help="the election's rough group size (asyncactor n_hosts)")
+    p.add_argument("--n-hosts", type=int, help="the election's rough group size (asyncactor n_hosts)")
     p.add_argument("--no-candidate", action="store_true")
     p.add_argument("--no-replica", action="store_true")
     p.add_argument("--sqlite")
@@ -65,7 +66,8 @@ async def main() -> None:
     async with Endpoint(args.url, namespace=args.namespace) as ep:
         q = await ep.attach_queue(
             args.queue, backend="sqlite" if args.sqlite else "memory", path=args.sqlite,
-            election={"cycle": args.cycle, "gap": args.gap, "n_hosts": args.n_hosts}, mode=args.mode,
+            election={"cycle": args.cycle, "gap": args.gap, **({"n_hosts": args.n_hosts} if args.n_hosts else {})},
+            mode=args.mode,
             candidate=not args.no_candidate, lease=args.lease,
             max_deliveries=args.max_deliveries, write_timeout=60, replica=not args.no_replica)
 

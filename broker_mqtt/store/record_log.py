@@ -26,28 +26,23 @@ def op_count(op: tuple[Any, ...]) -> int:
 class RecordLog:
     """Records in ``seq`` order, at most ``keep`` ops (but always the newest record)."""
 
-    __slots__ = ("_records", "_counts", "keep", "ops")
+    __slots__ = ("_records", "keep", "ops")
 
     def __init__(self, keep: int) -> None:
         if keep < 1:
             raise ValueError(f"log_keep must be >= 1 op, not {keep!r}")
         self._records: deque[Record] = deque()
-        self._counts: deque[int] = deque()
         self.keep = keep
         self.ops = 0  # ops held
 
     def append(self, record: Record) -> None:
-        n = op_count(record.op)
         self._records.append(record)
-        self._counts.append(n)
-        self.ops += n
+        self.ops += op_count(record.op)
         while self.ops > self.keep and len(self._records) > 1:
-            self.ops -= self._counts.popleft()
-            self._records.popleft()
+            self.ops -= op_count(self._records.popleft().op)
 
     def clear(self) -> None:
         self._records.clear()
-        self._counts.clear()
         self.ops = 0
 
     def covers(self, after: int, last: int) -> bool:
@@ -60,9 +55,10 @@ class RecordLog:
         record, if it alone has more); one empty chunk when there are none."""
         chunks: list[list[Record]] = [[]]
         ops = 0
-        for record, n in zip(self._records, self._counts, strict=True):
+        for record in self._records:
             if record.seq <= seq:
                 continue
+            n = op_count(record.op)
             if chunks[-1] and ops + n > chunk_ops:
                 chunks.append([])
                 ops = 0

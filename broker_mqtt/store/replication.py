@@ -331,7 +331,8 @@ class Replica:
               and before is not None and self.state.last_seq < before and self._verified and not self.stale
               and not self._ahead):
             # The master queues every record its heartbeat counts before its next heartbeat, on the
-            # same topic: by this heartbeat we hold every record up to where the previous one said it was, unless records were lost (a partition, a broker that dropped them). With no
+            # same topic: by this heartbeat we hold every record up to where the previous one said
+            # it was, unless records were lost (a partition, a broker that dropped them). With no
             # gap to show for it, nothing else would notice before the next write: catch up now.
             self._mark_stale("catching up: log records were lost")
             self._request_fetch(node, now)

@@ -24,10 +24,12 @@ class ElectedProc(LineProc):
     """One node: its process, and what it printed (acks, masters seen, conflicts, dumps)."""
 
     def __init__(self, url: str, namespace: str, store: str, mode: str, cycle: float, gap: float, *,
-                 writers: int = 0, sqlite: str | None = None, durability: str = "one", n_hosts: int = 10,
+                 writers: int = 0, sqlite: str | None = None, durability: str = "one", n_hosts: int | None = None,
                  stderr: Any = None) -> None:
         cmd = [sys.executable, str(HERE / "elected_node.py"), url, namespace, store, mode, str(cycle), str(gap),
-               "--writers", str(writers), "--durability", durability, "--n-hosts", str(n_hosts)]
+               "--writers", str(writers), "--durability", durability]
+        if n_hosts is not None:
+            cmd += ["--n-hosts", str(n_hosts)]
         if sqlite:
             cmd += ["--sqlite", sqlite]
         self.acks: list[int] = []
