@@ -63,7 +63,7 @@ from .commands import (
     check_reader_name,
 )
 from .errors import AlreadySettled, NotHeld, QueueError
-from .log import LogReader
+from .log import POLL, LogReader
 from .model import READER_PREFIX, MessageRecord, MessageState, index_for, is_message_key, is_pointer
 
 if TYPE_CHECKING:
@@ -290,7 +290,7 @@ class Consumer:
             self._idle_wait = True
             try:
                 if self.queue._arrivals == seen:
-                    await self.queue._await_arrival(seen, 1.0)  # the timeout is a safety net
+                    await self.queue._await_arrival(seen, self.queue.poll_interval)  # a safety net
                 await anyio.sleep(LINGER)
             finally:
                 self._idle_wait = False
@@ -365,13 +365,15 @@ class WorkQueue:
     """
 
     def __init__(self, ep: Endpoint, name: str, store: ElectedStore | None, *, max_deliveries: int | None,
-                 lease: float, write_timeout: float = 30.0, tombstone_ttl: float | None = TOMBSTONE_TTL) -> None:
+                 lease: float, write_timeout: float = 30.0, tombstone_ttl: float | None = TOMBSTONE_TTL,
+                 poll_interval: float = POLL) -> None:
         self.ep = ep
         self.name = name
         self.store = store
         self.max_deliveries = max_deliveries
         self.lease = lease
         self.tombstone_ttl = tombstone_ttl
+        self.poll_interval = poll_interval
         self.store_name = f"queue-{name}"
         self.hint_topic = f"/$queue/{name}/ready"
         self._write_timeout = write_timeout
@@ -612,7 +614,7 @@ class WorkQueue:
             await anyio.sleep(LINGER)
             try:
                 await self.ep.send_node(Kind.COMMAND, self.hint_topic, ["ready"])
-            except BrokerMQTTError as exc:  # lost hints cost latency only (consumers poll every second)
+            except BrokerMQTTError as exc:  # lost hints cost latency only (consumers poll every poll_interval)
                 log.debug("queue %s: hint not sent: %s", self.name, exc)
 
     async def _hint_receiver(self, hints: Any) -> None:
@@ -686,6 +688,7 @@ async def attach_queue(
     candidate: bool = True,
     replica: bool = True,
     tombstone_ttl: float | None = TOMBSTONE_TTL,
+    poll_interval: float = POLL,
 ) -> WorkQueue:
     """Join work queue ``name`` on ``ep``: a replica of the elected store ``queue-<name>``.
 
@@ -698,7 +701,10 @@ async def attach_queue(
     :func:`~broker_mqtt.store.elected.attach_store`'s. ``tombstone_ttl``: an accepted message
     leaves a tombstone (so that a merge after a split knows it was erased); the master forgets
     tombstones older than this many seconds, so that the queue does not grow with every message
-    (None: keep them all). Raises ValueError for bad options.
+    (None: keep them all). ``poll_interval``: a consumer or log reader that found nothing waits this
+    long at most before it looks again; arrivals (and, on a handle without a replica, the master's
+    hints) wake it at once, so this only bounds the delay when such a wake-up is lost.
+    Raises ValueError for bad options.
     """
     if max_deliveries is not None and max_deliveries < 1:
         raise ValueError(f"max_deliveries must be None or >= 1, not {max_deliveries}")
@@ -706,6 +712,8 @@ async def attach_queue(
         raise ValueError(f"lease must be > 0 s, not {lease}")
     if tombstone_ttl is not None and not tombstone_ttl >= 0:
         raise ValueError(f"tombstone_ttl must be None or >= 0 s, not {tombstone_ttl}")
+    if not poll_interval > 0:
+        raise ValueError(f"poll_interval must be > 0 s, not {poll_interval}")
     if not name or "/" in name or "+" in name or "#" in name:
         raise ValueError(f"bad queue name {name!r}")
     store = None
@@ -713,6 +721,6 @@ async def attach_queue(
         store = await attach_store(ep, f"queue-{name}", backend=backend, path=path, election=election, mode=mode,
                                    durability=durability, write_timeout=write_timeout, candidate=candidate)
     queue = WorkQueue(ep, name, store, max_deliveries=max_deliveries, lease=lease, write_timeout=write_timeout,
-                      tombstone_ttl=tombstone_ttl)
+                      tombstone_ttl=tombstone_ttl, poll_interval=poll_interval)
     await ep.start_service(queue._service)
     return queue

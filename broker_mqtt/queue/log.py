@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LogEntry", "LogReader", "POLL"]
 
-POLL = 1.0  # s: a waiting reader looks at its replica at least this often (a safety net; arrivals wake it)
+POLL = 1.0  # s: default poll_interval: a waiting consumer or reader looks again at least this often (a safety net; arrivals wake it)
 _STEP = 1024  # ids looked up one by one before a sparse stretch is skipped with one scan of the keys
 
 
@@ -118,7 +118,7 @@ class LogReader:
                 return entry
             if self.queue.closed:
                 raise StopAsyncIteration
-            await self.queue._await_arrival(seen, POLL)
+            await self.queue._await_arrival(seen, self.queue.poll_interval)
 
     async def commit(self, upto: int | None = None) -> int:
         """Persist that every id up to ``upto`` (default: the last entry read) is read: a reader of
