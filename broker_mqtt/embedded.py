@@ -26,6 +26,7 @@ import atexit
 import contextlib
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -56,7 +57,38 @@ def find_mosquitto() -> str:
     raise MosquittoNotFound()
 
 
+# MQTT 3.1.1 CONNECT: clean session, keep-alive 60 s, empty client id; any broker answers CONNACK (0x20).
+_PROBE_CONNECT = bytes([0x10, 12, 0, 4]) + b"MQTT" + bytes([4, 2, 0, 60, 0, 0])
+_PORTS_FROM = 20000  # embedded brokers pick ports from here up to the ephemeral range
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out for outgoing connections (Linux; the IANA range elsewhere)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 49152, 65535
+
+
 def _free_port() -> int:
+    """A loopback port nothing listens on, outside the kernel's ephemeral range when there is room.
+
+    Outside that range, no outgoing connection of any process can be given the port while the
+    broker is down between a stop and a start (:meth:`EmbeddedBroker.restart` keeps its port, as
+    clients reconnect to it). Another process may still pick the same port before mosquitto binds
+    it: :meth:`EmbeddedBroker.start` then tries another port (only for a port it chose itself).
+    """
+    low, _high = _ephemeral_range()
+    if low > _PORTS_FROM + 1000:
+        for _ in range(50):
+            port = random.randrange(_PORTS_FROM, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -89,6 +121,7 @@ class EmbeddedBroker:
         start_timeout: float = 10.0,
     ) -> None:
         self.host = "127.0.0.1"
+        self._own_port = not port  # chosen here: another may be tried when it is taken at the start
         self.port = port or _free_port()
         self.max_packet_size = max_packet_size
         self.extra_config = extra_config
@@ -96,6 +129,8 @@ class EmbeddedBroker:
         self.start_timeout = start_timeout
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._started_once = False  # the port was bound once: from then on it is kept
+        self._log_mark = 0  # where this start's part of mosquitto.log begins
 
     @property
     def url(self) -> str:
@@ -138,21 +173,35 @@ class EmbeddedBroker:
         """Start mosquitto and block until it accepts connections (or raise TransportError)."""
         if self.running:
             return
-        self._spawn()
-        deadline = time.monotonic() + self.start_timeout
-        while not self._ready(deadline):
-            time.sleep(0.005)
+        for attempt in range(5):
+            self._spawn()
+            deadline = time.monotonic() + self.start_timeout
+            try:
+                while not self._ready(deadline):
+                    time.sleep(0.005)
+                return
+            except TransportError:
+                if not self._port_taken() or attempt == 4:
+                    raise
+                self.port = _free_port()  # another process took the port first: take another
 
     async def astart(self) -> None:
         """:meth:`start` without blocking the event loop (spawned from this thread).
 
         Safe to call from several tasks: the later ones wait until the broker accepts connections.
         """
-        if not self.running:
-            self._spawn()
-        deadline = time.monotonic() + self.start_timeout
-        while not self._ready(deadline):
-            await anyio.sleep(0.005)
+        for attempt in range(5):
+            if not self.running:
+                self._spawn()
+            deadline = time.monotonic() + self.start_timeout
+            try:
+                while not self._ready(deadline):
+                    await anyio.sleep(0.005)
+                return
+            except TransportError:
+                if not self._port_taken() or attempt == 4:
+                    raise
+                self.port = _free_port()  # another process took the port first: take another
 
     def _spawn(self) -> None:
         exe = find_mosquitto()
@@ -161,6 +210,7 @@ class EmbeddedBroker:
         conf = self._dir / "mosquitto.conf"
         conf.write_text(self.config_text())
         log = open(self._dir / "mosquitto.log", "ab")  # noqa: SIM115 - owned by the child
+        self._log_mark = log.tell()
         try:
             self._proc = subprocess.Popen(
                 [exe, "-c", str(conf)],
@@ -173,13 +223,34 @@ class EmbeddedBroker:
             log.close()
         atexit.register(self.stop)
 
+    def _answers_mqtt(self) -> bool:
+        """Whether an MQTT broker answers on the port (a CONNACK to a bare CONNECT), not just any
+        process that happens to listen there."""
+        try:
+            with socket.create_connection((self.host, self.port), 0.5) as s:
+                s.settimeout(0.5)
+                s.sendall(_PROBE_CONNECT)
+                return s.recv(1) == b"\x20"
+        except OSError:
+            return False
+
+    def _port_taken(self) -> bool:
+        """Whether mosquitto just failed because its port was taken, on a port chosen here, never
+        bound before (a restart keeps its port: clients reconnect to it)."""
+        if not self._own_port or self._started_once or self._dir is None:
+            return False
+        with open(self._dir / "mosquitto.log", "rb") as log:
+            log.seek(self._log_mark)
+            return b"Address already in use" in log.read()
+
     def _ready(self, deadline: float) -> bool:
         assert self._proc is not None
         if self._proc.poll() is not None:
             code = self._proc.returncode
             self._proc = None
             raise TransportError(f"mosquitto exited with code {code} at start: {self.log_tail()}")
-        with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), 0.2):
+        if self._answers_mqtt():
+            self._started_once = True
             return True
         if time.monotonic() > deadline:
             self.stop()

