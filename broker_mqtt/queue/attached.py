@@ -704,7 +704,8 @@ async def attach_queue(
     (None: keep them all). ``poll_interval``: a consumer or log reader that found nothing waits this
     long at most before it looks again; arrivals (and, on a handle without a replica, the master's
     hints) wake it at once, so this only bounds the delay when such a wake-up is lost.
-    Raises ValueError for bad options.
+    Raises ValueError for bad options. If attaching fails or is cancelled after the replica joined,
+    the replica is closed again (with its SQLite file).
     """
     if max_deliveries is not None and max_deliveries < 1:
         raise ValueError(f"max_deliveries must be None or >= 1, not {max_deliveries}")
@@ -720,7 +721,13 @@ async def attach_queue(
     if replica:
         store = await attach_store(ep, f"queue-{name}", backend=backend, path=path, election=election, mode=mode,
                                    durability=durability, write_timeout=write_timeout, candidate=candidate)
-    queue = WorkQueue(ep, name, store, max_deliveries=max_deliveries, lease=lease, write_timeout=write_timeout,
-                      tombstone_ttl=tombstone_ttl, poll_interval=poll_interval)
-    await ep.start_service(queue._service)
+    try:
+        queue = WorkQueue(ep, name, store, max_deliveries=max_deliveries, lease=lease,
+                          write_timeout=write_timeout, tombstone_ttl=tombstone_ttl, poll_interval=poll_interval)
+        await ep.start_service(queue._service)
+    except BaseException:
+        if store is not None:  # no replica (nor its SQLite file) outlives a failed or cancelled attach
+            with anyio.CancelScope(shield=True):
+                await store.close()
+        raise
     return queue

@@ -356,6 +356,7 @@ class _Observed:
         self.streams: list[_Stream] = []
         self.publisher: uuid.UUID | None = None  # at a master: who writes now
         self.clone: Clone | None = None  # at a clone: its applying command (Expire vs Erase, publisher)
+        self._closed = False
 
     def _publisher(self) -> uuid.UUID | None:
         """The endpoint that wrote the change being applied."""
@@ -402,7 +403,11 @@ class _Observed:
         self.inner.set_last_seq(seq)
 
     def close(self) -> None:
-        self.inner.close()
+        """Close the wrapped backend, once (later calls do nothing: a backend's own ``close`` need
+        not be idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self.inner.close()
 
     # writes
     def put(self, key: Any, value: Any, expiry: float | None = None, *, seq: int | None = None) -> None:
@@ -1102,7 +1107,8 @@ async def attach_master(ep: Endpoint, name: str, *, backend: str | Backend = "me
 
     ``backend``: ``"memory"``, ``"sqlite"`` (with ``path``) or a :class:`Backend`. Waits
     ``discovery_timeout`` for another master; raises :class:`MasterExists` if one answers, and
-    :class:`BackendError` if the backend cannot be opened.
+    :class:`BackendError` if the backend cannot be opened. The master owns the backend (also one
+    passed in): it is closed when the master detaches, and when attaching fails or is cancelled.
     """
     if isinstance(backend, str):
         if backend == "memory":
@@ -1115,9 +1121,20 @@ async def attach_master(ep: Endpoint, name: str, *, backend: str | Backend = "me
             raise ValueError(f"unknown backend {backend!r} (memory or sqlite)")
     else:
         store_backend = backend
-    handle = MasterStore(ep, name, store_backend, config=_config(channel), faults=faults,
-                         event_buffer=event_buffer, discovery_timeout=discovery_timeout)
-    result: MasterStore = await ep.start_service(handle._service)  # closes the backend if it fails
+    observed: _Observed | None = None
+    try:
+        handle = MasterStore(ep, name, store_backend, config=_config(channel), faults=faults,
+                             event_buffer=event_buffer, discovery_timeout=discovery_timeout)
+        observed = handle.observed
+        # the service closes the backend when it ends; but a service that never ran (the endpoint
+        # is closed, or this call was cancelled before the task's first step) cannot
+        result: MasterStore = await ep.start_service(handle._service)
+    except BaseException:
+        if observed is not None:
+            observed.close()  # once, whether or not the service got to close it
+        else:
+            store_backend.close()
+        raise
     return result
 
 

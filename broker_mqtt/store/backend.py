@@ -78,6 +78,18 @@ def _pack_array(parts: list[bytes]) -> bytes:
     return head + b"".join(parts)
 
 
+def open_sqlite(path: Path) -> sqlite3.Connection:
+    """``sqlite3.connect`` as both SQLite users of a store open their file: autocommit mode (the
+    transactions are explicit, see :func:`sqlite_transaction`), usable from a worker thread. Raises
+    :class:`BackendError`. The caller owns the connection and must ``close()`` it on every path:
+    Python 3.13+ warns (``ResourceWarning: unclosed database``) about one left to the garbage
+    collector, and a ``with connection:`` block only commits, it does not close."""
+    try:
+        return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise BackendError(f"cannot open {path}: {exc}") from exc
+
+
 @contextlib.contextmanager
 def sqlite_transaction(db: sqlite3.Connection, path: Any) -> Iterator[None]:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` around the block, ``ROLLBACK`` if it raises; an SQLite
@@ -308,15 +320,20 @@ class SQLiteBackend:
     """
 
     def __init__(self, path: str | Path) -> None:
+        """Open (or create) the file. Raises :class:`BackendError` if it cannot be opened or is not
+        a database of this schema; the connection is closed again on every failure (nothing leaks)."""
         self.path = Path(path)
+        self._db = open_sqlite(self.path)
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
             row = self._db.execute("SELECT value FROM meta WHERE name = 'last_seq'").fetchone()
-        except sqlite3.Error as exc:
-            raise BackendError(f"cannot open {self.path}: {exc}") from exc
+        except BaseException as exc:
+            self._db.close()
+            if isinstance(exc, sqlite3.Error):
+                raise BackendError(f"cannot open {self.path}: {exc}") from exc
+            raise
         self._last_seq = row[0] if row else 0
 
     # -- reads -----------------------------------------------------------------------------------
@@ -404,7 +421,9 @@ class SQLiteBackend:
         self._transaction([], seq)
 
     def close(self) -> None:
-        """Close the file; the backend is unusable afterwards. Idempotent."""
+        """Close the file; the backend is unusable afterwards (every call raises
+        :class:`BackendError`). Idempotent. Whoever opened the backend closes it: an attached master
+        closes the one it was given when it detaches, or when attaching fails."""
         try:
             self._db.close()
         except sqlite3.Error as exc:  # pragma: no cover

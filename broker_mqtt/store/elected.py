@@ -533,7 +533,9 @@ async def attach_store(
     ``resolver``: how a healed split picks a key's version (default: last writer wins).
     ``candidate=False``: a replica that never becomes master and stays out of the election (it
     follows, reads locally, writes, and confirms writes for durability). Raises ValueError for bad
-    options, and UsageError (a ValueError) while this endpoint holds an open replica of ``name``.
+    options, UsageError (a ValueError) while this endpoint holds an open replica of ``name``, and
+    BackendError if the SQLite file cannot be opened. The file is closed when the store closes, and
+    when joining fails or is cancelled.
     """
     if mode not in ("sticky", "rotate"):
         raise ValueError(f"mode must be 'sticky' or 'rotate', not {mode!r}")
@@ -557,15 +559,18 @@ async def attach_store(
         config = ReplicaConfig(heartbeat=hb, member_timeout=4 * hb, claim_timeout=max(4 * hb, gap),
                                write_timeout=write_timeout)
     state = VersionedState(path if backend == "sqlite" else None)
-    node_id = f"{ep.id.hex}.{secrets.token_hex(4)}"
-    replica = Replica(name, node_id, state, anyio.current_time(), durability=durability, config=config,
-                      resolver=resolver)
-    store = ElectedStore(ep, name, replica, mode=mode, election=election, allow_short_cycle=allow_short_cycle,
-                         candidate=candidate)
     held.add(name)
     try:
+        node_id = f"{ep.id.hex}.{secrets.token_hex(4)}"
+        replica = Replica(name, node_id, state, anyio.current_time(), durability=durability, config=config,
+                          resolver=resolver)
+        store = ElectedStore(ep, name, replica, mode=mode, election=election,
+                             allow_short_cycle=allow_short_cycle, candidate=candidate)
         await ep.start_service(store._service)
     except BaseException:
+        # the service closes the state when it ends; one that never ran (the endpoint is closed, or
+        # this call was cancelled before the task's first step) cannot. close() is idempotent.
         held.discard(name)
+        state.close()
         raise
     return store

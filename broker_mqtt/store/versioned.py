@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backend import _pack, _pack_array, _Packed, _unpack, sqlite_transaction
+from .backend import _pack, _pack_array, _Packed, _unpack, open_sqlite, sqlite_transaction
 from .commands import Clear, ComputedCommand, Erase, Put, PutUnique, WriteCommand
 from .errors import BackendError, NoSuchKey, StoreDecodeError
 from .master import _new_value
@@ -564,21 +564,31 @@ class VersionedState:
     _rewrite_all = False
 
     def _open(self) -> None:
+        """Open ``self.path`` and load what it holds. Raises :class:`BackendError` if the file cannot
+        be opened or read; the connection is then closed again (``self._db`` stays None)."""
         assert self.path is not None
+        db = open_sqlite(self.path)
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
-            for k, v in self._db.execute("SELECT k, v FROM versions"):
-                key = _unpack(k)
-                self._versions[bytes(k)] = (key, Version.from_wire(_unpack(v)))
-                if self._versions[bytes(k)][1].expiry is not None:
-                    self._expiring.add(bytes(k))
-            meta = {name: _unpack(v) for name, v in self._db.execute("SELECT name, v FROM meta")}
-            self._index_tombstones()
-        except (sqlite3.Error, StoreDecodeError) as exc:
-            raise BackendError(f"cannot open {self.path}: {exc}") from exc
+            self._load(db)
+        except BaseException as exc:
+            db.close()
+            if isinstance(exc, (sqlite3.Error, StoreDecodeError, KeyError, TypeError, ValueError)):
+                raise BackendError(f"cannot open {self.path}: {exc}") from exc
+            raise
+        self._db = db
+
+    def _load(self, db: sqlite3.Connection) -> None:
+        """Set the file's WAL mode and schema up; read its versions and header into this state."""
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(_SCHEMA)
+        for k, v in db.execute("SELECT k, v FROM versions"):
+            key = _unpack(k)
+            self._versions[bytes(k)] = (key, Version.from_wire(_unpack(v)))
+            if self._versions[bytes(k)][1].expiry is not None:
+                self._expiring.add(bytes(k))
+        meta = {name: _unpack(v) for name, v in db.execute("SELECT name, v FROM meta")}
+        self._index_tombstones()
         if "state" in meta:
             parts = meta["state"]
             self.last_seq = parts["seq"]
@@ -616,6 +626,8 @@ class VersionedState:
         self._changed = False
 
     def close(self) -> None:
+        """Close the SQLite file (if any); what was not committed is not written. Idempotent; the
+        in-memory state stays readable, ``commit()`` becomes a no-op."""
         if self._db is not None:
             self._db.close()
             self._db = None

@@ -58,12 +58,28 @@ class SimNet:
         self.run(self.config.member_timeout)  # the replicas hear each other before anything happens
 
     def add(self, name: str, path: Any = None) -> Node:
+        """Start node ``name`` (again: a restart, the old replica's state is closed), persisting
+        in ``path`` if given."""
         clock = Clock(wall=lambda: 1_000_000 + self.now)
+        old = self.nodes.get(name)
+        if old is not None:
+            old.replica.state.close()
         replica = Replica("s", f"{name}.0", VersionedState(path), self.now, durability=self.durability,
                           config=self.config, clock=clock)
         node = self.nodes[name] = Node(replica)
         self.dead.discard(name)
         return node
+
+    def close(self) -> None:
+        """Close every node's state (their SQLite files). Idempotent."""
+        for node in self.nodes.values():
+            node.replica.state.close()
+
+    def __enter__(self) -> SimNet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- the network -----------------------------------------------------------------------------
     def _linked(self, a: str, b: str) -> bool:

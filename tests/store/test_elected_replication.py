@@ -6,6 +6,7 @@ replica runs under the real actor and mosquitto in ``test_elected_live.py``.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
@@ -297,20 +298,20 @@ def test_expiry_is_enforced_by_the_master_and_replicated() -> None:
 
 
 def test_late_node_catches_up_and_restarted_sqlite_node_resumes(tmp_path: Any) -> None:
-    net = SimNet(["a", "b"], seed=14, paths={"b": tmp_path / "b.db"})
-    net.tag("a")
-    load = Load(net, ["a"])
-    load.run(0.5)
-    settle(net, 1.0)
-    net.kill("b")
-    net.nodes["b"].replica.state.close()
-    load.run(0.5)
-    net.add("c")
-    net.add("b", tmp_path / "b.db")  # restarted: continues from its file, then catches up
-    assert net.nodes["b"].replica.state.last_seq > 0
-    load.run(0.5)
-    settle(net)
-    load.check(["a", "b", "c"])
+    with SimNet(["a", "b"], seed=14, paths={"b": tmp_path / "b.db"}) as net:
+        net.tag("a")
+        load = Load(net, ["a"])
+        load.run(0.5)
+        settle(net, 1.0)
+        net.kill("b")
+        net.nodes["b"].replica.state.close()
+        load.run(0.5)
+        net.add("c")
+        net.add("b", tmp_path / "b.db")  # restarted: continues from its file, then catches up
+        assert net.nodes["b"].replica.state.last_seq > 0
+        load.run(0.5)
+        settle(net)
+        load.check(["a", "b", "c"])
 
 
 def test_malformed_messages_raise_decode_errors_and_change_nothing() -> None:
@@ -426,38 +427,36 @@ def test_writers_without_a_replica_are_answered_at_their_endpoint_and_replicas_o
 @pytest.mark.parametrize("persistent", [False, True])
 def test_forget_drops_old_tombstones_only_and_persists(tmp_path: Any, persistent: bool) -> None:
     path = tmp_path / "s.db" if persistent else None
-    state = VersionedState(path)
-    seq = 0
+    with contextlib.closing(VersionedState(path)) as state:
+        seq = 0
 
-    def apply(op: tuple[Any, ...], hlc: int) -> list[Any]:
-        nonlocal seq
-        seq += 1
-        return state.apply(Record(seq, (1, "m"), hlc, "o", "w", seq, op))
+        def apply(op: tuple[Any, ...], hlc: int) -> list[Any]:
+            nonlocal seq
+            seq += 1
+            return state.apply(Record(seq, (1, "m"), hlc, "o", "w", seq, op))
 
-    apply(("many", [("put", i, f"v{i}", None) for i in range(5)]), 10)
-    apply(("erase", 0), 20)
-    apply(("erase", 1), 30)
-    apply(("erase", 3), 40)
-    apply(("put", 1, "again", None), 50)  # 1 lives again: no longer a tombstone
-    assert state.tombstones == 2
-    assert state.old_tombstones(before_hlc=35, limit=10) == [0]
-    assert state.old_tombstones(before_hlc=100, limit=10) == [0, 3]
-    assert state.old_tombstones(before_hlc=100, limit=1) == [0]
-    changes = apply(("many", [("forget", 0), ("forget", 1), ("forget", 2), ("forget", 99)]), 60)
-    assert changes == []  # nothing visible changed; live 1 and 2 are kept, unknown 99 is nothing
-    assert state.version(0) is None and state.version(3) is not None and state.version(3).deleted
-    assert state.get(1) == "again"
-    assert state.version(2) is not None and state.version(2).value == "v2"
-    assert state.tombstones == 1 and state.old_tombstones(100, 10) == [3]
-    state.commit()
-    if persistent:
-        state.close()
-        again = VersionedState(path)
-        assert again.version(0) is None and again.version(3) is not None and again.version(3).deleted
-        assert again.tombstones == 1 and again.old_tombstones(100, 10) == [3]
-        assert again.version(1).value == "again"
-        again.close()
-
+        apply(("many", [("put", i, f"v{i}", None) for i in range(5)]), 10)
+        apply(("erase", 0), 20)
+        apply(("erase", 1), 30)
+        apply(("erase", 3), 40)
+        apply(("put", 1, "again", None), 50)  # 1 lives again: no longer a tombstone
+        assert state.tombstones == 2
+        assert state.old_tombstones(before_hlc=35, limit=10) == [0]
+        assert state.old_tombstones(before_hlc=100, limit=10) == [0, 3]
+        assert state.old_tombstones(before_hlc=100, limit=1) == [0]
+        changes = apply(("many", [("forget", 0), ("forget", 1), ("forget", 2), ("forget", 99)]), 60)
+        assert changes == []  # nothing visible changed; live 1 and 2 are kept, unknown 99 is nothing
+        assert state.version(0) is None and state.version(3) is not None and state.version(3).deleted
+        assert state.get(1) == "again"
+        assert state.version(2) is not None and state.version(2).value == "v2"
+        assert state.tombstones == 1 and state.old_tombstones(100, 10) == [3]
+        state.commit()
+        if path is not None:
+            state.close()
+            with contextlib.closing(VersionedState(path)) as again:
+                assert again.version(0) is None and again.version(3) is not None and again.version(3).deleted
+                assert again.tombstones == 1 and again.old_tombstones(100, 10) == [3]
+                assert again.version(1).value == "again"
 
 
 def test_a_follower_that_lost_log_records_catches_up_without_another_write() -> None:

@@ -8,12 +8,15 @@ from typing import Any
 
 import anyio
 import pytest
+from _sqlite_tracking import is_closed, track_connections
 
 from broker_mqtt import EmbeddedBroker, Endpoint
 from broker_mqtt import channel as ch
+from broker_mqtt.errors import UsageError
 from broker_mqtt.store import (
     BackendError,
     MasterExists,
+    MemoryBackend,
     NoSuchKey,
     Stale,
     StoreError,
@@ -31,7 +34,9 @@ from broker_mqtt.store.attached import (
     StaleChanged,
     Updated,
     WriteRejected,
+    attach_master,
 )
+from broker_mqtt.store.elected import attach_store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.mosquitto]
 
@@ -99,7 +104,7 @@ async def test_errors_reach_the_caller(broker: EmbeddedBroker, namespace: str) -
             assert isinstance(rejected[-1].error, TypeClash)
         assert await c.await_idle(5) and await m.await_idle(5) and await c.get("text2") == "abc"
         with pytest.raises(MasterExists):
-            await e2.attach_master("s", channel=FAST, discovery_timeout=0.5)
+            await e2.attach_master("s", channel=FAST, discovery_timeout=10)  # returns when the master answers
         assert await c.put_unique("u", 1) is True and await c.put_unique("u", 2) is False
         assert await m.put_unique("u", 3) is False and await m.get("u") == 1
         with pytest.raises(BackendError):
@@ -203,3 +208,55 @@ async def test_an_oversized_write_fails_in_the_caller_and_the_store_goes_on(name
             await m.put("other", 2)
             assert await c.await_idle(5) and await m.await_idle(5)
             assert await c.get("small") == 1 and await c.get("other") == 2 and not await c.exists("big")
+
+
+class _CountingBackend(MemoryBackend):
+    """A backend handed to attach_master, counting its ``close()`` calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closes = 0
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+async def test_a_failed_attach_closes_the_backend_once(broker: EmbeddedBroker, namespace: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    opened = track_connections(monkeypatch)
+    closed_ep = Endpoint(broker, namespace=namespace)  # never opened: the service cannot even start
+    given = _CountingBackend()
+    with pytest.raises(UsageError):
+        await attach_master(closed_ep, "s", backend=given)
+    assert given.closes == 1
+    with pytest.raises(UsageError):
+        await attach_master(closed_ep, "s", backend="sqlite", path=tmp_path / "m.db")
+    with pytest.raises(UsageError):
+        await attach_store(closed_ep, "e", backend="sqlite", path=tmp_path / "e.db")
+    assert len(opened) == 2 and all(is_closed(db) for db in opened)
+    async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2:
+        m = await e1.attach_master("s", channel=FAST, discovery_timeout=0.05)
+        given = _CountingBackend()
+        with pytest.raises(MasterExists):  # the service ran (and closed the backend), then failed
+            await attach_master(e2, "s", backend=given, channel=FAST, discovery_timeout=1.0)
+        assert given.closes == 1
+        await m.close()
+
+
+async def test_a_queue_whose_service_fails_to_start_closes_its_replica(
+        broker: EmbeddedBroker, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from broker_mqtt.queue import WorkQueue
+
+    async def broken(self: WorkQueue, *, task_status: Any) -> None:
+        raise RuntimeError("the queue's service failed")
+
+    opened = track_connections(monkeypatch)
+    async with Endpoint(broker, namespace=namespace) as ep:
+        with monkeypatch.context() as patch:
+            patch.setattr(WorkQueue, "_service", broken)
+            with pytest.raises(RuntimeError, match="service failed"):
+                await ep.attach_queue("jobs", backend="sqlite", path=tmp_path / "q.db",
+                                      election={"cycle": 1.0, "gap": 0.25})
+        assert len(opened) == 1 and is_closed(opened[0])  # the replica's file is closed ...
+        q = await ep.attach_queue("jobs", election={"cycle": 1.0, "gap": 0.25})  # ... and the name is free
+        await q.close()

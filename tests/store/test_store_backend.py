@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -12,8 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _sqlite_tracking import is_closed, track_connections
 
 from broker_mqtt.store import Backend, BackendError, Entry, MemoryBackend, NoSuchKey, SQLiteBackend
+from broker_mqtt.store.backend import _pack
+from broker_mqtt.store.versioned import VersionedState
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -161,11 +165,51 @@ def test_sqlite_is_wal_and_synchronous_full(tmp_path: Path) -> None:
         b.close()
 
 
-def test_sqlite_corrupt_file_is_backend_error(tmp_path: Path) -> None:
+def test_sqlite_corrupt_file_is_backend_error_and_leaves_no_connection_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "bad.db"
     path.write_bytes(b"this is not a database" * 100)
+    opened = track_connections(monkeypatch)
     with pytest.raises(BackendError):
         SQLiteBackend(path)
+    assert opened and all(is_closed(db) for db in opened)
+
+
+def test_sqlite_backend_close_is_idempotent_and_closes_the_file(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    opened = track_connections(monkeypatch)
+    b = SQLiteBackend(tmp_path / "c.db")
+    b.close()
+    b.close()
+    assert len(opened) == 1 and is_closed(opened[0])
+    with pytest.raises(BackendError):
+        b.get("a")
+
+
+# VersionedState is the elected stores' (and queues') SQLite persistence: the same guarantee
+
+def test_versioned_state_corrupt_file_is_backend_error_and_leaves_no_connection_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "bad.db"
+    path.write_bytes(b"this is not a database" * 100)
+    opened = track_connections(monkeypatch)
+    with pytest.raises(BackendError):
+        VersionedState(path)
+    assert opened and all(is_closed(db) for db in opened)
+
+
+def test_versioned_state_bad_header_is_backend_error_and_leaves_no_connection_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "s.db"
+    with contextlib.closing(VersionedState(path)):
+        pass  # creates the schema
+    with contextlib.closing(sqlite3.connect(path)) as db:  # a valid SQLite file whose header is not one
+        db.execute("INSERT INTO meta (name, v) VALUES ('state', ?)", (_pack({"seq": 1}),))
+        db.commit()
+    opened = track_connections(monkeypatch)
+    with pytest.raises(BackendError, match="cannot open"):
+        VersionedState(path)
+    assert opened and all(is_closed(db) for db in opened)
 
 
 def test_sqlite_acknowledged_writes_survive_kill_9(tmp_path: Path) -> None:

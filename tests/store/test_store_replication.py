@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -212,22 +213,17 @@ def test_late_clone_gets_snapshot() -> None:
 
 
 def test_sqlite_clone_and_master_persist(tmp_path: Path) -> None:
-    mb = SQLiteBackend(tmp_path / "m.db")
-    cb = SQLiteBackend(tmp_path / "c.db")
-    sim = StoreSim(master_backend=mb)
-    sim.add_clone("c", backend=cb)
-    sim.run_until_idle()
-    sim.master.execute(Put("k", {"v": 1}), sim.now)
-    sim.master.execute(Increment("n", 2), sim.now)
-    sim.run_until_idle()
-    mb.close()
-    cb.close()
+    with contextlib.closing(SQLiteBackend(tmp_path / "m.db")) as mb, \
+            contextlib.closing(SQLiteBackend(tmp_path / "c.db")) as cb:
+        sim = StoreSim(master_backend=mb)
+        sim.add_clone("c", backend=cb)
+        sim.run_until_idle()
+        sim.master.execute(Put("k", {"v": 1}), sim.now)
+        sim.master.execute(Increment("n", 2), sim.now)
+        sim.run_until_idle()
     for path, seq in ((tmp_path / "m.db", 2), (tmp_path / "c.db", 2)):
-        b = SQLiteBackend(path)
-        try:
+        with contextlib.closing(SQLiteBackend(path)) as b:
             assert b.get("k") == {"v": 1} and b.get("n") == 2 and b.last_seq == seq
-        finally:
-            b.close()
 
 
 def test_remote_write_failure_reported_on_master_and_to_its_writer() -> None:

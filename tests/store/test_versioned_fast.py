@@ -7,6 +7,7 @@ encodings: each is checked here against the straightforward form it replaces.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import random
@@ -175,7 +176,8 @@ def _plain_header(state: VersionedState) -> bytes:
 
 
 def _stored_header(path: Path) -> bytes:
-    with sqlite3.connect(path) as db:
+    # closing(): a connection's own ``with`` block ends a transaction but leaves it open
+    with contextlib.closing(sqlite3.connect(path)) as db:
         return bytes(db.execute("SELECT v FROM meta WHERE name = 'state'").fetchone()[0])
 
 
@@ -187,40 +189,38 @@ def test_pack_array_is_pack_of_the_list(n: int) -> None:
 
 def test_committed_header_is_byte_for_byte_the_plain_encoding(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    s = VersionedState(path)
-    rng = random.Random(3)
-    for i in range(RESULTS_KEPT * 3):
-        writer = f"w{rng.randrange(30)}" if i < RESULTS_KEPT * 2 else "busy"
-        answer = rng.choice([None, i, [[i, {"data": ["t", i]}, 1]], "x" * 30, {"k": {1, 2}}][writer == "busy":])
-        _apply(s, ("put", i % 7, i, None), writer=writer, result=answer)
-        if rng.random() < 0.3:
-            s.commit()
-            assert _stored_header(path) == _plain_header(s)
-    s.commit()
-    assert _stored_header(path) == _plain_header(s)
-    assert len(s.applied["busy"].results) == RESULTS_KEPT
-    assert len(s.applied["busy"].packed) <= RESULTS_KEPT + 1  # dropped answers leave the cache
-    s.applied["busy"].results[max(s.applied["busy"].results)] = ["replaced"]  # as merge() may
-    _apply(s, ("put", 0, 0, None))
-    s.commit()
-    assert _stored_header(path) == _plain_header(s)
-    s.close()
-    again = VersionedState(path)
-    assert {w: (a.n, a.seq, a.results) for w, a in again.applied.items()} == {
-        w: (a.n, a.seq, {n: _unpack(_pack(r)) for n, r in a.results.items()}) for w, a in s.applied.items()}
-    again.close()
+    with contextlib.closing(VersionedState(path)) as s:
+        rng = random.Random(3)
+        for i in range(RESULTS_KEPT * 3):
+            writer = f"w{rng.randrange(30)}" if i < RESULTS_KEPT * 2 else "busy"
+            answer = rng.choice([None, i, [[i, {"data": ["t", i]}, 1]], "x" * 30, {"k": {1, 2}}][writer == "busy":])
+            _apply(s, ("put", i % 7, i, None), writer=writer, result=answer)
+            if rng.random() < 0.3:
+                s.commit()
+                assert _stored_header(path) == _plain_header(s)
+        s.commit()
+        assert _stored_header(path) == _plain_header(s)
+        assert len(s.applied["busy"].results) == RESULTS_KEPT
+        assert len(s.applied["busy"].packed) <= RESULTS_KEPT + 1  # dropped answers leave the cache
+        s.applied["busy"].results[max(s.applied["busy"].results)] = ["replaced"]  # as merge() may
+        _apply(s, ("put", 0, 0, None))
+        s.commit()
+        assert _stored_header(path) == _plain_header(s)
+    with contextlib.closing(VersionedState(path)) as again:
+        assert {w: (a.n, a.seq, a.results) for w, a in again.applied.items()} == {
+            w: (a.n, a.seq, {n: _unpack(_pack(r)) for n, r in a.results.items()}) for w, a in s.applied.items()}
 
 
 def test_header_with_many_writers_and_after_a_merge(tmp_path: Path) -> None:
-    a, b = VersionedState(tmp_path / "a.db"), VersionedState()
-    for i in range(300):
-        _apply(a, ("put", i, i, None), writer=f"w{i}", result=[i])
-    a.commit()
-    assert _stored_header(tmp_path / "a.db") == _plain_header(a)
-    _apply(b, ("put", "x", 1, None), writer="w5", result="other")
-    versions, applied, _ = merge(a, b)
-    a.replace(versions, last_seq=a.last_seq + 1, lineage=a.lineage, applied=applied, max_hlc=a.max_hlc)
-    a.commit()
-    assert _stored_header(tmp_path / "a.db") == _plain_header(a)
-    assert isinstance(a.applied["w5"], _Applied)
-    a.close()
+    with contextlib.closing(VersionedState(tmp_path / "a.db")) as a:
+        b = VersionedState()
+        for i in range(300):
+            _apply(a, ("put", i, i, None), writer=f"w{i}", result=[i])
+        a.commit()
+        assert _stored_header(tmp_path / "a.db") == _plain_header(a)
+        _apply(b, ("put", "x", 1, None), writer="w5", result="other")
+        versions, applied, _ = merge(a, b)
+        a.replace(versions, last_seq=a.last_seq + 1, lineage=a.lineage, applied=applied, max_hlc=a.max_hlc)
+        a.commit()
+        assert _stored_header(tmp_path / "a.db") == _plain_header(a)
+        assert isinstance(a.applied["w5"], _Applied)
