@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -116,6 +117,17 @@ class Collector:
             time.sleep(settle)
         return list(self.messages)
 
+    def wait_until(self, predicate: Any, timeout: float = 60.0) -> list[Message]:
+        """Wait until ``predicate(messages so far)`` holds; return those messages."""
+        deadline = time.monotonic() + timeout
+        while not predicate(messages := list(self.messages)):
+            if self.error is not None:
+                raise self.error
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met with {len(messages)} messages")
+            time.sleep(0.05)
+        return messages
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(10)
@@ -133,3 +145,20 @@ def collector() -> Iterator[type[Collector]]:
     yield Tracked
     for c in started:
         c.close()
+
+
+def touch_when(predicate: Any, marker: Path, timeout: float = 120.0) -> threading.Thread:
+    """Create the file ``marker`` once ``predicate()`` holds, from a background thread: how a test
+    tells a Spark task (another process) that something it waits for has happened."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                marker.touch()
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread

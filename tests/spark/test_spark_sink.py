@@ -134,14 +134,14 @@ def test_failed_and_retried_task_delivers_no_duplicate_after_dedup(spark: Any, b
                                                                    namespace: str, collector: Any) -> None:
     n = 50_000  # two partitions of 25000; partition 0 fails once at row FAIL_AT
     sub = collector(broker.url, namespace, "/retry")
-
     @F.udf(returnType="long", useArrow=False)  # the Arrow path needs pandas
     def flaky(i: int) -> int:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         if ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and i == FAIL_AT:
-            time.sleep(3.0)  # let the rows before this one reach the broker first
+            # no pause before failing: rows before this one are already on their way to the writer
+            # (see FAIL_AT), and a UDF that blocks here holds them back until it fails anyway
             raise RuntimeError("injected failure of the first attempt")
         return i
 
@@ -152,7 +152,8 @@ def test_failed_and_retried_task_delivers_no_duplicate_after_dedup(spark: Any, b
         _write(df, broker, namespace, topic="/retry")
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", old)
-    messages = sub.wait_for(n, settle=1.0)
+    # the repeats count towards n: wait for every row instead (the failed attempt's come first)
+    messages = sub.wait_until(lambda ms: len({(r.partition, r.row) for m in ms if (r := row_id(m.data))}) == n, 120)
     dedup = Deduplicator()
     unique = [m.data["id"] for m in messages if dedup.is_new(m.data)]
     assert sorted(unique) == list(range(n))

@@ -17,6 +17,8 @@ from broker_mqtt import EmbeddedBroker
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "store"))
 from elected_procs import ElectedProc, wait_for  # noqa: E402
 
+from .conftest import touch_when  # noqa: E402
+
 FAIL_AT = 3000
 
 
@@ -46,17 +48,30 @@ def _contents(nodes: list[ElectedProc]) -> tuple[dict[Any, Any], dict[str, Any]]
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_rows_become_puts_and_a_retried_task_applies_no_row_twice(spark: Any, broker: EmbeddedBroker,
-                                                                   namespace: str, replicas: Any) -> None:
+                                                                   namespace: str, replicas: Any,
+                                                                   tmp_path: Path) -> None:
     n = 8000  # two partitions of 4000; partition 0 fails once at row FAIL_AT
+    arrived = tmp_path / "first-puts-arrived"
+
+    # until the retry goes on, partition 0's puts can only be the first attempt's
+    touch_when(lambda: json.dumps("dev-7") in replicas[0].dump()["contents"], arrived)
 
     @F.udf(returnType="int", useArrow=False)
     def attempt(i: int) -> int:
+        import os
+
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         if ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and i == FAIL_AT:
-            time.sleep(3.0)  # let the puts before this row reach the store first
             raise RuntimeError("injected failure of the first attempt")
+        if ctx.partitionId() == 0 and ctx.attemptNumber() == 1 and i == 0:
+            # The failed attempt's rows before FAIL_AT reach the store only as it fails (none arrive
+            # while its UDF is stuck), racing the retry's repeats of them: the retry waits until one
+            # (dev-7) is in the store, so that its repeat finds it there and is not applied.
+            deadline = time.monotonic() + 60
+            while not os.path.exists(arrived) and time.monotonic() < deadline:
+                time.sleep(0.05)
         return int(ctx.attemptNumber())
 
     old = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
