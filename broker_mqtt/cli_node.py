@@ -39,6 +39,7 @@ import click
 from .cli import _fail, _run, broker_option, main
 from .endpoint import Endpoint
 from .events import PeerAdded, PeerLost, PeerRemoved
+from .store.errors import BackendError
 
 _STORE_KEYS = {"name", "backend", "path", "mode", "durability", "election", "candidate", "write_timeout"}
 _QUEUE_KEYS = _STORE_KEYS | {"max_deliveries", "lease"}
@@ -102,6 +103,8 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
                         joined.append(await attach(item, **spec))
                     except (TypeError, ValueError) as exc:
                         _fail(f"{what} {item!r}: {exc}", 2)
+                    except BackendError as exc:  # its SQLite file cannot be opened or is not a store's
+                        _fail(f"{what} {item!r}: {exc}", 1)
                     _say(f"joined {what} {item}")
             async with anyio.create_task_group() as tg:
                 for h in handles:

@@ -156,3 +156,14 @@ def test_bench_lists_the_benchmarks_that_exist() -> None:
     for line in out.stdout.splitlines():
         assert (bench / line.split()[1].removeprefix("bench/")).exists(), line
     assert run("bench", "nonsense").returncode == 2
+
+
+@pytest.mark.mosquitto
+def test_node_with_an_unreadable_store_file_fails_with_a_message(broker: EmbeddedBroker, tmp_path: Any) -> None:
+    bad = tmp_path / "not-a-store.db"
+    bad.write_bytes(b"this is not an SQLite database" * 100)
+    config = tmp_path / "node.toml"
+    config.write_text(f'broker = "{broker.url}"\n\n[[store]]\nname = "s"\nbackend = "sqlite"\npath = "{bad}"\n')
+    out = run("node", "--config", str(config))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "broker-mqtt: store 's':" in out.stderr and "Traceback" not in out.stderr, out.stderr
