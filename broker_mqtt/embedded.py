@@ -23,7 +23,6 @@ Use it as ``with EmbeddedBroker() as b:`` or ``async with EmbeddedBroker() as b:
 from __future__ import annotations
 
 import atexit
-import contextlib
 import ctypes
 import os
 import random
@@ -60,6 +59,8 @@ def find_mosquitto() -> str:
 # MQTT 3.1.1 CONNECT: clean session, keep-alive 60 s, empty client id; any broker answers CONNACK (0x20).
 _PROBE_CONNECT = bytes([0x10, 12, 0, 4]) + b"MQTT" + bytes([4, 2, 0, 60, 0, 0])
 _PORTS_FROM = 20000  # embedded brokers pick ports from here up to the ephemeral range
+_handed_out: set[int] = set()  # ports chosen in this process: never chosen twice
+_handed_out_lock = threading.Lock()
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -80,18 +81,22 @@ def _free_port() -> int:
     it: :meth:`EmbeddedBroker.start` then tries another port (only for a port it chose itself).
     """
     low, _high = _ephemeral_range()
-    if low > _PORTS_FROM + 1000:
-        for _ in range(50):
-            port = random.randrange(_PORTS_FROM, low)
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
+    with _handed_out_lock:
+        if low > _PORTS_FROM + 1000:
+            for _ in range(50):
+                port = random.randrange(_PORTS_FROM, low)
+                if port in _handed_out:  # a broker of this process may be down for a restart
                     continue
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    try:
+                        s.bind(("127.0.0.1", port))
+                    except OSError:
+                        continue
+                _handed_out.add(port)
                 return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -194,8 +199,8 @@ class EmbeddedBroker:
             if not self.running:
                 self._spawn()
             deadline = time.monotonic() + self.start_timeout
-            try:
-                while not self._ready(deadline):
+            try:  # the probe blocks for up to a second: off the event loop
+                while not await anyio.to_thread.run_sync(self._ready, deadline):
                     await anyio.sleep(0.005)
                 return
             except TransportError:

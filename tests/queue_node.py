@@ -61,9 +61,10 @@ async def main() -> None:
     p.add_argument("--limit", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--store-puts", type=int)
+    p.add_argument("--keepalive", type=int, default=10, help="the endpoint's MQTT keep-alive (s)")
     args = p.parse_args()
     counts = {"published": 0, "accepted": 0}
-    async with Endpoint(args.url, namespace=args.namespace) as ep:
+    async with Endpoint(args.url, namespace=args.namespace, keepalive=args.keepalive) as ep:
         q = await ep.attach_queue(
             args.queue, backend="sqlite" if args.sqlite else "memory", path=args.sqlite,
             election={"cycle": args.cycle, "gap": args.gap, **({"n_hosts": args.n_hosts} if args.n_hosts else {})},

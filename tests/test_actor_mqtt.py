@@ -69,11 +69,14 @@ async def test_own_messages_come_back_exactly_once_and_bare(broker: EmbeddedBrok
 
 
 async def test_sticky_failover_after_a_real_kill(broker: EmbeddedBroker, namespace: str) -> None:
-    """The "it" node's process is SIGKILLed; a survivor takes the tag. (How soon: bench/election_real.py.)"""
+    """The "it" node's process is SIGKILLed; a survivor takes the tag. (How soon: bench/election_real.py.)
+    The gap is wider than CFG's: the victim, a process of its own, must ping within it slot after
+    slot while the survivor watches, or the survivor rightly takes the tag from it."""
+    cfg = {"cycle": 3.0, "gap": 1.0}
     here = Path(__file__).parent
     proc = subprocess.Popen(
         [sys.executable, str(here / "actor_node.py"), broker.url, namespace, "victim",
-         str(CFG["cycle"]), str(CFG["gap"]), "sticky"],
+         str(cfg["cycle"]), str(cfg["gap"]), "sticky"],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(here.parent)},
     )
     assert proc.stdout is not None
@@ -85,7 +88,7 @@ async def test_sticky_failover_after_a_real_kill(broker: EmbeddedBroker, namespa
                 line = await anyio.to_thread.run_sync(proc.stdout.readline)
         async with Endpoint(broker, namespace=namespace, name="survivor") as ep:
             transport = MQTTTransport(ep, f"{namespace}/actor")
-            async with Actor(transport, name="survivor", cfg=CFG, value=1, sticky=True) as actor:
+            async with Actor(transport, name="survivor", cfg=cfg, value=1, sticky=True) as actor:
                 pings = 0
                 with anyio.fail_after(60):  # sticky: the living 'it' keeps the tag, slot after slot
                     async for event in actor:

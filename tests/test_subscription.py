@@ -41,7 +41,7 @@ def _msg(payload: bytes) -> Message:
 
 async def _take(sub: Subscription, n: int) -> list[Message]:
     out = []
-    with anyio.fail_after(5):
+    with anyio.fail_after(30):
         async for msg in sub:
             out.append(msg)
             if len(out) == n:

@@ -147,18 +147,39 @@ def collector() -> Iterator[type[Collector]]:
         c.close()
 
 
-def touch_when(predicate: Any, marker: Path, timeout: float = 120.0) -> threading.Thread:
-    """Create the file ``marker`` once ``predicate()`` holds, from a background thread: how a test
-    tells a Spark task (another process) that something it waits for has happened."""
+class TouchWhen:
+    """Creates the file ``marker`` once ``predicate()`` holds, checked from a background thread every
+    ``every`` seconds: how a test tells a Spark task (another process) that something it waits for
+    has happened. Use as a context manager; on leaving, the watch stops and an exception the
+    predicate raised is raised in the test. ``touched`` says whether it happened."""
 
-    def watch() -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                marker.touch()
-                return
-            time.sleep(0.05)
+    def __init__(self, predicate: Any, marker: Path, *, every: float = 0.25) -> None:
+        self.marker = marker
+        self._predicate, self._every = predicate, every
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._watch, daemon=True)
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
+    def _watch(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self._predicate():
+                    self.marker.touch()
+                    return
+                self._stop.wait(self._every)
+        except BaseException as exc:  # raised in the test by __exit__
+            self.error = exc
+
+    @property
+    def touched(self) -> bool:
+        return self.marker.exists()
+
+    def __enter__(self) -> TouchWhen:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self.error is not None:
+            raise self.error

@@ -153,7 +153,8 @@ def test_failed_and_retried_task_delivers_no_duplicate_after_dedup(spark: Any, b
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", old)
     # the repeats count towards n: wait for every row instead (the failed attempt's come first)
-    messages = sub.wait_until(lambda ms: len({(r.partition, r.row) for m in ms if (r := row_id(m.data))}) == n, 120)
+    messages = sub.wait_until(
+        lambda ms: len(ms) >= n and len({(r.partition, r.row) for m in ms if (r := row_id(m.data))}) == n, 120)
     dedup = Deduplicator()
     unique = [m.data["id"] for m in messages if dedup.is_new(m.data)]
     assert sorted(unique) == list(range(n))

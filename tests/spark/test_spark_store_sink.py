@@ -17,7 +17,7 @@ from broker_mqtt import EmbeddedBroker
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "store"))
 from elected_procs import ElectedProc, wait_for  # noqa: E402
 
-from .conftest import touch_when  # noqa: E402
+from .conftest import TouchWhen  # noqa: E402
 
 FAIL_AT = 3000
 
@@ -53,8 +53,6 @@ def test_rows_become_puts_and_a_retried_task_applies_no_row_twice(spark: Any, br
     n = 8000  # two partitions of 4000; partition 0 fails once at row FAIL_AT
     arrived = tmp_path / "first-puts-arrived"
 
-    # until the retry goes on, partition 0's puts can only be the first attempt's
-    touch_when(lambda: json.dumps("dev-7") in replicas[0].dump()["contents"], arrived)
 
     @F.udf(returnType="int", useArrow=False)
     def attempt(i: int) -> int:
@@ -69,21 +67,27 @@ def test_rows_become_puts_and_a_retried_task_applies_no_row_twice(spark: Any, br
             # The failed attempt's rows before FAIL_AT reach the store only as it fails (none arrive
             # while its UDF is stuck), racing the retry's repeats of them: the retry waits until one
             # (dev-7) is in the store, so that its repeat finds it there and is not applied.
-            deadline = time.monotonic() + 60
-            while not os.path.exists(arrived) and time.monotonic() < deadline:
+            deadline = time.monotonic() + 120
+            while not os.path.exists(arrived):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the failed attempt's put of dev-7 never reached the store")
                 time.sleep(0.05)
         return int(ctx.attemptNumber())
 
     old = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
+    # until the retry goes on, partition 0's puts can only be the first attempt's
+    watch = TouchWhen(lambda: json.dumps("dev-7") in replicas[0].dump()["contents"], arrived)
     try:
-        df = spark.range(n, numPartitions=2).select(
-            F.concat(F.lit("dev-"), F.col("id")).alias("device"), F.col("id").alias("reading"),
-            attempt("id").alias("attempt"))
-        (df.write.format("broker_mqtt").option("broker", broker.url).option("namespace", namespace)
-         .option("store", "sink").option("key", "device").mode("append").save())
+        with watch:
+            df = spark.range(n, numPartitions=2).select(
+                F.concat(F.lit("dev-"), F.col("id")).alias("device"), F.col("id").alias("reading"),
+                attempt("id").alias("attempt"))
+            (df.write.format("broker_mqtt").option("broker", broker.url).option("namespace", namespace)
+             .option("store", "sink").option("key", "device").mode("append").save())
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", old)
+    assert watch.touched  # the retry went on after the first attempt's put, not at its deadline
     contents, stats = _contents(replicas)
     assert len(contents) == n
     assert contents[json.dumps("dev-7")] == {"reading": 7, "attempt": 0}

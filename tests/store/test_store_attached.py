@@ -99,7 +99,7 @@ async def test_errors_reach_the_caller(broker: EmbeddedBroker, namespace: str) -
         async with c.status() as status:
             await c.put("text2", "abc")
             await c.increment("text2", 1)  # in flight behind the put: only the master can judge it
-            with anyio.fail_after(5):
+            with anyio.fail_after(30):
                 rejected = [e async for e in _until(status, WriteRejected)]
             assert isinstance(rejected[-1].error, TypeClash)
         assert await c.await_idle(5) and await m.await_idle(5) and await c.get("text2") == "abc"
@@ -121,7 +121,7 @@ async def test_clone_stale_while_master_gone_then_resyncs_and_flushes(broker: Em
         assert await m.await_idle(5)
         async with c.status() as status:
             await m.close()
-            with anyio.fail_after(5):
+            with anyio.fail_after(30):
                 async for event in status:
                     if isinstance(event, StaleChanged) and event.stale:
                         break
@@ -135,7 +135,7 @@ async def test_clone_stale_while_master_gone_then_resyncs_and_flushes(broker: Em
                 await c.put("b3", 3)  # ... so the fourth fails for its caller, nothing queued
             m2 = await e1.attach_master("s", backend="sqlite", path=db, channel=FAST, discovery_timeout=0.05)
             seen = []
-            with anyio.fail_after(5):
+            with anyio.fail_after(30):
                 async for event in status:
                     seen.append(event)
                     if isinstance(event, StaleChanged) and not event.stale:
@@ -158,7 +158,7 @@ async def test_event_stream_reports_changes_with_old_values_and_publisher(broker
             await m.put("t", 1, expiry=0.2)
             expected = [Inserted("s", "k", 1, e2.id), Updated("s", "k", 1, 2, e2.id), Erased("s", "k", 2, e2.id),
                         Inserted("s", "t", 1, e1.id), Expired("s", "t", 1)]
-            with anyio.fail_after(5):
+            with anyio.fail_after(30):
                 got_m = [await mev.__anext__() for _ in expected]
                 got_c = [await cev.__anext__() for _ in expected]
         assert sorted(got_m, key=repr) == sorted(expected, key=repr)
@@ -175,7 +175,7 @@ async def test_clone_events_name_another_clone_as_publisher(broker: EmbeddedBrok
         async with reader.events() as ev:
             await writer.put("k", 1)
             await writer.clear()
-            with anyio.fail_after(5):
+            with anyio.fail_after(30):
                 got = [await ev.__anext__() for _ in range(2)]
         assert got == [Inserted("s", "k", 1, e2.id), Erased("s", "k", 1, e2.id)]
 
@@ -238,7 +238,7 @@ async def test_a_failed_attach_closes_the_backend_once(broker: EmbeddedBroker, n
         m = await e1.attach_master("s", channel=FAST, discovery_timeout=0.05)
         given = _CountingBackend()
         with pytest.raises(MasterExists):  # the service ran (and closed the backend), then failed
-            await attach_master(e2, "s", backend=given, channel=FAST, discovery_timeout=1.0)
+            await attach_master(e2, "s", backend=given, channel=FAST, discovery_timeout=10)
         assert given.closes == 1
         await m.close()
 
