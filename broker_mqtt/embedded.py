@@ -175,7 +175,10 @@ class EmbeddedBroker:
 
     # -- synchronous control (fixtures, CLI) -------------------------------------------------
     def start(self) -> None:
-        """Start mosquitto and block until it accepts connections (or raise TransportError)."""
+        """Start mosquitto and block until it accepts connections (or raise TransportError).
+
+        The broker gets SIGTERM when the thread that called this ends (PDEATHSIG, see the module
+        docstring): call it from a thread that outlives the broker; from async code, :meth:`astart`."""
         if self.running:
             return
         for attempt in range(5):
@@ -285,9 +288,20 @@ class EmbeddedBroker:
             proc.wait()
 
     def restart(self) -> None:
-        """Stop and start again on the same port with the same persistence directory."""
+        """Stop and start again on the same port with the same persistence directory.
+
+        Call it (like :meth:`start`) from a thread that lives as long as the broker: the broker
+        gets SIGTERM when the thread that spawned it ends. Not from a worker thread
+        (``anyio.to_thread``, a thread pool), whose idle threads end after a few seconds: from
+        async code use :meth:`arestart`."""
         self.stop()
         self.start()
+
+    async def arestart(self) -> None:
+        """:meth:`restart` without blocking the event loop: stops in a worker thread, then starts
+        from this thread (:meth:`astart`), so the new broker lives as long as the caller's."""
+        await anyio.to_thread.run_sync(self.stop)
+        await self.astart()
 
     def cleanup(self) -> None:
         self.stop()

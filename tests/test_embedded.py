@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -92,3 +93,21 @@ def test_a_port_taken_before_mosquitto_binds_it_is_replaced(monkeypatch: pytest.
         with pytest.raises(TransportError, match="Address already in use"):  # a port given is kept
             with EmbeddedBroker(port=taken):
                 pass
+
+
+def test_a_broker_ends_with_the_thread_that_started_it() -> None:
+    """Why async code restarts with arestart(), not to_thread.run_sync(restart): PDEATHSIG fires when
+    the spawning thread ends, and a worker pool's idle threads end."""
+    broker = EmbeddedBroker()
+    starter = threading.Thread(target=broker.start)
+    starter.start()
+    starter.join()
+    try:
+        pid = broker.pid
+        assert pid is not None
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), "mosquitto outlived the thread that started it"
+    finally:
+        broker.cleanup()

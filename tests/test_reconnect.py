@@ -38,7 +38,7 @@ async def test_broker_restart_loses_no_qos1_message() -> None:
                         if i % 10 == 0:
                             await anyio.sleep(0.001)
                         if i == n // 2:
-                            await anyio.to_thread.run_sync(broker.restart)
+                            await broker.arestart()  # spawned from this thread: a worker thread's end would kill it
 
                 with anyio.fail_after(60):
                     async with anyio.create_task_group() as tg:
@@ -68,7 +68,7 @@ async def test_publishes_during_an_outage_are_queued_then_sent() -> None:
                 for i in range(200):
                     await pub.publish("/q", i)
                 assert pub.statistics().pending >= 200
-                await anyio.to_thread.run_sync(broker.start)
+                await broker.astart()
                 got: list[int] = []
                 with anyio.fail_after(20):
                     async for msg in sub:
@@ -92,7 +92,7 @@ async def test_queue_bound_during_an_outage_fails_loudly_and_keeps_what_it_took(
                         await pub.publish("/b", i)
                         accepted.append(i)
                 assert 0 < len(accepted) <= 50
-                await anyio.to_thread.run_sync(broker.start)
+                await broker.astart()
                 got: list[int] = []
                 with anyio.fail_after(20):
                     async for msg in sub:
