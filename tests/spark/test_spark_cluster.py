@@ -21,7 +21,7 @@ from broker_mqtt import EmbeddedBroker
 from broker_mqtt.spark import ROW_ID_KEY, Deduplicator, row_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "store"))
-from elected_procs import ElectedProc, wait_for  # noqa: E402
+from elected_procs import ElectedProc, elected_replicas  # noqa: E402
 
 from .cluster import ClusterDriver, SparkCluster  # noqa: E402
 from .test_spark_source import _publish_when_source_listens  # noqa: E402
@@ -81,15 +81,8 @@ def test_batch_sink_every_row_once(driver: ClusterDriver, broker: EmbeddedBroker
 
 @pytest.fixture
 def replicas(broker: EmbeddedBroker, namespace: str) -> Iterator[list[ElectedProc]]:
-    nodes = [ElectedProc(broker.url, namespace, "cluster-sink", "sticky", 1.0, 0.25) for _ in range(2)]
-    try:
-        for node in nodes:
-            node.wait_ready()
-        assert wait_for(lambda: any(node.current_master() for node in nodes), 30)
+    with elected_replicas(broker.url, namespace, "cluster-sink") as nodes:
         yield nodes
-    finally:
-        for node in nodes:
-            node.kill()
 
 
 def test_store_sink_fills_every_replica(driver: ClusterDriver, broker: EmbeddedBroker, namespace: str,

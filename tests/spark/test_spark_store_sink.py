@@ -15,7 +15,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from broker_mqtt import EmbeddedBroker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "store"))
-from elected_procs import ElectedProc, wait_for  # noqa: E402
+from elected_procs import ElectedProc, elected_replicas  # noqa: E402
 
 from .conftest import TouchWhen  # noqa: E402
 
@@ -24,15 +24,8 @@ FAIL_AT = 3000
 
 @pytest.fixture
 def replicas(broker: EmbeddedBroker, namespace: str) -> Any:
-    nodes = [ElectedProc(broker.url, namespace, "sink", "sticky", 1.0, 0.25) for _ in range(2)]
-    try:
-        for n in nodes:
-            n.wait_ready()
-        assert wait_for(lambda: any(n.current_master() for n in nodes), 30)
+    with elected_replicas(broker.url, namespace, "sink") as nodes:
         yield nodes
-    finally:
-        for n in nodes:
-            n.kill()
 
 
 def _contents(nodes: list[ElectedProc]) -> tuple[dict[Any, Any], dict[str, Any]]:

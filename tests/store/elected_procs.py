@@ -5,10 +5,12 @@ Shared by tests/store/test_elected_live.py and bench/failover.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ sys.path.insert(0, str(HERE))
 
 from line_procs import LineProc, wait_for  # noqa: E402 - tests/ is this module's parent
 
-__all__ = ["ElectedProc", "check_converged", "wait_for"]
+__all__ = ["ElectedProc", "check_converged", "elected_replicas", "wait_for"]
 
 
 class ElectedProc(LineProc):
@@ -94,3 +96,18 @@ def check_converged(nodes: list[ElectedProc], all_nodes: list[ElectedProc]) -> d
         dumps = [n.dump() for n in nodes]
     assert sum(1 for d in dumps if d["is_master"]) <= 1, [(d["epoch"], d["is_master"]) for d in dumps]
     return reference
+
+
+@contextlib.contextmanager
+def elected_replicas(url: str, namespace: str, store: str, n: int = 2) -> Iterator[list[ElectedProc]]:
+    """``n`` replicas of elected store ``store`` (sticky, cycle 1 s, gap 0.25 s), each in its own
+    process; yields once one of them is master, kills them all on leaving."""
+    nodes = [ElectedProc(url, namespace, store, "sticky", 1.0, 0.25) for _ in range(n)]
+    try:
+        for node in nodes:
+            node.wait_ready()
+        assert wait_for(lambda: any(node.current_master() for node in nodes), 30)
+        yield nodes
+    finally:
+        for node in nodes:
+            node.kill()

@@ -11,6 +11,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _sqlite_tracking import is_closed, track_connections
@@ -165,13 +166,15 @@ def test_sqlite_is_wal_and_synchronous_full(tmp_path: Path) -> None:
         b.close()
 
 
-def test_sqlite_corrupt_file_is_backend_error_and_leaves_no_connection_open(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("opener", [SQLiteBackend, VersionedState], ids=["SQLiteBackend", "VersionedState"])
+def test_corrupt_file_is_backend_error_and_leaves_no_connection_open(
+        opener: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VersionedState is the elected stores' (and queues') SQLite persistence: the same guarantee."""
     path = tmp_path / "bad.db"
     path.write_bytes(b"this is not a database" * 100)
     opened = track_connections(monkeypatch)
     with pytest.raises(BackendError):
-        SQLiteBackend(path)
+        opener(path)
     assert opened and all(is_closed(db) for db in opened)
 
 
@@ -184,18 +187,6 @@ def test_sqlite_backend_close_is_idempotent_and_closes_the_file(tmp_path: Path,
     assert len(opened) == 1 and is_closed(opened[0])
     with pytest.raises(BackendError):
         b.get("a")
-
-
-# VersionedState is the elected stores' (and queues') SQLite persistence: the same guarantee
-
-def test_versioned_state_corrupt_file_is_backend_error_and_leaves_no_connection_open(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "bad.db"
-    path.write_bytes(b"this is not a database" * 100)
-    opened = track_connections(monkeypatch)
-    with pytest.raises(BackendError):
-        VersionedState(path)
-    assert opened and all(is_closed(db) for db in opened)
 
 
 def test_versioned_state_bad_header_is_backend_error_and_leaves_no_connection_open(
