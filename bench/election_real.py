@@ -1,7 +1,7 @@
 """The real-broker part of bench/election.py: actors as OS processes on an embedded mosquitto.
 
 Three actor nodes (sticky mode, as stores use it) run as separate processes over
-``asyncactor.mqtt.MQTTTransport``. Repeatedly: wait until one node reports TagEvent, SIGKILL
+``broker_mqtt.election.MQTTTransport``. Repeatedly: wait until one node reports TagEvent, SIGKILL
 that process, measure the wall-clock time until another node reports TagEvent, start a
 replacement. Also counts the actor PUBLISHes per slot (from a raw subscriber) and the CPU seconds
 each node used per hour of running. Run alone: ``python bench/election_real.py [--kills 10]``.
@@ -31,8 +31,8 @@ def _node_role(url: str, namespace: str, name: str, cycle: float, gap: float) ->
     import anyio
 
     from asyncactor import Actor, TagEvent
-    from asyncactor.mqtt import MQTTTransport
     from broker_mqtt import Endpoint
+    from broker_mqtt.election import MQTTTransport
 
     async def main() -> None:
         async with Endpoint(url, namespace=namespace, name=name) as ep:

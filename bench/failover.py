@@ -372,7 +372,7 @@ def _q(samples: list[float], q: float) -> float | None:
 
 
 def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
-    from broker_mqtt.embedded import EmbeddedBroker
+    from broker_mqtt.transport.embedded import EmbeddedBroker
 
     load = os.getloadavg()
     t0 = time.monotonic()

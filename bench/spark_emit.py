@@ -83,8 +83,8 @@ def _paho_partition(rows: Any, host: str, port: int, namespace: str) -> None:
     import paho.mqtt.client as mqtt
 
     from broker_mqtt import codec
-    from broker_mqtt.message import Kind, NodeEncoder
-    from broker_mqtt.topics import TopicLayout
+    from broker_mqtt.wire.message import Kind, NodeEncoder
+    from broker_mqtt.wire.topics import TopicLayout
 
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"bm-{uuid.uuid4().hex}",
                          protocol=mqtt.MQTTv5)

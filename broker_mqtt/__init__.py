@@ -6,22 +6,8 @@ See docs/ for concepts, the wire format and guarantees.
 """
 
 from ._version import __version__
-from .broker_url import BrokerURL, TLSOptions
-from .codec import DecodeError, EncodeError, decode, encode
-from .data import Count, EnumValue, Port, PortProtocol
-from .embedded import EmbeddedBroker
-from .endpoint import Endpoint, EndpointStatistics
-from .errors import (
-    BrokerMQTTError,
-    BrokerUnavailable,
-    MosquittoNotFound,
-    PayloadTooLarge,
-    PublishQueueFull,
-    TopicError,
-    TransportError,
-    UsageError,
-)
-from .events import (
+from .endpoint.endpoint import Endpoint, EndpointStatistics
+from .endpoint.events import (
     ConnectionLost,
     ConnectionRestored,
     ErrorCode,
@@ -33,8 +19,22 @@ from .events import (
     PeerRemoved,
     StatusEvent,
 )
-from .message import Kind
-from .subscription import RawMessage, RawSubscription, Subscription
+from .endpoint.subscription import RawMessage, RawSubscription, Subscription
+from .errors import (
+    BrokerMQTTError,
+    BrokerUnavailable,
+    MosquittoNotFound,
+    PayloadTooLarge,
+    PublishQueueFull,
+    TopicError,
+    TransportError,
+    UsageError,
+)
+from .transport.broker_url import BrokerURL, TLSOptions
+from .transport.embedded import EmbeddedBroker
+from .wire.codec import DecodeError, EncodeError, decode, encode
+from .wire.data import Count, EnumValue, Port, PortProtocol
+from .wire.message import Kind
 
 __all__ = [
     "__version__",

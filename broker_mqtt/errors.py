@@ -3,12 +3,12 @@
 Every error says whose fault it is: :class:`UsageError` subclasses mean the caller asked for
 something the library cannot do (a bad topic, a payload too large); :class:`TransportError`
 subclasses mean the broker or the network failed. Malformed data from the wire raises
-:class:`broker_mqtt.codec.DecodeError` (re-exported here) and is never fatal to a receive loop.
+:class:`broker_mqtt.wire.codec.DecodeError` (re-exported here) and is never fatal to a receive loop.
 """
 
 from __future__ import annotations
 
-from .codec import DecodeError, EncodeError
+from .wire.codec import DecodeError, EncodeError
 
 __all__ = [
     "BrokerMQTTError",

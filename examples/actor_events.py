@@ -7,8 +7,8 @@ python examples/actor_events.py
 import anyio
 
 from asyncactor import Actor, PingEvent, TagEvent, UntagEvent
-from asyncactor.mqtt import MQTTTransport
 from broker_mqtt import Endpoint
+from broker_mqtt.election import MQTTTransport
 
 CONFIG = {"cycle": 0.6, "gap": 0.2}  # short slots for a quick example (default: cycle 10 s, gap 1.5 s)
 

@@ -11,7 +11,7 @@ Run: python examples/edge_config.py
 import anyio
 
 from broker_mqtt import Endpoint
-from broker_mqtt.store import MasterChange, Updated
+from broker_mqtt.store import MasterChange, Updated, attach_store
 
 ELECTION = {"cycle": 1.0, "gap": 0.25}  # small, for a quick example; the default is cycle 10 s, gap 1.5 s
 
@@ -42,7 +42,7 @@ async def gateway(ep: Endpoint, store, done: anyio.Event) -> None:
 
 async def main() -> None:
     async with Endpoint(name="gw-1") as a, Endpoint(name="gw-2") as b, Endpoint(name="gw-3") as c:
-        stores = {ep.name: await ep.attach_store("site-config", election=ELECTION) for ep in (a, b, c)}
+        stores = {ep.name: await attach_store(ep, "site-config", election=ELECTION) for ep in (a, b, c)}
         await stores["gw-1"].await_master(10)
         await stores["gw-1"].put("interval", 0.2)
         done = anyio.Event()

@@ -11,12 +11,13 @@ Run: python examples/queue_worker.py
 import anyio
 
 from broker_mqtt import Endpoint
+from broker_mqtt.queue import attach_queue
 
 ELECTION = {"cycle": 1.0, "gap": 0.25}  # small, for a quick example; the default is cycle 10 s, gap 1.5 s
 
 
 async def worker(ep: Endpoint, done: dict[str, list[int]], total: int, finished: anyio.Event) -> None:
-    queue = await ep.attach_queue("jobs", replica=False)
+    queue = await attach_queue(ep, "jobs", replica=False)
     async with queue.consume(prefetch=2) as deliveries:
         async for d in deliveries:
             job = d.data["job"]
@@ -37,8 +38,8 @@ async def worker(ep: Endpoint, done: dict[str, list[int]], total: int, finished:
 async def main() -> None:
     async with Endpoint(name="dispatcher") as disp, Endpoint(name="standby") as standby, \
             Endpoint(name="worker-a") as a, Endpoint(name="worker-b") as b:
-        queue = await disp.attach_queue("jobs", election=ELECTION)
-        spare = await standby.attach_queue("jobs", election=ELECTION, candidate=False)  # confirms writes
+        queue = await attach_queue(disp, "jobs", election=ELECTION)
+        spare = await attach_queue(standby, "jobs", election=ELECTION, candidate=False)  # confirms writes
         await queue.await_master(10)
         ids = await queue.publish_many([{"job": i} for i in range(1, 9)])
         print(f"dispatcher: published jobs 1-8 as ids {ids}")

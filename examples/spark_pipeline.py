@@ -34,6 +34,7 @@ import anyio
 
 from broker_mqtt import EmbeddedBroker, Endpoint
 from broker_mqtt.spark import Deduplicator, dedup, ensure_java, register
+from broker_mqtt.store import attach_store
 
 DEVICES = 3
 SECONDS = 120
@@ -72,7 +73,7 @@ class EdgeNode:
                 Endpoint(self.url, namespace=self.namespace, name="edge-node-2") as ep2, \
                 ep.subscribe("/sensors/agg") as sub:
             election = {"cycle": 2.0, "gap": 0.5}
-            stores = [await e.attach_store("sensor-agg", election=election) for e in (ep, ep2)]
+            stores = [await attach_store(e, "sensor-agg", election=election) for e in (ep, ep2)]
             await stores[0].await_master(30)  # the bridge's store sink needs a master to write to
             self.ready.set()
             with anyio.move_on_after(300):  # a bound for a stuck run; Spark's start can be slow on a busy host

@@ -10,8 +10,8 @@ import time
 import anyio
 
 from asyncactor import Actor, DetagEvent, PingEvent, TagEvent, UntagEvent
-from asyncactor.mqtt import MQTTTransport
 from broker_mqtt import Endpoint
+from broker_mqtt.election import MQTTTransport
 
 
 async def main() -> None:

@@ -31,6 +31,7 @@ import anyio.lowlevel
 from line_procs import out
 
 from broker_mqtt import Endpoint
+from broker_mqtt.store import attach_store
 from broker_mqtt.store.elected import Conflict, MasterChange
 
 
@@ -48,7 +49,7 @@ async def main() -> None:
     p.add_argument("--n-hosts", type=int, help="the election's rough group size (asyncactor n_hosts)")
     args = p.parse_args()
     async with Endpoint(args.url, namespace=args.namespace) as ep:
-        store = await ep.attach_store(
+        store = await attach_store(ep,
             args.store, backend="sqlite" if args.sqlite else "memory", path=args.sqlite, mode=args.mode,
             election={"cycle": args.cycle, "gap": args.gap, **({"n_hosts": args.n_hosts} if args.n_hosts else {})},
             durability=args.durability, write_timeout=60)

@@ -35,7 +35,8 @@ import anyio.lowlevel
 from line_procs import out
 
 from broker_mqtt import Endpoint
-from broker_mqtt.queue import Consumer, MessageState, NotHeld
+from broker_mqtt.queue import Consumer, MessageState, NotHeld, attach_queue
+from broker_mqtt.store import attach_store
 from broker_mqtt.store.elected import MasterChange
 
 
@@ -65,7 +66,7 @@ async def main() -> None:
     args = p.parse_args()
     counts = {"published": 0, "accepted": 0}
     async with Endpoint(args.url, namespace=args.namespace, keepalive=args.keepalive) as ep:
-        q = await ep.attach_queue(
+        q = await attach_queue(ep,
             args.queue, backend="sqlite" if args.sqlite else "memory", path=args.sqlite,
             election={"cycle": args.cycle, "gap": args.gap, **({"n_hosts": args.n_hosts} if args.n_hosts else {})},
             mode=args.mode,
@@ -104,7 +105,7 @@ async def main() -> None:
             out("PUBLISH_DONE", time.monotonic())
 
         async def store_puts() -> None:
-            store = await ep.attach_store("baseline", election={"cycle": args.cycle, "gap": args.gap},
+            store = await attach_store(ep, "baseline", election={"cycle": args.cycle, "gap": args.gap},
                                           candidate=not args.no_candidate, write_timeout=60)
             await store.await_master()
             numbers = iter(range(args.store_puts))

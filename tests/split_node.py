@@ -26,6 +26,7 @@ import anyio.lowlevel
 from line_procs import out
 
 from broker_mqtt import Endpoint
+from broker_mqtt.store import attach_store
 from broker_mqtt.store.elected import Conflict, MasterChange, StaleChange
 
 
@@ -40,7 +41,7 @@ def version(v: Any) -> list[Any]:
 async def main() -> None:
     url, namespace, name, cycle, gap = sys.argv[1:6]
     async with Endpoint(url, namespace=namespace) as ep:
-        store = await ep.attach_store(name, mode="sticky", election={"cycle": float(cycle), "gap": float(gap)},
+        store = await attach_store(ep, name, mode="sticky", election={"cycle": float(cycle), "gap": float(gap)},
                                       write_timeout=60)
 
         async def watch() -> None:

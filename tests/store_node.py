@@ -25,6 +25,7 @@ import anyio
 
 from broker_mqtt import Endpoint
 from broker_mqtt import channel as ch
+from broker_mqtt.store import attach_clone, attach_master
 from broker_mqtt.store.attached import Faults
 
 
@@ -150,10 +151,10 @@ async def main() -> None:
     async with Endpoint(opts.url, namespace=opts.namespace, id=uuid.UUID(opts.id), name=f"store-{opts.role}") as ep:
         if opts.role == "master":
             kwargs: dict[str, Any] = {"backend": "sqlite", "path": opts.sqlite} if opts.sqlite else {}
-            store: Any = await ep.attach_master(opts.store, channel=config, faults=faults,
+            store: Any = await attach_master(ep, opts.store, channel=config, faults=faults,
                                                 discovery_timeout=0.1, **kwargs)
         else:
-            store = await ep.attach_clone(opts.store, channel=config, faults=faults,
+            store = await attach_clone(ep, opts.store, channel=config, faults=faults,
                                           write_buffer=opts.write_buffer)
         print("READY", store.id, flush=True)
         stdin = anyio.wrap_file(sys.stdin)

@@ -12,8 +12,8 @@ import cbor2
 import pytest
 
 from asyncactor import Actor, DetagEvent, PingEvent, TagEvent, UntagEvent
-from asyncactor.mqtt import MQTTTransport
 from broker_mqtt import EmbeddedBroker, Endpoint, TopicError
+from broker_mqtt.election import MQTTTransport
 
 pytestmark = [pytest.mark.anyio, pytest.mark.mosquitto]
 

@@ -30,7 +30,7 @@ def test_help_everywhere() -> None:
 
 def test_demo_shows_peers_and_a_real_kill() -> None:
     """Not a terminal: plain log lines. With pyspark (and java) here, the Spark job runs too."""
-    from broker_mqtt.demo_spark import spark_unavailable
+    from broker_mqtt.cli.demo_spark import spark_unavailable
 
     out = run("demo", "--duration", "3", timeout=110)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from broker_mqtt import demo_spark
-from broker_mqtt.demo_spark import KEY_PREFIX, expected_aggregates, parse_line, spark_unavailable
-from broker_mqtt.demo_view import PeerRow, Screen, Snapshot, StoreRow, render
+from broker_mqtt.cli.demo_spark import KEY_PREFIX, expected_aggregates, parse_line, spark_unavailable
+from broker_mqtt.cli.demo_view import PeerRow, Screen, Snapshot, StoreRow, render
 
 CLI = [sys.executable, "-m", "broker_mqtt"]
 
@@ -105,7 +105,7 @@ def test_spark_job_pure_parts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_demo_summary_checks_the_spark_rows() -> None:
-    from broker_mqtt.cli_demo import _Demo
+    from broker_mqtt.cli.demo import _Demo
 
     demo = _Demo("mqtt://x", "ns", 3, 1.0, False, None)
     rows = expected_aggregates()

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from broker_mqtt import EmbeddedBroker
-from broker_mqtt.cli_status import StoreSeen, build_report, format_report, observe, problems, store_name
-from broker_mqtt.events import PeerInfo
+from broker_mqtt.cli.status import StoreSeen, build_report, format_report, observe, problems, store_name
+from broker_mqtt.endpoint.events import PeerInfo
 
 CLI = [sys.executable, "-m", "broker_mqtt"]
 A, B, C = (uuid.UUID(int=i) for i in (1, 2, 3))

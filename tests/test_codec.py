@@ -1,4 +1,4 @@
-"""Tests for broker_mqtt.codec and broker_mqtt.data: round-trips, wire forms, malformed input."""
+"""Tests for broker_mqtt.wire.codec and broker_mqtt.wire.data: round-trips, wire forms, malformed input."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_mqtt.codec import (
+from broker_mqtt.wire.codec import (
     PROJECT_TAGS,
     DecodeError,
     EncodeError,
@@ -21,7 +21,7 @@ from broker_mqtt.codec import (
     decode_sequence,
     encode,
 )
-from broker_mqtt.data import Count, EnumValue, Port, PortProtocol
+from broker_mqtt.wire.data import Count, EnumValue, Port, PortProtocol
 
 # The composite strategies below have long reprs; hypothesis warns when it renders one.
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")

@@ -1,4 +1,4 @@
-from broker_mqtt.dispatch import Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
+from broker_mqtt.endpoint.dispatch import Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
 
 
 def test_minimal_prefixes_drop_covered_and_duplicates() -> None:

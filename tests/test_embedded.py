@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker_mqtt import EmbeddedBroker, MosquittoNotFound, TransportError
-from broker_mqtt import embedded as embedded_module
+from broker_mqtt.transport import embedded as embedded_module
 
 pytestmark = pytest.mark.mosquitto
 

@@ -24,7 +24,7 @@ from broker_mqtt import (
     TopicError,
     UsageError,
 )
-from broker_mqtt.message import Kind, NodeEncoder
+from broker_mqtt.wire.message import Kind, NodeEncoder
 
 pytestmark = [pytest.mark.anyio, pytest.mark.mosquitto]
 
@@ -240,7 +240,7 @@ async def test_a_burst_of_unicasts_arrives_in_order(broker: EmbeddedBroker, name
 
 
 async def test_publish_encoded_sends_what_publish_sends(broker: EmbeddedBroker, namespace: str) -> None:
-    from broker_mqtt import codec
+    from broker_mqtt.wire import codec
 
     values = [{"i": i, "t": dt.datetime(2024, 1, 2, tzinfo=dt.UTC), "pad": "x" * (i * 40)} for i in range(12)]
     async with Endpoint(broker, namespace=namespace, max_pending_messages=5) as a, \

@@ -11,7 +11,7 @@ import cbor2
 import pytest
 
 from broker_mqtt import Endpoint
-from broker_mqtt.message import Kind, NodeEncoder
+from broker_mqtt.wire.message import Kind, NodeEncoder
 
 pytestmark = pytest.mark.anyio
 

@@ -3,8 +3,8 @@ import os
 import cbor2
 import pytest
 
-from broker_mqtt.codec import DecodeError
-from broker_mqtt.message import FORMAT_VERSION, Kind, NodeEncoder, NodeMessage, decode_batch, encode_node
+from broker_mqtt.wire.codec import DecodeError
+from broker_mqtt.wire.message import FORMAT_VERSION, Kind, NodeEncoder, NodeMessage, decode_batch, encode_node
 
 SENDER = os.urandom(16)
 
@@ -74,9 +74,9 @@ def test_fast_path_never_accepts_what_the_exact_path_would_refuse(seeks_back: bo
     """A stray break byte or trailing bytes fall back to the exact decoder, which keeps the
     good prefix and names the error; a non-canonical foreign encoding is accepted. Both ways of
     telling whether the fast path decoded exactly the input are checked."""
-    import broker_mqtt.message
+    import broker_mqtt.wire.message
 
-    monkeypatch.setattr(broker_mqtt.message, "_DECODER_SEEKS_BACK", seeks_back)
+    monkeypatch.setattr(broker_mqtt.wire.message, "_DECODER_SEEKS_BACK", seeks_back)
     enc = NodeEncoder(SENDER)
     good = enc.encode(Kind.DATA, "/t", cbor2.dumps(1))
     for tail in (b"\xff", b"\xff\xf7", b"\x00", b"\xff\xff\x01"):

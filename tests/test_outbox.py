@@ -1,4 +1,4 @@
-from broker_mqtt.outbox import Outbox
+from broker_mqtt.endpoint.outbox import Outbox
 
 
 def test_coalesces_per_topic_and_keeps_order() -> None:
@@ -44,7 +44,7 @@ def test_retry_goes_first_and_raw_messages_are_not_coalesced() -> None:
 
 
 def test_inflight_releases_in_send_order_only() -> None:
-    from broker_mqtt.outbox import Batch, InFlight
+    from broker_mqtt.endpoint.outbox import Batch, InFlight
 
     window = InFlight(limit=3)
     a, b, c = Batch("t", 1), Batch("t", 1), Batch("t", 1)
@@ -59,7 +59,7 @@ def test_inflight_releases_in_send_order_only() -> None:
 
 
 def test_inflight_confirmation_before_registration() -> None:
-    from broker_mqtt.outbox import Batch, InFlight
+    from broker_mqtt.endpoint.outbox import Batch, InFlight
 
     window = InFlight()
     assert window.confirm(7) == []

@@ -15,9 +15,10 @@ import cbor2
 import pytest
 from subscriber_helpers import nothing_more, take
 
-from broker_mqtt import EmbeddedBroker, Endpoint, UsageError, codec
-from broker_mqtt.endpoint import _local_prefixes
-from broker_mqtt.message import Kind, NodeEncoder
+from broker_mqtt import EmbeddedBroker, Endpoint, UsageError
+from broker_mqtt.endpoint.endpoint import _local_prefixes
+from broker_mqtt.wire import codec
+from broker_mqtt.wire.message import Kind, NodeEncoder
 
 pytestmark = pytest.mark.anyio
 mosquitto = pytest.mark.mosquitto

@@ -9,10 +9,10 @@ from typing import Any
 import anyio
 import pytest
 
-from broker_mqtt import codec
-from broker_mqtt.events import ErrorCode, ErrorEvent, Message
-from broker_mqtt.message import Kind
-from broker_mqtt.subscription import Subscription
+from broker_mqtt.endpoint.events import ErrorCode, ErrorEvent, Message
+from broker_mqtt.endpoint.subscription import Subscription
+from broker_mqtt.wire import codec
+from broker_mqtt.wire.message import Kind
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from broker_mqtt import BrokerUnavailable, EmbeddedBroker, Endpoint, TLSOptions
-from broker_mqtt.embedded import _free_port
+from broker_mqtt.transport.embedded import _free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.mosquitto]
 

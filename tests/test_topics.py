@@ -1,7 +1,7 @@
 import pytest
 
 from broker_mqtt import TopicError
-from broker_mqtt.topics import TopicLayout, prefix_matches, validate_prefix, validate_topic
+from broker_mqtt.wire.topics import TopicLayout, prefix_matches, validate_prefix, validate_topic
 
 
 def test_leading_slash_is_insignificant() -> None:

@@ -3,7 +3,7 @@
 - :mod:`.model`: how messages live in the replicated state; the master's index (sans-io);
 - :mod:`.commands`: publish, acquire, settle, release-owner and renew, computed by the master (sans-io);
 - :mod:`.batching`: group commit of concurrent operations (anyio);
-- :mod:`.attached`: the anyio layer (``Endpoint.attach_queue``);
+- :mod:`.attached`: the anyio layer (``attach_queue(ep, name)``);
 - :mod:`.log`: log readers, with their own persistent read pointer (anyio).
 """
 

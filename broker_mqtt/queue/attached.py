@@ -40,14 +40,15 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio
 import anyio.lowlevel
 
+from ..endpoint.attaching import attaching
+from ..endpoint.events import PeerLost, PeerRemoved
 from ..errors import BrokerMQTTError
-from ..events import PeerLost, PeerRemoved
-from ..message import Kind
 from ..store.attached import EventsDropped, Inserted, Updated
 from ..store.commands import WriteCommand
 from ..store.elected import ElectedStore, MasterChange, attach_store
 from ..store.errors import StoreError
 from ..store.writer import StoreWriter
+from ..wire.message import Kind
 from .batching import GroupCommit
 from .commands import (
     START_NEXT,
@@ -67,7 +68,7 @@ from .log import POLL, LogReader
 from .model import READER_PREFIX, MessageRecord, MessageState, index_for, is_message_key, is_pointer
 
 if TYPE_CHECKING:
-    from ..endpoint import Endpoint
+    from ..endpoint.endpoint import Endpoint
 
 log = logging.getLogger("broker_mqtt.queue")
 
@@ -673,6 +674,7 @@ def _reader_name(name: str) -> str:
     return name
 
 
+@attaching
 async def attach_queue(
     ep: Endpoint,
     name: str,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import anyio
 import anyio.abc
@@ -34,7 +34,25 @@ from .errors import QueueError, UnknownReader
 from .model import NEXT_ID, MessageRecord, MessageState, is_message_key
 
 if TYPE_CHECKING:
-    from .attached import WorkQueue
+    from ..store.commands import WriteCommand
+    from ..store.elected import ElectedStore
+
+
+class LogSource(Protocol):
+    """What a :class:`LogReader` reads through: a work-queue handle (declared here, so that this
+    module does not import the handle built on it)."""
+
+    name: str
+    store: ElectedStore | None
+    closed: bool
+    poll_interval: float
+    _arrivals: int
+
+    async def write(self, command: WriteCommand) -> Any: ...
+
+    def _listen(self, delta: int) -> None: ...
+
+    async def _await_arrival(self, seen: int, timeout: float) -> None: ...
 
 __all__ = ["LogEntry", "LogReader", "POLL"]
 
@@ -76,7 +94,7 @@ class LogReader:
     time.
     """
 
-    def __init__(self, queue: WorkQueue, name: str) -> None:
+    def __init__(self, queue: LogSource, name: str) -> None:
         if queue.store is None:
             raise QueueError(f"queue {queue.name!r}: reading a log needs a replica; this handle keeps none "
                              f"(replica=False): read on one that does")

@@ -11,7 +11,7 @@ argument's big-endian bytes, selecting the width per row with ``if_else``.
 Kernels cover the types Spark sends most: integers, floats, booleans, strings, binary,
 timestamps (units down to microseconds, years 1-9999) and dates. Every other column (decimals, intervals,
 arrays, maps, structs, ...) goes the row path of convert.py — :func:`value_converter`, then
-:func:`broker_mqtt.codec.encode` per value — into a binary array, and is joined like the others.
+:func:`broker_mqtt.wire.codec.encode` per value — into a binary array, and is joined like the others.
 
 The contract (a test pins it for every type of the mapping): row ``i``'s payload is byte for
 byte ``codec.encode(row)``, where ``row`` is the dict the row path builds — the columns'
@@ -30,8 +30,8 @@ import cbor2
 import pyarrow as pa  # type: ignore[import-untyped]  # reason: pyarrow ships no type information
 import pyarrow.compute as pc  # type: ignore[import-untyped]  # reason: as above
 
-from .. import codec
 from ..errors import UsageError
+from ..wire import codec
 from .convert import value_converter
 
 __all__ = ["PayloadEncoder", "cbor_head"]

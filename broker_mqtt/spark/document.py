@@ -15,7 +15,7 @@ import ipaddress
 import json
 from typing import Any
 
-from ..data import Count, EnumValue, Port
+from ..wire.data import Count, EnumValue, Port
 
 __all__ = ["to_json", "to_jsonable"]
 

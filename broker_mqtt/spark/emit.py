@@ -22,7 +22,7 @@ import anyio
 import anyio.to_thread
 import pyarrow as pa  # type: ignore[import-untyped]  # reason: pyarrow ships no type information
 
-from ..endpoint import Endpoint
+from ..endpoint.endpoint import Endpoint
 from ..errors import TopicError, TransportError
 from .columnar import PayloadEncoder
 from .options import SinkOptions

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from ..broker_url import BrokerURL, TLSOptions
 from ..errors import UsageError
-from ..topics import validate_prefix, validate_topic
+from ..transport.broker_url import BrokerURL, TLSOptions
+from ..wire.topics import validate_prefix, validate_topic
 from .rowid import ROW_ID_KEY
 
 __all__ = ["Connection", "SinkOptions", "SourceOptions"]

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from ..endpoint import Endpoint
+from ..endpoint.endpoint import Endpoint
 from .document import to_json
 from .options import SourceOptions
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Self
 
-from ..events import Message
+from ..endpoint.events import Message
 
 __all__ = ["ROW_ID_KEY", "RowId", "row_id", "Deduplicator", "DeduplicatorStatistics", "dedup", "Deduplicated"]
 

@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import pyarrow as pa  # type: ignore[import-untyped]  # reason: pyarrow ships no type information
 
-from ..endpoint import Endpoint
+from ..endpoint.endpoint import Endpoint
 from ..errors import TransportError
 from ..store.writer import StoreWriter
 from .convert import RowConverter

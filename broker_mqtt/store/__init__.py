@@ -2,12 +2,12 @@
 
 - :mod:`.backend`: where a replica keeps its data (memory, SQLite);
 - :mod:`.commands`: the commands and control messages and their wire form;
-- :mod:`.master`, :mod:`.clone`: the replica state machines, wired with ``broker_mqtt.channel``;
+- :mod:`.master`, :mod:`.clone`: the replica state machines, wired with ``broker_mqtt.channel.channel``;
 - :mod:`.errors`: the store errors;
 - :mod:`.attached`: the anyio I/O layer, store handles attached to an Endpoint
-  (``Endpoint.attach_master`` / ``attach_clone``);
+  (``attach_master(ep, name)`` / ``attach_clone(ep, name)``);
 - elected stores (``docs/elected-stores.md``): :mod:`.versioned` (replicated state, merge),
-  :mod:`.replication` (the sans-io protocol), :mod:`.elected` (``Endpoint.attach_store``).
+  :mod:`.replication` (the sans-io protocol), :mod:`.elected` (``attach_store(ep, name)``).
 """
 
 from .attached import (

@@ -49,10 +49,11 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio
 import anyio.lowlevel
 
-from .. import channel as ch
-from .. import codec
+from ..channel import channel as ch
+from ..endpoint.attaching import attaching
 from ..errors import PayloadTooLarge
-from ..message import Kind
+from ..wire import codec
+from ..wire.message import Kind
 from .backend import Backend, Entry, MemoryBackend, SQLiteBackend, _pack
 from .clone import (
     DEFAULT_REQUEST_TIMEOUT,
@@ -64,22 +65,13 @@ from .clone import (
     WentStale,
     WriteFailed,
 )
-from .commands import (
-    Clear,
-    Erase,
-    Expire,
-    Put,
-    PutUnique,
-    WriteCommand,
-    decode_command,
-    decode_control,
-)
+from .commands import Clear, Erase, Expire, Put, PutUnique, WriteCommand, decode_command, decode_control
 from .errors import MasterExists, NoSuchKey, Stale, StoreDecodeError, StoreError
 from .master import CloneAttached, CloneLost, Envelope, Master, RemoteWriteFailed, WritesLost, _new_value
 from .operations import WriteOperations
 
 if TYPE_CHECKING:
-    from ..endpoint import Endpoint
+    from ..endpoint.endpoint import Endpoint
 
 __all__ = [
     "DEFAULT_CHANNEL", "Faults", "Inserted", "Updated", "Erased", "Expired", "EventsDropped", "StoreEvent",
@@ -1099,6 +1091,7 @@ def _config(channel: ch.ChannelConfig | None) -> ch.ChannelConfig:
     return channel if channel is not None else DEFAULT_CHANNEL
 
 
+@attaching
 async def attach_master(ep: Endpoint, name: str, *, backend: str | Backend = "memory",
                         path: str | Path | None = None, channel: ch.ChannelConfig | None = None,
                         discovery_timeout: float = 0.25, faults: Faults | None = None,
@@ -1138,6 +1131,7 @@ async def attach_master(ep: Endpoint, name: str, *, backend: str | Backend = "me
     return result
 
 
+@attaching
 async def attach_clone(ep: Endpoint, name: str, *, channel: ch.ChannelConfig | None = None,
                        write_buffer: int = DEFAULT_WRITE_BUFFER, request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
                        faults: Faults | None = None, event_buffer: int = DEFAULT_EVENT_BUFFER,

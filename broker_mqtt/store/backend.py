@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import cbor2
 
-from .. import codec
+from ..wire import codec
 from .errors import BackendError, NoSuchKey
 
 __all__ = ["Entry", "Backend", "MemoryBackend", "SQLiteBackend"]
@@ -39,7 +39,7 @@ def _pack_scalar(obj: int | str) -> bytes:
 
 
 def _pack(obj: Any) -> bytes:
-    """Encode a key or value: ``broker_mqtt.codec``'s encoding, in canonical form (so that equal
+    """Encode a key or value: ``broker_mqtt.wire.codec``'s encoding, in canonical form (so that equal
     keys, e.g. sets built in another order, get equal bytes). Plain ints and strings, the usual
     keys, come from a cache (``type(...) is``: a bool, an int subclass, never shares 1's bytes).
     A :class:`_Packed` inside ``obj`` stands for the item it holds the encoding of."""
@@ -107,7 +107,7 @@ def sqlite_transaction(db: sqlite3.Connection, path: Any) -> Iterator[None]:
 
 
 def _unpack(data: bytes) -> Any:
-    """Decode a key or value (``broker_mqtt.codec.decode``)."""
+    """Decode a key or value (``broker_mqtt.wire.codec.decode``)."""
     try:
         return codec.decode(data)
     except codec.DecodeError as exc:

@@ -39,14 +39,12 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio
 import anyio.lowlevel
 
+from ..endpoint.attaching import attaching
+from ..endpoint.events import PeerLost, PeerRemoved
 from ..errors import UsageError
-from ..events import PeerLost, PeerRemoved
-from ..message import Kind
+from ..wire.message import Kind
 from .attached import Erased, EventsDropped, Expired, Inserted, Updated
-from .commands import (
-    PutUnique,
-    WriteCommand,
-)
+from .commands import PutUnique, WriteCommand
 from .errors import StoreDecodeError, StoreError
 from .operations import WriteOperations
 from .replication import (
@@ -65,7 +63,7 @@ from .routes import answers_topic, replication_topic, routes, writes_topic
 from .versioned import Epoch, Resolver, Version, VersionedState, last_writer_wins
 
 if TYPE_CHECKING:
-    from ..endpoint import Endpoint
+    from ..endpoint.endpoint import Endpoint
 
 log = logging.getLogger("broker_mqtt.store.elected")
 
@@ -353,7 +351,7 @@ class ElectedStore(WriteOperations):
 
     async def _service(self, *, task_status: anyio.abc.TaskStatus[Any]) -> None:
         from asyncactor import Actor
-        from asyncactor.mqtt import MQTTTransport
+        from broker_mqtt.election import MQTTTransport
 
         try:
             with anyio.CancelScope() as scope:
@@ -509,6 +507,7 @@ class ElectedStore(WriteOperations):
             self._draining = False
 
 
+@attaching
 async def attach_store(
     ep: Endpoint,
     name: str,

@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
-from ..message import Kind
+from ..wire.message import Kind
 from .commands import Put, WriteCommand
 from .errors import StoreDecodeError, StoreError, Timeout, error_from_wire
 from .routes import answers_topic, master_topic, routes
 from .versioned import Epoch, epoch_from_wire
 
 if TYPE_CHECKING:
-    from ..endpoint import Endpoint
+    from ..endpoint.endpoint import Endpoint
 
 __all__ = ["NoMaster", "WriterCore", "StoreWriter"]
 

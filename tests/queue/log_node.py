@@ -25,6 +25,8 @@ from broker_mqtt import Endpoint
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from line_procs import out  # noqa: E402 - tests/ holds the node line protocol
 
+from broker_mqtt.queue import attach_queue
+
 
 async def main() -> None:
     p = argparse.ArgumentParser()
@@ -37,7 +39,7 @@ async def main() -> None:
     p.add_argument("--gap", type=float, default=0.25)
     args = p.parse_args()
     async with Endpoint(args.url, namespace=args.namespace) as ep:
-        q = await ep.attach_queue(args.queue, election={"cycle": args.cycle, "gap": args.gap}, candidate=False,
+        q = await attach_queue(ep, args.queue, election={"cycle": args.cycle, "gap": args.gap}, candidate=False,
                                   write_timeout=60)
         assert q.store is not None
 

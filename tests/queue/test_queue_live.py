@@ -19,9 +19,17 @@ import pytest
 from queue_procs import QueueProc, wait_for
 
 from broker_mqtt import Endpoint
-from broker_mqtt.embedded import EmbeddedBroker
-from broker_mqtt.queue import Acquire, AlreadySettled, MessageState, NotHeld, ReleaseOwner, Settle
+from broker_mqtt.queue import (
+    Acquire,
+    AlreadySettled,
+    MessageState,
+    NotHeld,
+    ReleaseOwner,
+    Settle,
+    attach_queue,
+)
 from broker_mqtt.store.errors import StoreProtocolError
+from broker_mqtt.transport.embedded import EmbeddedBroker
 
 pytestmark = [pytest.mark.mosquitto]
 
@@ -46,8 +54,8 @@ def procs() -> Any:
 async def test_in_process_api(broker: EmbeddedBroker, namespace: str, tmp_path: Path) -> None:
     db = tmp_path / "jobs.db"
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
-        qa = await a.attach_queue("jobs", backend="sqlite", path=db, election=ELECTION, max_deliveries=2)
-        qb = await b.attach_queue("jobs", election=ELECTION, candidate=False)
+        qa = await attach_queue(a, "jobs", backend="sqlite", path=db, election=ELECTION, max_deliveries=2)
+        qb = await attach_queue(b, "jobs", election=ELECTION, candidate=False)
         with anyio.fail_after(30):
             assert await qa.await_master() and await qb.await_master()
             assert await qb.publish({"job": 0}) == 1
@@ -81,7 +89,7 @@ async def test_in_process_api(broker: EmbeddedBroker, namespace: str, tmp_path: 
         await qa.close()
     # persistent: the SQLite replica reopens with what it held
     async with Endpoint(broker, namespace=namespace) as a:
-        qa = await a.attach_queue("jobs", backend="sqlite", path=db, election=ELECTION)
+        qa = await attach_queue(a, "jobs", backend="sqlite", path=db, election=ELECTION)
         assert [x.id for x in qa.dead_letters()] == [2] and qa.statistics().ready == 1
         await qa.close()
 
@@ -92,8 +100,8 @@ async def test_accepted_messages_leave_no_tombstones_behind(broker: EmbeddedBrok
     # tombstone_ttl 0: the master forgets every tombstone within a second; on every replica, in SQLite too
     db = tmp_path / "jobs.db"
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
-        qa = await a.attach_queue("jobs", backend="sqlite", path=db, election=ELECTION, tombstone_ttl=0)
-        qb = await b.attach_queue("jobs", election=ELECTION, candidate=False, tombstone_ttl=0)
+        qa = await attach_queue(a, "jobs", backend="sqlite", path=db, election=ELECTION, tombstone_ttl=0)
+        qb = await attach_queue(b, "jobs", election=ELECTION, candidate=False, tombstone_ttl=0)
         with anyio.fail_after(30):
             assert await qa.await_master() and await qb.await_master()
             ids = await qa.publish_many([{"job": i} for i in range(50)])
@@ -112,7 +120,7 @@ async def test_accepted_messages_leave_no_tombstones_behind(broker: EmbeddedBrok
         await qb.close()
         await qa.close()
     async with Endpoint(broker, namespace=namespace) as a:  # the SQLite file holds no tombstone either
-        qa = await a.attach_queue("jobs", backend="sqlite", path=db, election=ELECTION)
+        qa = await attach_queue(a, "jobs", backend="sqlite", path=db, election=ELECTION)
         assert qa.store.replica.state.tombstones == 0 and qa.statistics().ready == 1
         await qa.close()
 
@@ -124,9 +132,9 @@ async def _master_standby_writer(broker: EmbeddedBroker, namespace: str, *, besi
     """Queue "jobs": its master on endpoint a, a second replica on b (durability "one"), and a handle
     without a replica on a (``beside_master``) or b; all three know the master when this yields."""
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
-        qa = await a.attach_queue("jobs", election=ELECTION, **master_options)
-        qs = await b.attach_queue("jobs", election=ELECTION, candidate=False)
-        qw = await (a if beside_master else b).attach_queue("jobs", election=ELECTION, replica=False,
+        qa = await attach_queue(a, "jobs", election=ELECTION, **master_options)
+        qs = await attach_queue(b, "jobs", election=ELECTION, candidate=False)
+        qw = await attach_queue(a if beside_master else b, "jobs", election=ELECTION, replica=False,
                                                                  **(writer_options or {}))
         try:
             with anyio.fail_after(30):
@@ -204,8 +212,8 @@ async def test_a_consumer_on_the_master_hears_of_arrivals(broker: EmbeddedBroker
     With polling off (poll_interval: an hour), a consumer that waits with nothing held can only be
     woken by that: a lost wake-up hangs the test."""
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
-        qa = await a.attach_queue("jobs", election=ELECTION, poll_interval=3600.0)
-        qb = await b.attach_queue("jobs", election=ELECTION, candidate=False)
+        qa = await attach_queue(a, "jobs", election=ELECTION, poll_interval=3600.0)
+        qb = await attach_queue(b, "jobs", election=ELECTION, candidate=False)
         with anyio.fail_after(30):
             assert await qa.await_master() and await qb.await_master() and qa.is_master
             async with qa.consume(prefetch=5) as deliveries:

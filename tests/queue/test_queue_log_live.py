@@ -16,10 +16,10 @@ import pytest
 from queue_procs import QueueProc, wait_for
 
 from broker_mqtt import Endpoint
-from broker_mqtt.embedded import EmbeddedBroker
-from broker_mqtt.queue import LogEntry, MessageState, QueueError, UnknownReader, WorkQueue
+from broker_mqtt.queue import LogEntry, MessageState, QueueError, UnknownReader, WorkQueue, attach_queue
 from broker_mqtt.queue.commands import CommitReader
 from broker_mqtt.store.errors import StoreProtocolError
+from broker_mqtt.transport.embedded import EmbeddedBroker
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -46,9 +46,9 @@ async def accept(q: WorkQueue, n: int) -> list[int]:
 async def test_in_process_api(broker: EmbeddedBroker, namespace: str) -> None:
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b, \
             Endpoint(broker, namespace=namespace) as c:
-        qa = await a.attach_queue("jobs", election=ELECTION)
-        qb = await b.attach_queue("jobs", election=ELECTION, candidate=False)
-        qc = await c.attach_queue("jobs", election=ELECTION, replica=False)
+        qa = await attach_queue(a, "jobs", election=ELECTION)
+        qb = await attach_queue(b, "jobs", election=ELECTION, candidate=False)
+        qc = await attach_queue(c, "jobs", election=ELECTION, replica=False)
         with anyio.fail_after(60):
             assert await qa.await_master() and await qb.await_master() and await qc.await_master()
             # bad input: clear errors, nothing registered

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from broker_mqtt.demo_spark import spark_unavailable
+from broker_mqtt.cli.demo_spark import spark_unavailable
 from broker_mqtt.spark import JavaNotFound, ensure_java, find_java_home
 
 ROOT = Path(__file__).resolve().parents[2]

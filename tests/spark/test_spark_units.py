@@ -14,11 +14,12 @@ import anyio
 import pyarrow as pa
 import pytest
 
-from broker_mqtt import Count, EnumValue, Message, Port, PortProtocol, TopicError, UsageError, codec
+from broker_mqtt import Count, EnumValue, Message, Port, PortProtocol, TopicError, UsageError
 from broker_mqtt.spark import ROW_ID_KEY, Deduplicator, RowId, dedup, row_id, to_json
 from broker_mqtt.spark.columnar import PayloadEncoder, cbor_head
 from broker_mqtt.spark.convert import RowConverter
 from broker_mqtt.spark.options import SinkOptions, SourceOptions
+from broker_mqtt.wire import codec
 
 
 def _row(job: str, batch: int, part: int, row: int, **fields: Any) -> dict[str, Any]:

@@ -15,9 +15,10 @@ import pytest
 from elected_procs import ElectedProc, check_converged, wait_for
 
 from broker_mqtt import Endpoint, UsageError
-from broker_mqtt.embedded import EmbeddedBroker
+from broker_mqtt.store import attach_store
 from broker_mqtt.store.elected import MasterChange
 from broker_mqtt.store.errors import NoSuchKey
+from broker_mqtt.transport.embedded import EmbeddedBroker
 
 pytestmark = [pytest.mark.mosquitto]
 
@@ -47,8 +48,8 @@ def _master_of(nodes: list[ElectedProc]) -> str | None:
 async def test_in_process_store_api(broker: EmbeddedBroker, namespace: str) -> None:
     election = {"cycle": CYCLE, "gap": GAP}
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
-        sa = await a.attach_store("cfg", election=election)
-        sb = await b.attach_store("cfg", election=election)
+        sa = await attach_store(a, "cfg", election=election)
+        sb = await attach_store(b, "cfg", election=election)
         async with sb.events() as events, sb.events(data=False) as quiet:
             assert await sb.await_master(15)
             await sb.put("fan", 3)
@@ -86,12 +87,12 @@ async def test_in_process_store_api(broker: EmbeddedBroker, namespace: str) -> N
 async def test_one_replica_of_a_store_per_endpoint(broker: EmbeddedBroker, namespace: str) -> None:
     election = {"cycle": CYCLE, "gap": GAP}
     async with Endpoint(broker, namespace=namespace) as a:
-        sa = await a.attach_store("one", election=election, durability="master")
+        sa = await attach_store(a, "one", election=election, durability="master")
         with pytest.raises(UsageError, match="already holds a replica"):
-            await a.attach_store("one", election=election)
-        other = await a.attach_store("two", election=election, durability="master")  # another store is fine
+            await attach_store(a, "one", election=election)
+        other = await attach_store(a, "two", election=election, durability="master")  # another store is fine
         await sa.close()
-        again = await a.attach_store("one", election=election, durability="master")  # once closed, again
+        again = await attach_store(a, "one", election=election, durability="master")  # once closed, again
         assert await again.await_master(15)
         await again.close()
         await other.close()
@@ -206,8 +207,8 @@ async def test_store_writer_repeats_are_answered_not_applied(broker: EmbeddedBro
     election = {"cycle": CYCLE, "gap": GAP}
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b, \
             Endpoint(broker, namespace=namespace) as w:
-        sa = await a.attach_store("sink", election=election)
-        sb = await b.attach_store("sink", election=election)
+        sa = await attach_store(a, "sink", election=election)
+        sb = await attach_store(b, "sink", election=election)
         assert await sa.await_master(15)
         for attempt in range(2):  # a task that ran twice: the same writer id, the same writes
             async with StoreWriter(w, "sink", "job-1/batch-0/part-3") as writer:

@@ -33,7 +33,7 @@ import pytest
 from bridge_proxy import CuttableProxy
 from elected_procs import wait_for
 
-from broker_mqtt.embedded import EmbeddedBroker
+from broker_mqtt.transport.embedded import EmbeddedBroker
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.slow]
 

@@ -11,8 +11,9 @@ import pytest
 from _sqlite_tracking import is_closed, track_connections
 
 from broker_mqtt import EmbeddedBroker, Endpoint
-from broker_mqtt import channel as ch
+from broker_mqtt.channel import channel as ch
 from broker_mqtt.errors import UsageError
+from broker_mqtt.queue import attach_queue
 from broker_mqtt.store import (
     BackendError,
     MasterExists,
@@ -23,6 +24,7 @@ from broker_mqtt.store import (
     Timeout,
     TypeClash,
     WriteBufferFull,
+    attach_clone,
 )
 from broker_mqtt.store.attached import (
     CloneStore,
@@ -53,8 +55,8 @@ async def _until(stream: Any, kind: type) -> AsyncIterator[Any]:
 
 async def test_master_and_clone_operations(broker: EmbeddedBroker, namespace: str) -> None:
     async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2:
-        m = await e1.attach_master("config", channel=FAST, discovery_timeout=0.05)
-        c = await e2.attach_clone("config", channel=FAST, wait=5)
+        m = await attach_master(e1, "config", channel=FAST, discovery_timeout=0.05)
+        c = await attach_clone(e2, "config", channel=FAST, wait=5)
         assert isinstance(m, MasterStore) and isinstance(c, CloneStore) and not c.stale
         await c.put("fan", 3, expiry=60)
         await c.increment("n", 2)
@@ -82,8 +84,8 @@ async def test_master_and_clone_operations(broker: EmbeddedBroker, namespace: st
 
 async def test_errors_reach_the_caller(broker: EmbeddedBroker, namespace: str) -> None:
     async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2:
-        m = await e1.attach_master("s", channel=FAST, discovery_timeout=0.05)
-        c = await e2.attach_clone("s", channel=FAST, wait=5)
+        m = await attach_master(e1, "s", channel=FAST, discovery_timeout=0.05)
+        c = await attach_clone(e2, "s", channel=FAST, wait=5)
         with pytest.raises(NoSuchKey):
             await c.get("missing")
         with pytest.raises(NoSuchKey):
@@ -104,7 +106,7 @@ async def test_errors_reach_the_caller(broker: EmbeddedBroker, namespace: str) -
             assert isinstance(rejected[-1].error, TypeClash)
         assert await c.await_idle(5) and await m.await_idle(5) and await c.get("text2") == "abc"
         with pytest.raises(MasterExists):
-            await e2.attach_master("s", channel=FAST, discovery_timeout=10)  # returns when the master answers
+            await attach_master(e2, "s", channel=FAST, discovery_timeout=10)  # returns when the master answers
         assert await c.put_unique("u", 1) is True and await c.put_unique("u", 2) is False
         assert await m.put_unique("u", 3) is False and await m.get("u") == 1
         with pytest.raises(BackendError):
@@ -115,8 +117,8 @@ async def test_clone_stale_while_master_gone_then_resyncs_and_flushes(broker: Em
                                                                      tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2:
-        m = await e1.attach_master("s", backend="sqlite", path=db, channel=FAST, discovery_timeout=0.05)
-        c = await e2.attach_clone("s", channel=FAST, write_buffer=3, wait=5)
+        m = await attach_master(e1, "s", backend="sqlite", path=db, channel=FAST, discovery_timeout=0.05)
+        c = await attach_clone(e2, "s", channel=FAST, write_buffer=3, wait=5)
         await m.put("a", 1)
         assert await m.await_idle(5)
         async with c.status() as status:
@@ -133,7 +135,7 @@ async def test_clone_stale_while_master_gone_then_resyncs_and_flushes(broker: Em
                 await c.put(f"b{i}", i)  # buffered: the bound is 3 ...
             with pytest.raises(WriteBufferFull):
                 await c.put("b3", 3)  # ... so the fourth fails for its caller, nothing queued
-            m2 = await e1.attach_master("s", backend="sqlite", path=db, channel=FAST, discovery_timeout=0.05)
+            m2 = await attach_master(e1, "s", backend="sqlite", path=db, channel=FAST, discovery_timeout=0.05)
             seen = []
             with anyio.fail_after(30):
                 async for event in status:
@@ -149,8 +151,8 @@ async def test_clone_stale_while_master_gone_then_resyncs_and_flushes(broker: Em
 async def test_event_stream_reports_changes_with_old_values_and_publisher(broker: EmbeddedBroker,
                                                                          namespace: str) -> None:
     async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2:
-        m = await e1.attach_master("s", channel=FAST, discovery_timeout=0.05)
-        c = await e2.attach_clone("s", channel=FAST, wait=5)
+        m = await attach_master(e1, "s", channel=FAST, discovery_timeout=0.05)
+        c = await attach_clone(e2, "s", channel=FAST, wait=5)
         async with m.events() as mev, c.events() as cev:
             await c.put("k", 1)
             await c.put("k", 2)
@@ -169,9 +171,9 @@ async def test_event_stream_reports_changes_with_old_values_and_publisher(broker
 async def test_clone_events_name_another_clone_as_publisher(broker: EmbeddedBroker, namespace: str) -> None:
     async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2, \
             Endpoint(broker, namespace=namespace) as e3:
-        await e1.attach_master("s", channel=FAST, discovery_timeout=0.05)
-        writer = await e2.attach_clone("s", channel=FAST, wait=5)
-        reader = await e3.attach_clone("s", channel=FAST, wait=5)
+        await attach_master(e1, "s", channel=FAST, discovery_timeout=0.05)
+        writer = await attach_clone(e2, "s", channel=FAST, wait=5)
+        reader = await attach_clone(e3, "s", channel=FAST, wait=5)
         async with reader.events() as ev:
             await writer.put("k", 1)
             await writer.clear()
@@ -182,7 +184,7 @@ async def test_clone_events_name_another_clone_as_publisher(broker: EmbeddedBrok
 
 async def test_put_unique_times_out_without_a_master(broker: EmbeddedBroker, namespace: str) -> None:
     async with Endpoint(broker, namespace=namespace) as ep:
-        c = await ep.attach_clone("nobody", channel=FAST, request_timeout=0.3)
+        c = await attach_clone(ep, "nobody", channel=FAST, request_timeout=0.3)
         assert c.stale and c.master is None
         with pytest.raises(Timeout):
             await c.put_unique("k", 1)
@@ -197,8 +199,8 @@ async def test_an_oversized_write_fails_in_the_caller_and_the_store_goes_on(name
 
     with EmbeddedBroker(max_packet_size=64 * 1024) as small:
         async with Endpoint(small, namespace=namespace) as e1, Endpoint(small, namespace=namespace) as e2:
-            m = await e1.attach_master("config", channel=FAST, discovery_timeout=0.05)
-            c = await e2.attach_clone("config", channel=FAST, wait=5)
+            m = await attach_master(e1, "config", channel=FAST, discovery_timeout=0.05)
+            c = await attach_clone(e2, "config", channel=FAST, wait=5)
             for store in (c, m):
                 with pytest.raises(PayloadTooLarge):
                     await store.put("big", "x" * 100_000)
@@ -235,7 +237,7 @@ async def test_a_failed_attach_closes_the_backend_once(broker: EmbeddedBroker, n
         await attach_store(closed_ep, "e", backend="sqlite", path=tmp_path / "e.db")
     assert len(opened) == 2 and all(is_closed(db) for db in opened)
     async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2:
-        m = await e1.attach_master("s", channel=FAST, discovery_timeout=0.05)
+        m = await attach_master(e1, "s", channel=FAST, discovery_timeout=0.05)
         given = _CountingBackend()
         with pytest.raises(MasterExists):  # the service ran (and closed the backend), then failed
             await attach_master(e2, "s", backend=given, channel=FAST, discovery_timeout=10)
@@ -255,8 +257,8 @@ async def test_a_queue_whose_service_fails_to_start_closes_its_replica(
         with monkeypatch.context() as patch:
             patch.setattr(WorkQueue, "_service", broken)
             with pytest.raises(RuntimeError, match="service failed"):
-                await ep.attach_queue("jobs", backend="sqlite", path=tmp_path / "q.db",
+                await attach_queue(ep, "jobs", backend="sqlite", path=tmp_path / "q.db",
                                       election={"cycle": 1.0, "gap": 0.25})
         assert len(opened) == 1 and is_closed(opened[0])  # the replica's file is closed ...
-        q = await ep.attach_queue("jobs", election={"cycle": 1.0, "gap": 0.25})  # ... and the name is free
+        q = await attach_queue(ep, "jobs", election={"cycle": 1.0, "gap": 0.25})  # ... and the name is free
         await q.close()

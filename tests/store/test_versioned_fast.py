@@ -18,7 +18,6 @@ from typing import Any
 import cbor2
 import pytest
 
-from broker_mqtt import codec
 from broker_mqtt.store.backend import _pack, _pack_array, _unpack
 from broker_mqtt.store.errors import StoreDecodeError
 from broker_mqtt.store.versioned import (
@@ -31,6 +30,7 @@ from broker_mqtt.store.versioned import (
     _op_from_wire,
     merge,
 )
+from broker_mqtt.wire import codec
 
 EPOCH = (1, "n")
 

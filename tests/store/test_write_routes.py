@@ -19,12 +19,14 @@ import pytest
 from _elected_sim import SimNet, record_sends
 from elected_procs import ElectedProc, check_converged
 
-from broker_mqtt import Endpoint, codec
-from broker_mqtt.embedded import EmbeddedBroker
-from broker_mqtt.message import decode_batch
+from broker_mqtt import Endpoint
+from broker_mqtt.store import attach_store
 from broker_mqtt.store.commands import Put
 from broker_mqtt.store.routes import answers_topic, master_topic, replication_topic, routes, writes_topic
 from broker_mqtt.store.writer import StoreWriter, WriterCore
+from broker_mqtt.transport.embedded import EmbeddedBroker
+from broker_mqtt.wire import codec
+from broker_mqtt.wire.message import decode_batch
 
 A, B, C = (uuid.UUID(int=i + 1).hex for i in range(3))  # endpoint ids: node ids are "<hex>.<random>"
 
@@ -171,10 +173,10 @@ async def test_only_the_master_receives_writes_and_they_travel_on_its_unicast_to
         await ready.wait()
         async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b, \
                 Endpoint(broker, namespace=namespace) as c, Endpoint(broker, namespace=namespace) as w:
-            sa = await a.attach_store("w", election=election)
+            sa = await attach_store(a, "w", election=election)
             assert await sa.await_master(15) and sa.is_master
-            sb = await b.attach_store("w", election=election)  # a candidate standby
-            sc = await c.attach_store("w", election=election, candidate=False)
+            sb = await attach_store(b, "w", election=election)  # a candidate standby
+            sc = await attach_store(c, "w", election=election, candidate=False)
             assert await sb.await_master(15) and await sc.await_master(15)
             got = {s: _count_received(s) for s in (sa, sb, sc)}
             async with StoreWriter(w, "w", "job-1/part-0") as writer:
@@ -208,9 +210,9 @@ async def test_a_writer_beside_the_master_on_its_endpoint(broker: EmbeddedBroker
     master's announcements or answers, nor the master its writes; they are handed over in-process."""
     election = {"cycle": CYCLE, "gap": GAP}
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
-        sa = await a.attach_store("beside", election=election)
+        sa = await attach_store(a, "beside", election=election)
         assert await sa.await_master(15) and sa.is_master
-        sb = await b.attach_store("beside", election=election, candidate=False)  # confirms (durability "one")
+        sb = await attach_store(b, "beside", election=election, candidate=False)  # confirms (durability "one")
         assert await sb.await_master(15)
         async with StoreWriter(a, "beside", "job-3/part-0") as writer:
             assert await writer.await_master(10)

@@ -21,16 +21,28 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Protocol, Self
 
 import anyio
 
-from . import codec
+from ..wire import codec
+from ..wire.message import Kind
 from .events import _MISSING, ErrorCode, ErrorEvent, Message, StatusEvent, _decode_all
-from .message import Kind
 
-if TYPE_CHECKING:
-    from .endpoint import Endpoint
+
+class Hub(Protocol):
+    """What a stream needs from the endpoint that feeds it (the endpoint is one; defined here so that
+    this module does not import the endpoint built on it)."""
+
+    _status_streams: list[StatusStream]
+
+    async def _add_subscriber(self, sub: Subscription) -> None: ...
+
+    async def _add_raw_subscriber(self, sub: RawSubscription) -> None: ...
+
+    async def _remove_subscriber(self, sub: _Stream) -> None: ...
+
+    def _report(self, event: StatusEvent) -> None: ...
 
 __all__ = ["Subscription", "RawSubscription", "RawMessage", "StatusStream"]
 
@@ -51,7 +63,7 @@ class RawMessage:
 class _Stream:
     """Common part of subscriptions: a bounded stream of batches, consumed one item at a time."""
 
-    def __init__(self, endpoint: Endpoint, buffer: int) -> None:
+    def __init__(self, endpoint: Hub, buffer: int) -> None:
         self._endpoint = endpoint
         self._send, self._receive = anyio.create_memory_object_stream[list[Any]](buffer)
         self._items: deque[Any] = deque()
@@ -146,7 +158,7 @@ class Subscription(_Stream):
 
     def __init__(
         self,
-        endpoint: Endpoint,
+        endpoint: Hub,
         prefixes: tuple[str, ...],
         *,
         local: bool | tuple[str, ...],
@@ -189,7 +201,7 @@ class Subscription(_Stream):
 class RawSubscription(_Stream):
     """PUBLISHes on raw MQTT filters, own ones included, each exactly once (by subscription id)."""
 
-    def __init__(self, endpoint: Endpoint, filters: tuple[str, ...], *, buffer: int) -> None:
+    def __init__(self, endpoint: Hub, filters: tuple[str, ...], *, buffer: int) -> None:
         super().__init__(endpoint, buffer)
         self.filters = filters
 

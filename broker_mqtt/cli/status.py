@@ -31,9 +31,9 @@ from typing import Any
 import anyio
 import click
 
-from .cli import EXIT_CHECK_FAILED, _fail, _run, broker_option, main, namespace_option
-from .endpoint import Endpoint
-from .message import Kind
+from ..endpoint.endpoint import Endpoint
+from ..wire.message import Kind
+from .common import EXIT_CHECK_FAILED, broker_option, fail, namespace_option, run_command
 
 __all__ = ["Heartbeat", "observe", "build_report", "store_report", "format_report", "problems"]
 
@@ -207,7 +207,7 @@ def format_report(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-@main.command()
+@click.command()
 @broker_option
 @namespace_option
 @click.option("--wait", type=click.FloatRange(min=0.1), default=1.5, show_default=True,
@@ -222,11 +222,11 @@ def status(broker: str | None, namespace: str, wait: float, stores: tuple[str, .
     active master, 1 when one has none or a --store was not heard, 3 when the broker is unreachable.
     """
     if broker is None:
-        _fail("status needs --broker (or BROKER_MQTT_URL)", 2)
+        fail("status needs --broker (or BROKER_MQTT_URL)", 2)
     assert broker is not None
     for name in stores:
         if not name or "/" in name or "+" in name or "#" in name:
-            _fail(f"bad store name {name!r}", 2)
+            fail(f"bad store name {name!r}", 2)
 
     async def run() -> dict[str, Any]:
         heard: dict[str, StoreSeen] = {}
@@ -237,7 +237,7 @@ def status(broker: str | None, namespace: str, wait: float, stores: tuple[str, .
                         observe(heard, msg.topic, msg.data, time.monotonic())
             return build_report(broker, namespace, ep.peers(), heard, stores)
 
-    report = _run(run)
+    report = run_command(run)
     if as_json:
         click.echo(json.dumps(report))
     else:

@@ -3,7 +3,7 @@
 Theory of operation. An :class:`Endpoint` owns one task group with one *connection task*. That
 task connects (TCP_NODELAY, MQTT 5, a last will that clears this endpoint's retained presence),
 subscribes every filter the subscription table holds, announces presence, then runs a *sender*
-(drains the :class:`~broker_mqtt.outbox.Outbox`, one PUBLISH per batch) beside a *receiver*
+(drains the :class:`~broker_mqtt.endpoint.outbox.Outbox`, one PUBLISH per batch) beside a *receiver*
 (dispatches each PUBLISH by its subscription identifiers). When the connection fails both stop;
 the task waits with exponential backoff and starts over; the session (``clean_start=False``,
 ``session_expiry`` seconds) makes the broker keep our subscriptions and queue QoS 1 messages
@@ -46,11 +46,13 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from . import codec
-from .broker_url import BrokerURL, TLSOptions
+from ..errors import BrokerUnavailable, PayloadTooLarge, PublishQueueFull, UsageError
+from ..transport.broker_url import BrokerURL, TLSOptions
+from ..transport.embedded import EmbeddedBroker, acquire_shared_broker, release_shared_broker
+from ..wire import codec
+from ..wire.message import Kind, NodeEncoder, decode_batch
+from ..wire.topics import TopicLayout, covers, prefix_matches, validate_prefix, validate_topic
 from .dispatch import Filter, Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
-from .embedded import EmbeddedBroker, acquire_shared_broker, release_shared_broker
-from .errors import BrokerUnavailable, PayloadTooLarge, PublishQueueFull, UsageError
 from .events import (
     ConnectionLost,
     ConnectionRestored,
@@ -63,10 +65,8 @@ from .events import (
     PeerRemoved,
     StatusEvent,
 )
-from .message import Kind, NodeEncoder, decode_batch
 from .outbox import Batch, InFlight, Outbox
 from .subscription import RawMessage, RawSubscription, StatusStream, Subscription, _Stream
-from .topics import TopicLayout, covers, prefix_matches, validate_prefix, validate_topic
 
 __all__ = ["Endpoint", "Subscription", "RawSubscription", "RawMessage", "EndpointStatistics"]
 
@@ -415,7 +415,7 @@ class Endpoint:
     async def publish_encoded(self, topic: str, payloads: Sequence[bytes], *, qos: int | None = None) -> None:
         """Publish values already encoded, one data message per item of ``payloads``, in order.
 
-        Each item must be one value exactly as :func:`broker_mqtt.codec.encode` returns it (one
+        Each item must be one value exactly as :func:`broker_mqtt.wire.codec.encode` returns it (one
         CBOR item of the data model); each message is then byte for byte the one
         :meth:`publish` sends for that value, so subscribers cannot tell them apart. This is for
         producers that encode many values at once (the Spark bridge encodes whole Arrow batches
@@ -841,30 +841,6 @@ class Endpoint:
         if self._tg is None:
             raise UsageError("the endpoint is not open: use it as `async with Endpoint(...) as ep`")
         return await self._tg.start(fn, *args)
-
-    async def attach_master(self, name: str, **options: Any) -> Any:
-        """Attach the master of data store ``name`` (see broker_mqtt.store and docs/stores.md)."""
-        from .store.attached import attach_master
-
-        return await attach_master(self, name, **options)
-
-    async def attach_clone(self, name: str, **options: Any) -> Any:
-        """Attach a clone of data store ``name`` (see broker_mqtt.store and docs/stores.md)."""
-        from .store.attached import attach_clone
-
-        return await attach_clone(self, name, **options)
-
-    async def attach_store(self, name: str, **options: Any) -> Any:
-        """Join elected store ``name``: its master is the node an election picks (docs/elected-stores.md)."""
-        from .store.elected import attach_store
-
-        return await attach_store(self, name, **options)
-
-    async def attach_queue(self, name: str, **options: Any) -> Any:
-        """Join replicated work queue ``name`` (see broker_mqtt.queue and docs/queues.md)."""
-        from .queue.attached import attach_queue
-
-        return await attach_queue(self, name, **options)
 
     # -- status and peers ---------------------------------------------------------------------
     def status(self, *, buffer: int | None = None) -> StatusStream:

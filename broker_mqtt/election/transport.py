@@ -15,12 +15,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from broker_mqtt import Endpoint, codec
-from broker_mqtt.errors import TopicError
+from ..endpoint.endpoint import Endpoint
+from ..errors import TopicError
+from ..wire import codec
 
 __all__ = ["MQTTTransport"]
 
-log = logging.getLogger("asyncactor.mqtt")
+log = logging.getLogger("broker_mqtt.election.transport")
 
 
 class MQTTTransport:

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from .spark.java import JavaNotFound, ensure_java, find_java_home
+from ..spark.java import JavaNotFound, ensure_java, find_java_home
 
 __all__ = ["KEY_PREFIX", "expected_aggregates", "spark_unavailable", "parse_line", "run_job"]
 
@@ -78,7 +78,7 @@ def run_job(broker: str, namespace: str, store: str, rows: int = ROWS, groups: i
         from pyspark.sql import SparkSession
         from pyspark.sql import functions as F  # noqa: N812
 
-        from .spark import register
+        from ..spark import register
 
         spark = (
             SparkSession.builder.master("local[2]").appName("broker-mqtt-demo")

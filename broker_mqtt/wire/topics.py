@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .errors import TopicError
+from ..errors import TopicError
 
 __all__ = ["TopicLayout", "validate_topic", "validate_prefix", "prefix_matches"]
 

@@ -6,7 +6,7 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = ["BrokerURL", "TLSOptions"]
 

@@ -10,8 +10,8 @@ The remaining types are plugged in through cbor2's per-item hooks, which only ru
 values that need them; there is no Python-level walk of the value.  ``encode`` costs what bare
 ``cbor2.dumps`` costs; ``decode`` adds a constant ~0.4 us for the trailing-byte check below.
 
-* encode: ``default=`` turns :class:`~broker_mqtt.data.Count`, :class:`~broker_mqtt.data.Port`,
-  ``timedelta`` and :class:`~broker_mqtt.data.EnumValue` into the project tags of
+* encode: ``default=`` turns :class:`~broker_mqtt.wire.data.Count`, :class:`~broker_mqtt.wire.data.Port`,
+  ``timedelta`` and :class:`~broker_mqtt.wire.data.EnumValue` into the project tags of
   :data:`PROJECT_TAGS`; anything else cbor2 cannot encode raises :class:`EncodeError`.
 * decode: ``semantic_decoders=`` maps the project tags back, and refuses the tags cbor2 would
   otherwise turn into types outside the model (Decimal, Fraction, UUID, regex, ...);
@@ -109,7 +109,7 @@ def _default(enc: cbor2.CBOREncoder, value: Any) -> None:
 
 
 def encode(value: Any) -> bytes:
-    """Encode a data-model value (see :mod:`broker_mqtt.data` for the mapping) to one CBOR item.
+    """Encode a data-model value (see :mod:`broker_mqtt.wire.data` for the mapping) to one CBOR item.
 
     :raises EncodeError: for a value outside the model anywhere in ``value``, e.g. a naive
         datetime or an arbitrary object; the message names the offending type.

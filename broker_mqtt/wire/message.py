@@ -7,7 +7,7 @@ Wire form (docs/wire-format.md §3): a CBOR array of seven items ::
 ``version`` is :data:`FORMAT_VERSION`; ``kind`` a :class:`Kind`; ``sender`` the 16 bytes of the
 sender's UUID; ``receivers`` null (everyone subscribed) or an array of 16-byte UUIDs; ``ttl`` a
 hop count; ``topic`` the broker topic as published; ``payload`` a CBOR byte string holding the
-value encoded by :mod:`broker_mqtt.codec`. The payload stays packed: forwarding never decodes
+value encoded by :mod:`broker_mqtt.wire.codec`. The payload stays packed: forwarding never decodes
 it and a receiver decodes it once, only for a local subscriber that wants it.
 
 One MQTT PUBLISH carries one or more node messages back to back (an RFC 8742 CBOR sequence).

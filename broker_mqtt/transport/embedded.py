@@ -38,7 +38,7 @@ from types import TracebackType
 
 import anyio
 
-from .errors import MosquittoNotFound, TransportError
+from ..errors import MosquittoNotFound, TransportError
 
 __all__ = ["EmbeddedBroker", "acquire_shared_broker", "find_mosquitto", "release_shared_broker"]
 

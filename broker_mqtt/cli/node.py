@@ -36,10 +36,12 @@ from typing import Any
 import anyio
 import click
 
-from .cli import _fail, _run, broker_option, main
-from .endpoint import Endpoint
-from .events import PeerAdded, PeerLost, PeerRemoved
-from .store.errors import BackendError
+from ..endpoint.endpoint import Endpoint
+from ..endpoint.events import PeerAdded, PeerLost, PeerRemoved
+from ..queue.attached import attach_queue
+from ..store.elected import attach_store
+from ..store.errors import BackendError
+from .common import broker_option, fail, run_command
 
 _STORE_KEYS = {"name", "backend", "path", "mode", "durability", "election", "candidate", "write_timeout"}
 _QUEUE_KEYS = _STORE_KEYS | {"max_deliveries", "lease"}
@@ -52,17 +54,17 @@ def _load(path: str | None) -> dict[str, Any]:
         with Path(path).open("rb") as f:
             config = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        _fail(f"cannot read {path}: {exc}", 2)
+        fail(f"cannot read {path}: {exc}", 2)
     unknown = set(config) - {"broker", "namespace", "name", "store", "queue"}
     if unknown:
-        _fail(f"{path}: unknown settings {sorted(unknown)}", 2)
+        fail(f"{path}: unknown settings {sorted(unknown)}", 2)
     for section, allowed in (("store", _STORE_KEYS), ("queue", _QUEUE_KEYS)):
         for entry in config.get(section, []):
             if not isinstance(entry, dict) or "name" not in entry:
-                _fail(f"{path}: every [[{section}]] needs a name", 2)
+                fail(f"{path}: every [[{section}]] needs a name", 2)
             bad = set(entry) - allowed
             if bad:
-                _fail(f"{path}: {section} {entry['name']!r} has unknown settings {sorted(bad)}", 2)
+                fail(f"{path}: {section} {entry['name']!r} has unknown settings {sorted(bad)}", 2)
     return config
 
 
@@ -70,7 +72,7 @@ def _say(text: str) -> None:
     click.echo(f"{time.strftime('%H:%M:%S')} {text}", nl=True)
 
 
-@main.command()
+@click.command()
 @broker_option
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="A TOML file (see below).")
 @click.option("--namespace", default=None, help="Topic namespace (default: the file's, else bm).")
@@ -83,11 +85,11 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
     config = _load(config_path)
     url = broker or config.get("broker")
     if url is None:
-        _fail("node needs --broker, BROKER_MQTT_URL or `broker` in the config file", 2)
+        fail("node needs --broker, BROKER_MQTT_URL or `broker` in the config file", 2)
     store_specs = [dict(s) for s in config.get("store", [])] + [{"name": s} for s in stores]
     queue_specs = [dict(q) for q in config.get("queue", [])] + [{"name": q} for q in queues]
     if not store_specs and not queue_specs:
-        _fail("node needs at least one store or queue (--store NAME, --queue NAME, or [[store]] / [[queue]] "
+        fail("node needs at least one store or queue (--store NAME, --queue NAME, or [[store]] / [[queue]] "
               "in the config file)", 2)
 
     async def run() -> None:
@@ -95,16 +97,16 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
                             name=name or config.get("name")) as ep:
             _say(f"node {ep.name} ({ep.id}) connected to {url}")
             handles, queue_handles = [], []
-            for what, specs, attach, joined in (("store", store_specs, ep.attach_store, handles),
-                                                ("queue", queue_specs, ep.attach_queue, queue_handles)):
+            for what, specs, attach, joined in (("store", store_specs, attach_store, handles),
+                                                ("queue", queue_specs, attach_queue, queue_handles)):
                 for spec in specs:
                     item = spec.pop("name")
                     try:
-                        joined.append(await attach(item, **spec))
+                        joined.append(await attach(ep, item, **spec))
                     except (TypeError, ValueError) as exc:
-                        _fail(f"{what} {item!r}: {exc}", 2)
+                        fail(f"{what} {item!r}: {exc}", 2)
                     except BackendError as exc:  # its SQLite file cannot be opened or is not a store's
-                        _fail(f"{what} {item!r}: {exc}", 1)
+                        fail(f"{what} {item!r}: {exc}", 1)
                     _say(f"joined {what} {item}")
             async with anyio.create_task_group() as tg:
                 for h in handles:
@@ -121,11 +123,11 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
                 tg.cancel_scope.cancel()
             _say("left")
 
-    _run(run)
+    run_command(run)
 
 
 async def _watch_store(store: Any) -> None:
-    from .store import Conflict, MasterChange
+    from ..store import Conflict, MasterChange
 
     async with store.events() as events:
         async for e in events:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from .cli import EXIT_CHECK_FAILED, _fail, main
+from .common import EXIT_CHECK_FAILED, fail
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 #: name -> (script, what it measures); the order is the order of ``bench all``
@@ -26,7 +26,7 @@ BENCHMARKS = {
 }
 
 
-@main.command()
+@click.command()
 @click.argument("names", nargs=-1, type=click.Choice(["all", *BENCHMARKS]))
 @click.option("--list", "list_only", is_flag=True, help="List the benchmarks and exit.")
 def bench(names: tuple[str, ...], list_only: bool) -> None:
@@ -36,7 +36,7 @@ def bench(names: tuple[str, ...], list_only: bool) -> None:
             click.echo(f"{name:10} bench/{script:16} {what}")
         return
     if not BENCH.is_dir():
-        _fail(f"no bench/ next to the package ({BENCH}): run from a source checkout", 2)
+        fail(f"no bench/ next to the package ({BENCH}): run from a source checkout", 2)
     chosen = list(BENCHMARKS) if "all" in names else list(names or ["pubsub"])
     failed = []
     for name in chosen:
@@ -45,4 +45,4 @@ def bench(names: tuple[str, ...], list_only: bool) -> None:
         if subprocess.run([sys.executable, str(script)], check=False).returncode != 0:
             failed.append(name)
     if failed:
-        _fail(f"benchmarks failed: {', '.join(failed)}", EXIT_CHECK_FAILED)
+        fail(f"benchmarks failed: {', '.join(failed)}", EXIT_CHECK_FAILED)

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from . import codec
+from ..wire import codec
 
 __all__ = [
     "Message",
@@ -52,7 +52,7 @@ class Message:
 
     @property
     def data(self) -> Any:
-        """The decoded value; raises :class:`~broker_mqtt.codec.DecodeError` if malformed."""
+        """The decoded value; raises :class:`~broker_mqtt.wire.codec.DecodeError` if malformed."""
         if self._data is _MISSING:
             self._data = codec.decode(self.payload)
         return self._data

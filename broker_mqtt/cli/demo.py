@@ -33,19 +33,27 @@ from typing import Any
 import anyio
 import click
 
-from .cli import EXIT_CHECK_FAILED, _run, broker_option, main
+from ..endpoint.endpoint import Endpoint
+from ..endpoint.events import (
+    ConnectionLost,
+    ConnectionRestored,
+    ErrorEvent,
+    PeerAdded,
+    PeerLost,
+    PeerRemoved,
+)
+from ..store.elected import attach_store
+from ..transport.embedded import EmbeddedBroker
+from .common import EXIT_CHECK_FAILED, broker_option, run_command
 from .demo_spark import GROUPS, KEY_PREFIX, ROWS, expected_aggregates, parse_line, run_job, spark_unavailable
 from .demo_view import PeerRow, Screen, Snapshot, StoreRow, render
-from .embedded import EmbeddedBroker
-from .endpoint import Endpoint
-from .events import ConnectionLost, ConnectionRestored, ErrorEvent, PeerAdded, PeerLost, PeerRemoved
 
 DEMO_ELECTION = {"cycle": 2.0, "gap": 0.5}  # a dead master is replaced within about cycle + gap
 STORE = "demo"
 SPARK_WAIT = 90.0  # seconds the demo waits, at the end, for a Spark job still running
 
 
-@main.command(hidden=True, name="demo-node")
+@click.command(hidden=True, name="demo-node")
 @click.option("--broker", required=True)
 @click.option("--namespace", required=True)
 @click.option("--name", required=True)
@@ -57,7 +65,7 @@ def demo_node(broker: str, namespace: str, name: str, node_id: str, rate: float)
 
     async def run() -> None:
         async with Endpoint(broker, namespace=namespace, name=name, id=uuid.UUID(node_id)) as ep:
-            store = await ep.attach_store(STORE, election=DEMO_ELECTION)
+            store = await attach_store(ep, STORE, election=DEMO_ELECTION)
             async with ep.subscribe("/demo") as s, anyio.create_task_group() as tg:
                 heard = Counter[str]()
                 acked = -1
@@ -95,12 +103,12 @@ def demo_node(broker: str, namespace: str, name: str, node_id: str, rate: float)
     anyio.run(run)
 
 
-@main.command(hidden=True, name="demo-spark")
+@click.command(hidden=True, name="demo-spark")
 @click.option("--broker", required=True)
 @click.option("--namespace", required=True)
 @click.option("--store", required=True)
 def demo_spark(broker: str, namespace: str, store: str) -> None:
-    """The demo's Spark job (broker_mqtt.demo_spark); run by ``broker-mqtt demo``."""
+    """The demo's Spark job (broker_mqtt.cli.demo_spark); run by ``broker-mqtt demo``."""
     run_job(broker, namespace, store)
 
 
@@ -228,7 +236,7 @@ class _Demo:
             async with Endpoint(self.url, namespace=self.namespace, name="observer") as ep:
                 self.say(f"observer {ep.id} connected to {self.url}")
                 # the observer keeps a replica of the store but never becomes its master
-                self.store = await ep.attach_store(STORE, election=DEMO_ELECTION, candidate=False)
+                self.store = await attach_store(ep, STORE, election=DEMO_ELECTION, candidate=False)
                 async with ep.status() as status, ep.subscribe("/demo") as s, \
                         self.store.events() as store_events, anyio.create_task_group() as tg:
                     tg.start_soon(self._watch_status, status)
@@ -356,7 +364,7 @@ class _Demo:
             self.say(f"spark: job failed: {spark.error}")
 
     async def _watch_store(self, events: Any) -> None:
-        from .store import MasterChange
+        from ..store import MasterChange
 
         async for event in events:
             if isinstance(event, MasterChange) and event.master is not None:
@@ -463,7 +471,7 @@ class _Demo:
         return ok
 
 
-@main.command()
+@click.command()
 @broker_option
 @click.option("--duration", type=float, default=12.0, show_default=True,
               help="Seconds the nodes run (half before the kill, half after); the Spark job may extend it.")
@@ -485,7 +493,7 @@ def demo(broker: str | None, duration: float, nodes: int, no_spark: bool) -> Non
             return await _Demo(embedded.url, namespace, nodes, duration, live, skipped).run()
 
     try:
-        ok = _run(run)
+        ok = run_command(run)
     except KeyboardInterrupt:
         click.echo("broker-mqtt: demo interrupted", err=True)
         sys.exit(130)

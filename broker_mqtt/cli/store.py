@@ -16,33 +16,28 @@ from typing import Any
 import anyio
 import click
 
-from .cli import EXIT_CHECK_FAILED, _fail, _jsonable, _run, broker_option, main, namespace_option
-from .endpoint import Endpoint
+from ..endpoint.endpoint import Endpoint
+from ..store.elected import attach_store
+from .common import (
+    EXIT_CHECK_FAILED,
+    broker_option,
+    fail,
+    jsonable,
+    namespace_option,
+    need_broker,
+    parse_value,
+    run_command,
+)
 
 timeout_option = click.option("--timeout", type=float, default=15.0, show_default=True,
                               help="Seconds to wait for the store's master.")
-
-
-def _parse(text: str, what: str) -> Any:
-    """JSON if it parses, else the text itself (so `fan` and `"fan"` are the same key)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def _key(value: Any) -> Any:
     return tuple(_key(v) for v in value) if isinstance(value, list) else value
 
 
-def _need_broker(broker: str | None, command: str, what: str = "store") -> str:
-    if broker is None:
-        _fail(f"{what} {command} needs --broker (or BROKER_MQTT_URL): an embedded broker has no {what}", 2)
-    assert broker is not None
-    return broker
-
-
-@main.group()
+@click.group()
 def store() -> None:
     """Elected stores: read, write and watch from the command line."""
 
@@ -55,25 +50,25 @@ def store() -> None:
 @click.argument("key")
 def store_get(broker: str | None, namespace: str, timeout: float, name: str, key: str) -> None:
     """Print the value of KEY (JSON, or a plain string) in store NAME, as JSON."""
-    url = _need_broker(broker, "get")
+    url = need_broker(broker, "get")
 
     async def run() -> tuple[bool, Any]:
         async with Endpoint(url, namespace=namespace, name="cli-store") as ep:
-            s = await ep.attach_store(name, candidate=False)
+            s = await attach_store(ep, name, candidate=False)
             try:
                 if not await s.await_master(timeout):
                     return False, f"no master of store {name!r} answered within {timeout} s"
-                k = _key(_parse(key, "KEY"))
+                k = _key(parse_value(key, "KEY"))
                 if not s.exists(k):
                     return False, f"no such key in store {name!r}: {k!r}"
                 return True, s.get(k)
             finally:
                 await s.close()
 
-    ok, value = _run(run)
+    ok, value = run_command(run)
     if not ok:
-        _fail(value, EXIT_CHECK_FAILED)
-    click.echo(json.dumps(_jsonable(value)))
+        fail(value, EXIT_CHECK_FAILED)
+    click.echo(json.dumps(jsonable(value)))
 
 
 @store.command("keys")
@@ -83,21 +78,21 @@ def store_get(broker: str | None, namespace: str, timeout: float, name: str, key
 @click.argument("name")
 def store_keys(broker: str | None, namespace: str, timeout: float, name: str) -> None:
     """Print the keys of store NAME, one JSON value per line."""
-    url = _need_broker(broker, "keys")
+    url = need_broker(broker, "keys")
 
     async def run() -> list[Any] | None:
         async with Endpoint(url, namespace=namespace, name="cli-store") as ep:
-            s = await ep.attach_store(name, candidate=False)
+            s = await attach_store(ep, name, candidate=False)
             try:
                 return s.keys() if await s.await_master(timeout) else None
             finally:
                 await s.close()
 
-    keys = _run(run)
+    keys = run_command(run)
     if keys is None:
-        _fail(f"no master of store {name!r} answered within {timeout} s", EXIT_CHECK_FAILED)
+        fail(f"no master of store {name!r} answered within {timeout} s", EXIT_CHECK_FAILED)
     for k in keys:
-        click.echo(json.dumps(_jsonable(k)))
+        click.echo(json.dumps(jsonable(k)))
 
 
 @store.command("put")
@@ -111,9 +106,9 @@ def store_keys(broker: str | None, namespace: str, timeout: float, name: str) ->
 def store_put(broker: str | None, namespace: str, timeout: float, expiry: float | None, name: str,
               key: str, value: str) -> None:
     """Set KEY to VALUE (each JSON, or a plain string) in store NAME; returns once durable."""
-    url = _need_broker(broker, "put")
-    from .store import Put, StoreWriter
-    from .store.errors import StoreError
+    url = need_broker(broker, "put")
+    from ..store import Put, StoreWriter
+    from ..store.errors import StoreError
 
     async def run() -> str | None:
         async with Endpoint(url, namespace=namespace, name="cli-store") as ep:
@@ -121,14 +116,14 @@ def store_put(broker: str | None, namespace: str, timeout: float, expiry: float 
                 if not await writer.await_master(timeout):
                     return f"no master of store {name!r} answered within {timeout} s"
                 try:
-                    await writer.write(Put(_key(_parse(key, "KEY")), _parse(value, "VALUE"), expiry))
+                    await writer.write(Put(_key(parse_value(key, "KEY")), parse_value(value, "VALUE"), expiry))
                 except StoreError as exc:
                     return str(exc)
                 return None
 
-    error = _run(run)
+    error = run_command(run)
     if error is not None:
-        _fail(error, EXIT_CHECK_FAILED)
+        fail(error, EXIT_CHECK_FAILED)
 
 
 @store.command("watch")
@@ -139,15 +134,15 @@ def store_put(broker: str | None, namespace: str, timeout: float, expiry: float 
 @click.argument("name")
 def store_watch(broker: str | None, namespace: str, as_json: bool, count: int, name: str) -> None:
     """Print changes of store NAME as they happen (and master changes, conflicts)."""
-    url = _need_broker(broker, "watch")
+    url = need_broker(broker, "watch")
 
     async def run() -> None:
         async with Endpoint(url, namespace=namespace, name="cli-store") as ep:
-            s = await ep.attach_store(name, candidate=False)
+            s = await attach_store(ep, name, candidate=False)
             seen = 0
             async with s.events() as events:
                 async for event in events:
-                    fields = {k: _jsonable(getattr(event, k)) for k in event.__dataclass_fields__
+                    fields = {k: jsonable(getattr(event, k)) for k in event.__dataclass_fields__
                               if k not in ("store", "chosen", "other")}
                     kind = type(event).__name__
                     if as_json:
@@ -160,10 +155,10 @@ def store_watch(broker: str | None, namespace: str, as_json: bool, count: int, n
                         break
             await s.close()
 
-    _run(run)
+    run_command(run)
 
 
-@main.command()
+@click.command()
 @broker_option
 @namespace_option
 @click.option("--wait", type=float, default=1.0, show_default=True, help="Seconds to collect announcements.")
@@ -171,14 +166,14 @@ def store_watch(broker: str | None, namespace: str, as_json: bool, count: int, n
 def peers(broker: str | None, namespace: str, wait: float, as_json: bool) -> None:
     """List the endpoints announced on the broker (name, id, subscribed topic prefixes)."""
     if broker is None:
-        _fail("peers needs --broker (or BROKER_MQTT_URL)", 2)
+        fail("peers needs --broker (or BROKER_MQTT_URL)", 2)
 
     async def run() -> list[Any]:
         async with Endpoint(broker, namespace=namespace, name="cli-peers") as ep:
             await anyio.sleep(wait)
             return ep.peers()
 
-    for p in sorted(_run(run), key=lambda p: p.name):
+    for p in sorted(run_command(run), key=lambda p: p.name):
         if as_json:
             click.echo(json.dumps({"name": p.name, "id": str(p.id), "topics": list(p.topics)}))
         else:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from .topics import covers, prefix_matches
+from ..wire.topics import covers, prefix_matches
 
 __all__ = ["Filter", "SubscriptionTable", "Subscribe", "Unsubscribe"]
 

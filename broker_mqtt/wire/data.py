@@ -1,7 +1,7 @@
 """Helper types for the Zeek Broker data-model values that Python has no native type for.
 
 Every Broker value is represented by an ordinary Python object; only three Broker types need
-a helper class, defined here.  :mod:`broker_mqtt.codec` encodes and decodes exactly this set:
+a helper class, defined here.  :mod:`broker_mqtt.wire.codec` encodes and decodes exactly this set:
 
 =============  ==================================================  ===============================
 Broker type    Python type                                         CBOR wire form

@@ -15,9 +15,18 @@ from typing import Any
 
 import click
 
-from .cli import EXIT_CHECK_FAILED, _fail, _jsonable, _run, broker_option, main, namespace_option
-from .cli_store import _need_broker, _parse
-from .endpoint import Endpoint
+from ..endpoint.endpoint import Endpoint
+from ..queue.attached import attach_queue
+from .common import (
+    EXIT_CHECK_FAILED,
+    broker_option,
+    fail,
+    jsonable,
+    namespace_option,
+    need_broker,
+    parse_value,
+    run_command,
+)
 
 timeout_option = click.option("--timeout", type=float, default=15.0, show_default=True,
                               help="Seconds to wait for the queue's master.")
@@ -28,7 +37,7 @@ def _no_master(name: str, timeout: float) -> str:
             f"(is a node attached to it? `broker-mqtt node --queue {name}`)")
 
 
-@main.group()
+@click.group()
 def queue() -> None:
     """Work queues: publish, consume and read the dead-letter queue."""
 
@@ -41,24 +50,24 @@ def queue() -> None:
 @click.argument("values", nargs=-1, required=True)
 def queue_publish(broker: str | None, namespace: str, timeout: float, name: str, values: tuple[str, ...]) -> None:
     """Append VALUES (each JSON, or a plain string) to queue NAME in one write; print their ids."""
-    url = _need_broker(broker, "publish", "queue")
-    from .store.errors import StoreError
+    url = need_broker(broker, "publish", "queue")
+    from ..store.errors import StoreError
 
     async def run() -> tuple[bool, Any]:
         async with Endpoint(url, namespace=namespace, name="cli-queue") as ep:
-            q = await ep.attach_queue(name, replica=False, write_timeout=timeout)
+            q = await attach_queue(ep, name, replica=False, write_timeout=timeout)
             try:
                 if not await q.await_master(timeout):
                     return False, _no_master(name, timeout)
-                return True, await q.publish_many([_parse(v, "VALUE") for v in values])
+                return True, await q.publish_many([parse_value(v, "VALUE") for v in values])
             except StoreError as exc:
                 return False, str(exc)
             finally:
                 await q.close()
 
-    ok, result = _run(run)
+    ok, result = run_command(run)
     if not ok:
-        _fail(result, EXIT_CHECK_FAILED)
+        fail(result, EXIT_CHECK_FAILED)
     for msg_id in result:
         click.echo(msg_id)
 
@@ -76,13 +85,13 @@ def queue_publish(broker: str | None, namespace: str, timeout: float, name: str,
 def queue_consume(broker: str | None, namespace: str, timeout: float, count: int, prefetch: int, settle: str,
                   as_json: bool, name: str) -> None:
     """Print messages of queue NAME as they are delivered, and accept (or release, reject) each."""
-    url = _need_broker(broker, "consume", "queue")
+    url = need_broker(broker, "consume", "queue")
     if prefetch < 1:
-        _fail("--prefetch must be at least 1", 2)
+        fail("--prefetch must be at least 1", 2)
 
     async def run() -> str | None:
         async with Endpoint(url, namespace=namespace, name="cli-queue") as ep:
-            q = await ep.attach_queue(name, replica=False, write_timeout=timeout)
+            q = await attach_queue(ep, name, replica=False, write_timeout=timeout)
             try:
                 if not await q.await_master(timeout):
                     return _no_master(name, timeout)
@@ -91,9 +100,9 @@ def queue_consume(broker: str | None, namespace: str, timeout: float, count: int
                     async for d in deliveries:
                         if as_json:
                             click.echo(json.dumps({"id": d.id, "delivery_count": d.delivery_count,
-                                                   "data": _jsonable(d.data)}))
+                                                   "data": jsonable(d.data)}))
                         else:
-                            click.echo(f"{d.id:8}  delivery {d.delivery_count}  {_jsonable(d.data)}")
+                            click.echo(f"{d.id:8}  delivery {d.delivery_count}  {jsonable(d.data)}")
                         sys.stdout.flush()
                         if settle == "accept":
                             await d.accept()
@@ -108,9 +117,9 @@ def queue_consume(broker: str | None, namespace: str, timeout: float, count: int
             finally:
                 await q.close()
 
-    error = _run(run)
+    error = run_command(run)
     if error is not None:
-        _fail(error, EXIT_CHECK_FAILED)
+        fail(error, EXIT_CHECK_FAILED)
 
 
 @queue.command("dead-letters")
@@ -121,11 +130,11 @@ def queue_consume(broker: str | None, namespace: str, timeout: float, count: int
 @click.argument("name")
 def queue_dead_letters(broker: str | None, namespace: str, timeout: float, as_json: bool, name: str) -> None:
     """Print the dead-letter queue of queue NAME (id, deliveries, reason, data)."""
-    url = _need_broker(broker, "dead-letters", "queue")
+    url = need_broker(broker, "dead-letters", "queue")
 
     async def run() -> tuple[bool, Any]:
         async with Endpoint(url, namespace=namespace, name="cli-queue") as ep:
-            q = await ep.attach_queue(name, candidate=False)
+            q = await attach_queue(ep, name, candidate=False)
             try:
                 if not await q.await_master(timeout) or not await q.store.await_idle(timeout):
                     return False, _no_master(name, timeout)
@@ -133,12 +142,12 @@ def queue_dead_letters(broker: str | None, namespace: str, timeout: float, as_js
             finally:
                 await q.close()
 
-    ok, result = _run(run)
+    ok, result = run_command(run)
     if not ok:
-        _fail(result, EXIT_CHECK_FAILED)
+        fail(result, EXIT_CHECK_FAILED)
     for dead in result:
         if as_json:
             click.echo(json.dumps({"id": dead.id, "delivery_count": dead.delivery_count, "reason": dead.reason,
-                                   "data": _jsonable(dead.data)}))
+                                   "data": jsonable(dead.data)}))
         else:
-            click.echo(f"{dead.id:8}  deliveries {dead.delivery_count}  {dead.reason}  {_jsonable(dead.data)}")
+            click.echo(f"{dead.id:8}  deliveries {dead.delivery_count}  {dead.reason}  {jsonable(dead.data)}")
