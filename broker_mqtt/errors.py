@@ -3,12 +3,10 @@
 Every error says whose fault it is: :class:`UsageError` subclasses mean the caller asked for
 something the library cannot do (a bad topic, a payload too large); :class:`TransportError`
 subclasses mean the broker or the network failed. Malformed data from the wire raises
-:class:`broker_mqtt.wire.codec.DecodeError` (re-exported here) and is never fatal to a receive loop.
+:class:`DecodeError` (re-exported by :mod:`broker_mqtt.wire.codec`) and is never fatal to a receive loop.
 """
 
 from __future__ import annotations
-
-from .wire.codec import DecodeError, EncodeError
 
 __all__ = [
     "BrokerMQTTError",
@@ -22,6 +20,14 @@ __all__ = [
     "DecodeError",
     "EncodeError",
 ]
+
+
+class DecodeError(ValueError):
+    """The input is not a well-formed encoding of a data-model value; the message says why."""
+
+
+class EncodeError(TypeError):
+    """The value (or a value nested in it) is outside the data model; the message names its type."""
 
 
 class BrokerMQTTError(Exception):

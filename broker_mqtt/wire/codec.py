@@ -50,6 +50,7 @@ from typing import Any, Final
 
 import cbor2
 
+from ..errors import DecodeError, EncodeError
 from .data import Count, EnumValue, Port, PortProtocol
 
 __all__ = ["PROJECT_TAGS", "TAG_COUNT", "TAG_ENUM", "TAG_PORT", "TAG_TIMESPAN", "DecodeError",
@@ -76,14 +77,6 @@ _FOREIGN_TAGS: Final = {4: "decimal fraction", 5: "bigfloat", 25: "string refere
                         256: "string reference namespace", 260: "network address (old)",
                         261: "network prefix (old)", 1004: "date string",
                         55799: "self-described CBOR"}
-
-
-class DecodeError(ValueError):
-    """The input is not a well-formed encoding of a data-model value; the message says why."""
-
-
-class EncodeError(TypeError):
-    """The value (or a value nested in it) is outside the data model; the message names its type."""
 
 
 # --- encoding -------------------------------------------------------------------------------
