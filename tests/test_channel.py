@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_mqtt.channel import channel as ch
-from broker_mqtt.channel.channel import (
+from broker_mqtt import channel as ch
+from broker_mqtt.channel import (
     ChannelConfig,
     ChannelDecodeError,
     ChannelProtocolError,

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio
 import anyio.lowlevel
 
-from ..channel import channel as ch
+from .. import channel as ch
 from ..endpoint.attaching import attaching
 from ..errors import PayloadTooLarge
 from ..wire import codec

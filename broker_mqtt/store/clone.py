@@ -27,7 +27,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from ..channel import channel as ch
+from .. import channel as ch
 from .backend import Backend, MemoryBackend
 from .commands import (
     AttachClone,

@@ -30,7 +30,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..channel import channel as ch
+from .. import channel as ch
 from .backend import Backend, Entry
 from .commands import (
     Append,

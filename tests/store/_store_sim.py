@@ -13,7 +13,7 @@ from typing import Any
 
 import cbor2
 
-from broker_mqtt.channel import channel as ch
+from broker_mqtt import channel as ch
 from broker_mqtt.store import Clone, Master, MemoryBackend, decode_control
 
 _CHANNEL_KINDS = {k.value for k in ch.MessageKind}

@@ -11,7 +11,7 @@ import pytest
 from _sqlite_tracking import is_closed, track_connections
 
 from broker_mqtt import EmbeddedBroker, Endpoint
-from broker_mqtt.channel import channel as ch
+from broker_mqtt import channel as ch
 from broker_mqtt.errors import UsageError
 from broker_mqtt.queue import attach_queue
 from broker_mqtt.store import (
