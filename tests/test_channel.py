@@ -1,4 +1,4 @@
-"""Tier-1 tests of broker_mqtt.channel.channel: producer and consumers wired in memory, simulated time.
+"""Tier-1 tests of broker_mqtt.channel: producer and consumers wired in memory, simulated time.
 
 ``Net`` is a lossy in-memory network (seeded ``random.Random``): it drops, duplicates and delays
 (hence reorders) every message independently, and round-trips each one through ``to_wire`` and

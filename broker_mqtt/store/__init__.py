@@ -2,7 +2,7 @@
 
 - :mod:`.backend`: where a replica keeps its data (memory, SQLite);
 - :mod:`.commands`: the commands and control messages and their wire form;
-- :mod:`.master`, :mod:`.clone`: the replica state machines, wired with ``broker_mqtt.channel.channel``;
+- :mod:`.master`, :mod:`.clone`: the replica state machines, wired with ``broker_mqtt.channel``;
 - :mod:`.errors`: the store errors;
 - :mod:`.attached`: the anyio I/O layer, store handles attached to an Endpoint
   (``attach_master(ep, name)`` / ``attach_clone(ep, name)``);

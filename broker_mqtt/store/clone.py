@@ -7,7 +7,7 @@ Theory of operation:
   learns it missed commands (``EventsLost``) or lost the master (``ProducerLost``) until the
   next snapshot. Reads of a stale clone raise :class:`Stale` unless ``allow_stale=True``.
 * Synchronising: the clone sends ``AttachClone(attempt)`` every heartbeat interval with a fresh
-  channel :class:`~broker_mqtt.channel.channel.Consumer` until the master's handshake arrives; its greeting
+  channel :class:`~broker_mqtt.channel.Consumer` until the master's handshake arrives; its greeting
   is the snapshot, loaded atomically. Then the master's broadcasts (``Put``/``Erase``/``Clear``/
   ``Expire``) are applied in sequence order, each recorded with its sequence number. Any loss
   starts a new attempt.

@@ -5,7 +5,7 @@ Theory of operation:
 * The master owns the authoritative copy in a :class:`~.backend.Backend`. Every write (local via
   :meth:`Master.execute`, or remote from a clone's writer channel) is applied in arrival order by
   :func:`apply_write`; a successful write is broadcast to the clones on the master's channel
-  (a :class:`~broker_mqtt.channel.channel.Producer`) as its canonical effect (``Put``/``Erase``/``Clear``).
+  (a :class:`~broker_mqtt.channel.Producer`) as its canonical effect (``Put``/``Erase``/``Clear``).
 * Expiry: every write sets the key's expiry to the write's ``expiry`` (``None``: never), as in
   Broker. The master alone enforces it: when ``tick(now)`` passes a key's expiry the key is removed
   and an ``Expire`` broadcast. ``next_deadline`` includes the earliest expiry.
@@ -13,7 +13,7 @@ Theory of operation:
   a snapshot, so the clone starts at the master's current sequence number. A clone the channel
   lost that speaks again is re-added the same way (it reloads the snapshot).
 * Each clone that writes owns a writer channel towards the master (the clone produces, the master
-  consumes, one :class:`~broker_mqtt.channel.channel.Consumer` per writer, created on its handshake).
+  consumes, one :class:`~broker_mqtt.channel.Consumer` per writer, created on its handshake).
   Writer channels never time out: a partitioned clone's buffered writes apply when it returns.
   A writer's handshake greeting names the node to send its ACKs to (the clone's id).
   A remote ``PutUnique`` is answered with ``PutUniqueResult`` or ``RequestFailed`` broadcast on
