@@ -96,7 +96,7 @@ def _row_chunks(count: int, size: int = 1000) -> list[list[bytes]]:
     """Encoded rows like the Spark bridge's (bench/spark_emit.py), in chunks of ``size``."""
     import datetime as dt
 
-    from broker_mqtt import codec
+    from broker_mqtt.wire import codec
 
     job = uuid.uuid4().hex
     utc = dt.UTC

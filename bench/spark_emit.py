@@ -82,7 +82,7 @@ def _finish_subscriber(proc: subprocess.Popen[str]) -> dict[str, Any]:
 def _paho_partition(rows: Any, host: str, port: int, namespace: str) -> None:
     import paho.mqtt.client as mqtt
 
-    from broker_mqtt import codec
+    from broker_mqtt.wire import codec
     from broker_mqtt.wire.message import Kind, NodeEncoder
     from broker_mqtt.wire.topics import TopicLayout
 

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from broker_mqtt import Endpoint
-from broker_mqtt import channel as ch
+from broker_mqtt.channel import channel as ch
 from broker_mqtt.store import attach_clone, attach_master
 from broker_mqtt.store.attached import Faults
 

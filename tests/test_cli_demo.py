@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from broker_mqtt import demo_spark
+from broker_mqtt.cli import demo_spark
 from broker_mqtt.cli.demo_spark import KEY_PREFIX, expected_aggregates, parse_line, spark_unavailable
 from broker_mqtt.cli.demo_view import PeerRow, Screen, Snapshot, StoreRow, render
 

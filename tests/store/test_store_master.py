@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from broker_mqtt import channel as ch
+from broker_mqtt.channel import channel as ch
 from broker_mqtt.store import (
     Append,
     Backend,

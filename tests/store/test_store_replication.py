@@ -170,7 +170,7 @@ def test_clone_resyncs_after_missed_commands() -> None:
 
 
 def test_retransmit_failure_triggers_resync() -> None:
-    from broker_mqtt import channel as ch
+    from broker_mqtt.channel import channel as ch
 
     config = ch.ChannelConfig(heartbeat_interval=0.5, ack_interval=0.25, connection_timeout=40, buffer_size=2)
     sim = StoreSim(seed=9, config=config)
