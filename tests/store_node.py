@@ -26,7 +26,7 @@ import anyio
 from broker_mqtt import Endpoint
 from broker_mqtt import channel as ch
 from broker_mqtt.store import attach_clone, attach_master
-from broker_mqtt.store.attached import Faults
+from broker_mqtt.store.faults import Faults
 
 
 def _jsonable(value: Any) -> Any:

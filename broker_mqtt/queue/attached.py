@@ -43,10 +43,10 @@ import anyio.lowlevel
 from ..endpoint.attaching import attaching
 from ..endpoint.events import PeerLost, PeerRemoved
 from ..errors import BrokerMQTTError
-from ..store.attached import EventsDropped, Inserted, Updated
 from ..store.commands import WriteCommand
 from ..store.elected import ElectedStore, MasterChange, attach_store
 from ..store.errors import StoreError
+from ..store.events import EventsDropped, Inserted, Updated
 from ..store.writer import StoreWriter
 from ..wire.message import Kind
 from .batching import GroupCommit

@@ -4,32 +4,15 @@
 - :mod:`.commands`: the commands and control messages and their wire form;
 - :mod:`.master`, :mod:`.clone`: the replica state machines, wired with ``broker_mqtt.channel``;
 - :mod:`.errors`: the store errors;
-- :mod:`.attached`: the anyio I/O layer, store handles attached to an Endpoint
-  (``attach_master(ep, name)`` / ``attach_clone(ep, name)``);
+- the anyio I/O layer, store handles attached to an Endpoint: :mod:`.master_handle`
+  (``attach_master(ep, name)``), :mod:`.clone_handle` (``attach_clone(ep, name)``), their common
+  part :mod:`.handle`, and :mod:`.events` (their events), :mod:`.stream` (event streams),
+  :mod:`.observed` (a backend that reports changes), :mod:`.faults` (fault injection for tests),
+  :mod:`.discovery`, :mod:`.node_ids`, :mod:`.clock`;
 - elected stores (``docs/elected-stores.md``): :mod:`.versioned` (replicated state, merge),
   :mod:`.replication` (the sans-io protocol), :mod:`.elected` (``attach_store(ep, name)``).
 """
 
-from .attached import (
-    DEFAULT_CHANNEL,
-    CloneStore,
-    Erased,
-    EventsDropped,
-    Expired,
-    Faults,
-    Inserted,
-    MasterConflict,
-    MasterFound,
-    MasterStore,
-    StaleChanged,
-    StoreEvent,
-    StoreStatistics,
-    StoreStatus,
-    Updated,
-    WriteRejected,
-    attach_clone,
-    attach_master,
-)
 from .backend import Backend, Entry, MemoryBackend, SQLiteBackend
 from .clone import (
     DEFAULT_REQUEST_TIMEOUT,
@@ -43,6 +26,7 @@ from .clone import (
     WentStale,
     WriteFailed,
 )
+from .clone_handle import CloneStore, attach_clone
 from .commands import (
     Append,
     AttachClone,
@@ -87,6 +71,22 @@ from .errors import (
     WriteBufferFull,
     error_from_wire,
 )
+from .events import (
+    Erased,
+    EventsDropped,
+    Expired,
+    Inserted,
+    MasterConflict,
+    MasterFound,
+    StaleChanged,
+    StoreEvent,
+    StoreStatistics,
+    StoreStatus,
+    Updated,
+    WriteRejected,
+)
+from .faults import Faults
+from .handle import DEFAULT_CHANNEL
 from .master import (
     CloneAttached,
     CloneLost,
@@ -97,6 +97,7 @@ from .master import (
     WritesLost,
     apply_write,
 )
+from .master_handle import MasterStore, attach_master
 from .replication import Durability, NoMaster, Replica, ReplicaConfig, ReplicaStats
 from .versioned import Version, VersionedState, last_writer_wins
 from .writer import StoreWriter, WriterCore
@@ -112,7 +113,7 @@ __all__ = [
     "Timeout", "TypeClash", "WentStale", "WriteBufferFull", "WriteFailed", "WriteCommand", "WritesLost",
     "apply_write", "decode_broadcast", "decode_command", "decode_control", "error_from_wire",
     "snapshot_from_wire", "snapshot_to_wire",
-    # the I/O layer (attached.py)
+    # the I/O layer (master_handle.py, clone_handle.py, events.py, faults.py, handle.py)
     "CloneStore", "DEFAULT_CHANNEL", "Erased", "EventsDropped", "Expired", "Faults", "Inserted",
     "MasterConflict", "MasterFound", "MasterStore", "StaleChanged", "StoreEvent", "StoreStatistics",
     "StoreStatus", "Updated", "WriteRejected", "attach_clone", "attach_master",

@@ -32,6 +32,7 @@ from .backend import Backend, MemoryBackend
 from .commands import (
     AttachClone,
     Clear,
+    Command,
     ControlMessage,
     Erase,
     Expire,
@@ -41,10 +42,11 @@ from .commands import (
     RequestFailed,
     WriteCommand,
     decode_broadcast,
+    decode_command,
     snapshot_from_wire,
 )
 from .errors import Stale, StoreDecodeError, StoreError, Timeout, WriteBufferFull
-from .master import _WRITES, MAX_BATCH, NEVER_TIMEOUT, Envelope
+from .master import _WRITES, MAX_BATCH, NEVER_TIMEOUT, Envelope, _new_value
 
 __all__ = [
     "CloneState",
@@ -61,6 +63,7 @@ __all__ = [
 
 DEFAULT_WRITE_BUFFER = 1024  # unacknowledged writes a clone buffers before WriteBufferFull
 DEFAULT_REQUEST_TIMEOUT = 10.0  # seconds a put_unique waits for the master's answer
+_UNCHECKED = frozenset({Put, PutUnique, Erase, Clear})  # writes that cannot fail at the master (types)
 
 
 class CloneState(enum.Enum):
@@ -215,6 +218,28 @@ class Clone:
         request_id = self.execute(PutUnique(key, value, expiry, self.id, 0), now)
         assert request_id is not None
         return request_id
+
+    def precheck(self, command: WriteCommand) -> None:
+        """Refuse at once what the master would refuse, judged on the local copy: raise TypeClash or
+        NoSuchKey (nothing queued, nothing changed).
+
+        Only while synced with no own write in flight (else the copy may not show that write yet,
+        and the master alone judges: a failure there comes back as :class:`WriteFailed`).
+        """
+        if type(command) in _UNCHECKED or self.stale or self.unacked_writes:
+            return
+        entry = self.backend.get_entry(command.key)
+        _new_value(None if entry is None else entry.value, entry is not None, command)
+
+    def unacknowledged(self) -> list[Command]:
+        """The writes queued for the master that it has not acknowledged, oldest first (all of them
+        if the master never heard of this clone's writer): what to re-queue when the clone binds to
+        a new master. Changes nothing."""
+        writer = self._writer
+        if writer is None:
+            return []
+        acked = writer.acked(self.master) if self.master in writer.consumers else 0
+        return [decode_command(p) for p in writer.buffered_payloads(acked)]
 
     # -- inputs ---------------------------------------------------------------------------------
 

@@ -43,9 +43,9 @@ from ..endpoint.attaching import attaching
 from ..endpoint.events import PeerLost, PeerRemoved
 from ..errors import UsageError
 from ..wire.message import Kind
-from .attached import Erased, EventsDropped, Expired, Inserted, Updated
 from .commands import PutUnique, WriteCommand
 from .errors import StoreDecodeError, StoreError
+from .events import Erased, EventsDropped, Expired, Inserted, Updated
 from .operations import WriteOperations
 from .replication import (
     ConflictsFound,

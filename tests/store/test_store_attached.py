@@ -26,19 +26,18 @@ from broker_mqtt.store import (
     WriteBufferFull,
     attach_clone,
 )
-from broker_mqtt.store.attached import (
-    CloneStore,
+from broker_mqtt.store.clone_handle import CloneStore
+from broker_mqtt.store.elected import attach_store
+from broker_mqtt.store.events import (
     Erased,
     Expired,
     Inserted,
     MasterFound,
-    MasterStore,
     StaleChanged,
     Updated,
     WriteRejected,
-    attach_master,
 )
-from broker_mqtt.store.elected import attach_store
+from broker_mqtt.store.master_handle import MasterStore, attach_master
 
 pytestmark = [pytest.mark.anyio, pytest.mark.mosquitto]
 

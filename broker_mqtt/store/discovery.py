@@ -1,0 +1,54 @@
+"""Master discovery messages of attached stores, and the one decode of any message on a store topic.
+
+Discovery (``docs/stores.md`` § 6): ``["store_query", <asker id>]`` asks who is master (a
+:class:`Query`); ``["store_master", <master id>]`` answers it or announces a master (a
+:class:`MasterIs`). Ids are node ids (``<endpoint uuid hex>.<incarnation>``, at least 32
+characters). :func:`decode_store_message` tells these apart from channel messages
+(:mod:`broker_mqtt.channel.channel`) and store control messages (:func:`.decode_control`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import channel as ch
+from .commands import decode_control
+from .errors import StoreDecodeError
+
+__all__ = ["Query", "MasterIs", "decode_store_message"]
+
+_CHANNEL_KINDS = frozenset(k.value for k in ch.MessageKind)
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """``asker`` looks for the master of the store."""
+
+    asker: str
+
+    def to_wire(self) -> list[Any]:
+        return ["store_query", self.asker]
+
+
+@dataclass(frozen=True, slots=True)
+class MasterIs:
+    """``master`` is a master of the store (an answer to a :class:`Query`, or an announcement)."""
+
+    master: str
+
+    def to_wire(self) -> list[Any]:
+        return ["store_master", self.master]
+
+
+def decode_store_message(wire: Any) -> Any:
+    """Any store message: channel, attach_clone, or discovery; raise StoreDecodeError/ChannelDecodeError."""
+    if isinstance(wire, list) and wire:
+        head = wire[0]
+        if head in _CHANNEL_KINDS:
+            return ch.decode_message(wire)
+        if head in ("store_query", "store_master"):
+            if len(wire) != 2 or not isinstance(wire[1], str) or len(wire[1]) < 32:
+                raise StoreDecodeError(f"malformed {head}: {wire!r:.200}")
+            return Query(wire[1]) if head == "store_query" else MasterIs(wire[1])
+    return decode_control(wire)
