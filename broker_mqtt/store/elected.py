@@ -270,6 +270,11 @@ class ElectedStore(WriteOperations):
             return True
         return False
 
+    async def wait_change(self) -> None:
+        """Wait until this replica next handles something (a message, a timer, a write): its state,
+        master or staleness may then have changed. Always blocks until that next change."""
+        await self._changed.wait()
+
     # -- reads (local) ------------------------------------------------------------------------------
 
     def get(self, key: Any) -> Any:

@@ -1,0 +1,320 @@
+"""Consumers of a work queue: the delivery side of the anyio layer (``docs/queues.md``).
+
+Theory of operation:
+
+* A :class:`Consumer` (``async with queue.consume(prefetch=10) as deliveries``) has its own owner id
+  ``<endpoint uuid hex>.<random>`` and task group: it acquires the free part of its ``prefetch``
+  window in one write once a quarter of it is free (two acquires in flight at most), renews its
+  lease every ``lease/3`` s while it holds messages, and gathers settlements (accept, release,
+  reject, with or without waiting) into group-committed writes, one in flight at a time (what is
+  settled during a round trip goes in the next write). Leaving the block gives back everything it
+  still holds.
+* A :class:`Delivery` is one acquired message; settling it is a write to the store's master (the
+  effects are computed by :mod:`.commands`), answered once durable.
+* A consumer that found the queue empty waits for an arrival, which its :class:`ConsumerSource`
+  (the work-queue handle of :mod:`.attached`) reports; ``poll_interval`` bounds the wait when such
+  a wake-up is lost.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import secrets
+from collections import deque
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, Self
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+
+from ..store.errors import StoreError
+from .batching import GroupCommit
+from .commands import Acquire, ReleaseOwner, Renew, Settle
+from .errors import AlreadySettled, NotHeld, QueueError
+
+if TYPE_CHECKING:
+    from ..endpoint.endpoint import Endpoint
+    from ..store.commands import WriteCommand
+
+log = logging.getLogger("broker_mqtt.queue")
+
+_YIELD_EVERY = 64  # deliveries a consumer hands out between two full checkpoints
+LINGER = 0.02  # s a consumer that found the queue empty waits after an arrival (fewer, fuller acquires)
+
+__all__ = ["Consumer", "ConsumerSource", "Delivery", "LINGER"]
+
+
+class ConsumerSource(Protocol):
+    """What a :class:`Consumer` consumes through: a work-queue handle (declared here, so that this
+    module does not import the handle built on it; compare :class:`~.log.LogSource`)."""
+
+    ep: Endpoint
+    name: str
+    poll_interval: float
+    _arrivals: int
+
+    async def write(self, command: WriteCommand) -> Any: ...
+
+    def _listen(self, delta: int) -> None: ...
+
+    async def _await_arrival(self, seen: int, timeout: float) -> None: ...
+
+
+class Delivery:
+    """One acquired message: ``id`` (assigned by the master, the same on every replica), ``data``,
+    ``delivery_count`` (1 on the first delivery). Settle it once with :meth:`accept`, :meth:`release`
+    or :meth:`reject`; each returns once the master's decision is durable and raises
+    :class:`~.errors.NotHeld` if the message had been taken back (then another consumer gets it)."""
+
+    __slots__ = ("_consumer", "id", "data", "delivery_count", "settled", "seen")
+
+    def __init__(self, consumer: Consumer, msg_id: int, data: Any, delivery_count: int) -> None:
+        self._consumer = consumer
+        self.id = msg_id
+        self.data = data
+        self.delivery_count = delivery_count
+        self.settled = False
+        self.seen = False  # handed to the application
+
+    async def accept(self) -> None:
+        """Done with it: the message is removed from the queue."""
+        await self._consumer._settle(self, "accept", None)
+
+    async def release(self) -> None:
+        """Give it back: it is delivered again (to any consumer), or dead-lettered once it was
+        delivered ``max_deliveries`` times."""
+        await self._consumer._settle(self, "release", None)
+
+    async def reject(self, reason: str = "rejected") -> None:
+        """Never deliver it again: it moves to the dead-letter queue with ``reason``."""
+        await self._consumer._settle(self, "reject", str(reason))
+
+    def accept_nowait(self) -> None:
+        """:meth:`accept` without waiting: the settlement joins the consumer's next settle write and
+        this returns at once. Its outcome is reported by :meth:`Consumer.drain`. The fast way to
+        consume: no task and no round trip per message."""
+        self._consumer._settle_nowait(self, "accept", None)
+
+    def release_nowait(self) -> None:
+        """:meth:`release` without waiting (see :meth:`accept_nowait`)."""
+        self._consumer._settle_nowait(self, "release", None)
+
+    def reject_nowait(self, reason: str = "rejected") -> None:
+        """:meth:`reject` without waiting (see :meth:`accept_nowait`)."""
+        self._consumer._settle_nowait(self, "reject", str(reason))
+
+    def __repr__(self) -> str:
+        return f"Delivery(id={self.id}, delivery_count={self.delivery_count}, data={self.data!r:.60})"
+
+
+class Consumer:
+    """``async with queue.consume(prefetch=10) as deliveries: async for d in deliveries: ...``.
+
+    Iterating blocks until a message is delivered. At most ``prefetch`` messages are held (delivered
+    and not settled) at a time; once a quarter of them are settled, one write acquires the difference.
+    ``await d.accept()`` (and release, reject) waits for the master (one round trip, shared with
+    concurrent settlements): settle in concurrent tasks for throughput, or use ``d.accept_nowait()``
+    (no wait, no task) and collect the outcomes with :meth:`drain`. Leaving the block (normally, by
+    an exception or by cancellation) waits for the settlements made so far, then releases what is
+    still held, within a few seconds; messages held when the process dies go back when the master
+    sees its endpoint gone, or at the latest when the lease runs out.
+    """
+
+    def __init__(self, queue: ConsumerSource, *, prefetch: int, lease: float) -> None:
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, not {prefetch}")
+        if not lease > 0:
+            raise ValueError(f"lease must be > 0 s, not {lease}")
+        self.queue = queue
+        self.prefetch = prefetch
+        self.lease = lease
+        self.owner = f"{queue.ep.id.hex}.{secrets.token_hex(4)}"
+        self._ready: deque[Delivery] = deque()  # acquired, not yet handed to the application
+        self._delivered = anyio.Event()
+        self._closed = False
+        self._since_yield = 0
+        self._held: dict[int, Delivery] = {}
+        self._room = anyio.Event()
+        self._settler = GroupCommit(self._settle_batch, in_flight=1)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._acquiring: anyio.CancelScope | None = None
+        self._asked = 0  # messages asked for by acquires in flight
+        self._in_flight = 0
+        self._idle_wait = False  # an acquire found nothing: the next waits for an arrival
+        self._failures: list[tuple[Delivery, StoreError]] = []  # of settlements made without waiting
+        self._nowait_made = 0
+        self._nowait_decided = 0
+        self._decided = anyio.Event()
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    async def __aenter__(self) -> Self:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self.queue._listen(1)
+        self._tg.start_soon(self._acquire_loop)
+        self._tg.start_soon(self._renew_loop)
+        self._tg.start_soon(self._settler.run)
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool | None:
+        assert self._tg is not None
+        if self._acquiring is not None:
+            self._acquiring.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            unseen = [[d.id, "return", None, d.delivery_count] for d in self._held.values() if not d.seen]
+            await self._settler.wait_idle()
+            for d, error in self._failures:
+                log.warning("queue %s: settling message %d failed: %s", self.queue.name, d.id, error)
+            if unseen:  # acquired but never handed out: back with the delivery count as it was
+                try:
+                    await self.queue.write(Settle(self.owner, unseen))
+                except StoreError:
+                    pass
+            try:  # placed after every acquire (writes apply in order): releases all we got
+                await self.queue.write(ReleaseOwner(self.owner, "consumer closed", False))
+            except StoreError as err:
+                log.warning("queue %s: could not release %s's messages (%s); their lease will",
+                            self.queue.name, self.owner, err)
+        self.queue._listen(-1)
+        self._tg.cancel_scope.cancel()
+        self._closed = True
+        self._delivered.set()
+        return await self._tg.__aexit__(exc_type, exc, tb)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        # Deliveries wait in a deque: taking one already there costs no trip through the event loop
+        # (a cancellation point each time, a full checkpoint every _YIELD_EVERY so that a busy
+        # consumer does not starve the other tasks).
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            if not self._ready:
+                while not self._ready and not self._closed:
+                    self._delivered = anyio.Event()
+                    await self._delivered.wait()
+                self._since_yield = 0
+                continue
+            elif self._since_yield >= _YIELD_EVERY:
+                self._since_yield = 0
+                await anyio.lowlevel.checkpoint()
+                continue  # the deque may have changed meanwhile (closed, say)
+            else:
+                await anyio.lowlevel.checkpoint_if_cancelled()
+            self._since_yield += 1
+            d = self._ready.popleft()
+            if not d.settled:
+                d.seen = True
+                return d
+
+    # -- tasks ---------------------------------------------------------------------------------------
+
+    async def _acquire_loop(self) -> None:
+        """Keep up to ``prefetch`` messages held or asked for: an acquire goes out (two at most in
+        flight) once a quarter of the window is free, so the window refills while it drains."""
+        with anyio.CancelScope() as scope:
+            self._acquiring = scope
+            async with anyio.create_task_group() as tg:
+                while True:
+                    free = self.prefetch - len(self._held) - self._asked
+                    if self._in_flight >= 2 or free < max(1, self.prefetch // 4) or self._idle_wait:
+                        await self._room.wait()
+                        self._room = anyio.Event()
+                        continue
+                    self._asked += free
+                    self._in_flight += 1
+                    tg.start_soon(self._acquire, free)
+
+    async def _acquire(self, n: int) -> None:
+        seen = self.queue._arrivals
+        got: list[Any] = []
+        try:
+            got = await self.queue.write(Acquire(self.owner, n, self.lease))
+        except StoreError as exc:  # NoMaster after write_timeout, say: keep trying
+            log.warning("queue %s: acquire failed: %s", self.queue.name, exc)
+            await anyio.sleep(0.5)
+        finally:
+            self._asked -= n
+            self._in_flight -= 1
+        for msg_id, data, count in got:
+            d = Delivery(self, msg_id, data, count)
+            self._held[msg_id] = d
+            self._ready.append(d)
+        if got:
+            self._delivered.set()
+        if len(got) < n:  # the queue ran dry: wait for an arrival, and let a few gather
+            self._idle_wait = True
+            try:
+                if self.queue._arrivals == seen:
+                    await self.queue._await_arrival(seen, self.queue.poll_interval)  # a safety net
+                await anyio.sleep(LINGER)
+            finally:
+                self._idle_wait = False
+        self._room.set()
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.lease / 3)
+            if self._held:
+                try:
+                    await self.queue.write(Renew(self.owner, self.lease))
+                except StoreError as exc:
+                    log.warning("queue %s: lease renewal failed: %s", self.queue.name, exc)
+
+    # -- settling ---------------------------------------------------------------------------------------
+
+    async def _settle(self, d: Delivery, action: str, reason: str | None) -> None:
+        if d.settled:
+            raise AlreadySettled(f"message {d.id} was settled already")
+        d.settled = True
+        self._held.pop(d.id, None)
+        self._room.set()
+        answer = await self._settler.submit([d.id, action, reason, d.delivery_count])
+        if answer is not None:
+            raise NotHeld(answer)
+
+    def _settle_nowait(self, d: Delivery, action: str, reason: str | None) -> None:
+        if d.settled:
+            raise AlreadySettled(f"message {d.id} was settled already")
+        d.settled = True
+        self._held.pop(d.id, None)
+        self._room.set()
+        self._nowait_made += 1
+        self._settler.submit_nowait([d.id, action, reason, d.delivery_count], functools.partial(self._settled, d))
+
+    def _settled(self, d: Delivery, outcome: Any) -> None:
+        """The answer to a settlement made without waiting: None when done."""
+        self._nowait_decided += 1
+        self._decided.set()
+        if isinstance(outcome, StoreError):
+            self._failures.append((d, outcome))
+        elif isinstance(outcome, BaseException):
+            self._failures.append((d, QueueError(f"settling message {d.id} failed: {outcome!r}")))
+        elif outcome is not None:
+            self._failures.append((d, NotHeld(outcome)))
+
+    async def drain(self) -> list[tuple[Delivery, StoreError]]:
+        """Wait until every settlement made without waiting (``*_nowait``) so far is decided; return
+        the failures since the last drain, as ``(delivery, error)`` pairs (and forget them):
+        :class:`~.errors.NotHeld` (the message had been taken back: another consumer gets it) or
+        :class:`~broker_mqtt.store.errors.StoreError` (the write failed: its outcome is unknown, and
+        a message not accepted comes back when the lease runs out)."""
+        target = self._nowait_made
+        while self._nowait_decided < target:
+            self._decided = anyio.Event()
+            await self._decided.wait()
+        failures, self._failures = self._failures, []
+        return failures
+
+    async def _settle_batch(self, items: list[Any]) -> list[Any]:
+        answers: list[Any] = await self.queue.write(Settle(self.owner, items))
+        return answers
+
