@@ -42,9 +42,10 @@ Semantics, each matching mosquitto 2.0 (checked by the ``mosquitto`` tests next 
   A DISCONNECT may change the session expiry; 0 ends the session.
 - **Order:** everything one publisher sends reaches each subscriber in the order sent (per
   subscription), across disconnects of the subscriber.
-- **Limits:** a PUBLISH larger than ``max_packet_size`` is a protocol error: the connection is
-  closed (will published) and :class:`PacketTooLarge` raised. CONNACK carries the values a client
-  needs (:class:`ConnAck`).
+- **Limits:** a PUBLISH larger than ``max_packet_size`` (MQTT's total size) is a protocol error:
+  the connection is closed (will published) and :class:`PacketTooLarge` raised. mosquitto 2.0
+  compares remaining length + 1 instead, so it lets through packets a byte or two longer: what
+  passes here passes there. CONNACK carries the values a client needs (:class:`ConnAck`).
 """
 
 from __future__ import annotations

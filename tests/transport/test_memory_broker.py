@@ -11,6 +11,7 @@ import queue
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import pytest
@@ -536,7 +537,7 @@ class Client(Protocol):
     def ack(self, packet_id: int) -> None: ...
     def drop(self) -> None: ...
     def disconnect(self, *, session_expiry: int | None = None, publish_will: bool = False) -> None: ...
-    def taken_over(self) -> bool: ...
+    def closed_by_broker(self) -> bool: ...
 
 
 class MemClient:
@@ -563,8 +564,8 @@ class MemClient:
     def disconnect(self, *, session_expiry: int | None = None, publish_will: bool = False) -> None:
         self.handle.disconnect(session_expiry=session_expiry, publish_will=publish_will)
 
-    def taken_over(self) -> bool:
-        return self.inbox.closes == [CloseReason.TAKEN_OVER]
+    def closed_by_broker(self) -> bool:
+        return len(self.inbox.closes) == 1
 
 
 class PahoClient:
@@ -653,7 +654,7 @@ class PahoClient:
         self._gone.get(timeout=10)
         self.c.loop_stop()
 
-    def taken_over(self) -> bool:
+    def closed_by_broker(self) -> bool:
         try:
             self._gone.get(timeout=10)
         except queue.Empty:
@@ -664,9 +665,9 @@ class PahoClient:
 class World:
     """Connects clients with test-unique ids to one broker, memory or mosquitto."""
 
-    def __init__(self, kind: str, ns: str, broker: EmbeddedBroker | None) -> None:
+    def __init__(self, kind: str, ns: str, broker: EmbeddedBroker | None, *, max_packet_size: int = 16 << 20) -> None:
         self.kind, self.ns, self.mosquitto = kind, ns, broker
-        self.memory = MemoryBroker()
+        self.memory = MemoryBroker(max_packet_size=max_packet_size)
         self.paho: list[PahoClient] = []
 
     @property
@@ -808,7 +809,7 @@ def test_both_takeover_continuing_the_session(world: World) -> None:
     old = world.connect("o", clean_start=False, session_expiry=60, will=Will(world.t("will/1"), b"o1", 1))
     old.subscribe(world.t("z"), sub_id=7)
     new = world.connect("o", clean_start=False, session_expiry=60, will=Will(world.t("will/1"), b"o2", 1))
-    assert new.session_present and old.taken_over()
+    assert new.session_present and old.closed_by_broker()
     w.publish(world.t("z"), b"z1")
     assert _view(new.messages(1)) == [(world.t("z"), b"z1", 1, False, (7,))]
     assert w.messages() == []  # the old will is discarded
@@ -823,13 +824,13 @@ def test_both_takeover_with_clean_start_or_expiry_0_publishes_the_will(world: Wo
     old = world.connect("o", clean_start=False, session_expiry=60, will=Will(world.t("will/1"), b"o1", 1))
     old.subscribe(world.t("z"))
     new = world.connect("o", clean_start=True, session_expiry=0)
-    assert not new.session_present and old.taken_over()
+    assert not new.session_present and old.closed_by_broker()
     assert _view(w.messages(1)) == [(world.t("will/1"), b"o1", 1, False, (9,))]
     w.publish(world.t("z"), b"lost")
     assert new.messages() == []
     e = world.connect("e", clean_start=True, session_expiry=0, will=Will(world.t("will/2"), b"e1", 1))
     e2 = world.connect("e", clean_start=False, session_expiry=0)
-    assert not e2.session_present and e.taken_over()
+    assert not e2.session_present and e.closed_by_broker()
     assert _view(w.messages(1)) == [(world.t("will/2"), b"e1", 1, False, (9,))]
 
 
@@ -849,3 +850,38 @@ def test_both_order_per_publisher(world: World) -> None:
     for i in range(50):
         p.publish(world.t(f"o/{i % 4}"), b"%d" % i, qos=i % 2)
     assert [d.payload for d in s.messages(50)] == [b"%d" % i for i in range(50)]
+
+
+@pytest.mark.parametrize("kind", ["memory", pytest.param("mosquitto", marks=pytest.mark.mosquitto)])
+def test_both_packet_too_large(kind: str) -> None:
+    """At the limit a PUBLISH passes; well over it the broker closes the connection and the will fires.
+
+    (mosquitto 2.0 compares remaining length + 1 with the limit, so it lets through packets up to
+    the length of the remaining-length field over it; the memory broker holds to MQTT's total size.)
+    """
+    ns = "m" + uuid.uuid4().hex[:10]
+    with EmbeddedBroker(max_packet_size=1000) if kind == "mosquitto" else _no_broker() as mosquitto:
+        world = World(kind, ns, mosquitto, max_packet_size=1000)
+        try:
+            w = world.connect("w")
+            w.subscribe(world.t("will"))
+            c = world.connect("c", will=Will(world.t("will"), b"gone", 1))
+            c.subscribe(world.t("big"))
+            fits = max(n for n in range(1000) if publish_packet_size(world.t("big"), b"x" * n, 1) <= 1000)
+            c.publish(world.t("big"), b"x" * fits)
+            assert [len(d.payload) for d in c.messages(1)] == [fits]
+            if isinstance(c, MemClient):
+                with pytest.raises(PacketTooLarge):
+                    c.publish(world.t("big"), b"x" * (fits + 10))
+            else:
+                assert isinstance(c, PahoClient)
+                c.c.publish(world.t("big"), b"x" * (fits + 10), 1)
+            assert c.closed_by_broker()
+            assert [d.payload for d in w.messages(1)] == [b"gone"]
+        finally:
+            world.close()
+
+
+@contextmanager
+def _no_broker() -> Iterator[None]:
+    yield None
