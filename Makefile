@@ -36,9 +36,10 @@ STRESS_RUNS ?= 3
 test-stress: setup
 	$(BIN)/python .ci/stress.py --runs $(STRESS_RUNS) -- $(BIN)/python -m pytest -p no:cacheprovider --durations=15
 
+# Lint and types: ruff over all the code, mypy (strict, see [tool.mypy] in pyproject.toml) over both packages.
 check: setup
-	$(BIN)/python -m pip install -q ruff
-	$(BIN)/ruff check broker_mqtt asyncactor bench tests
+	$(BIN)/ruff check broker_mqtt asyncactor bench tests examples
+	$(BIN)/python -m mypy broker_mqtt asyncactor
 
 bench: setup
 	$(BIN)/python bench/pubsub.py

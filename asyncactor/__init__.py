@@ -2,7 +2,15 @@
 
 See docs/asyncactor.md.  The protocol core (:mod:`asyncactor.protocol`) is sans-io; :class:`Actor`
 runs it on anyio (asyncio or trio) over any :class:`Transport`.
+
+This package comes with the ``broker-mqtt`` distribution. The established ``asyncactor``
+distribution installs a top-level package of the same name: importing warns (a RuntimeWarning)
+when that distribution's metadata is present too, as their files then share one folder.
 """
+
+import importlib.metadata
+import os
+import warnings
 
 from .actor import Actor
 from .config import Config
@@ -25,6 +33,25 @@ from .queue import EventQueue, QueueStats
 from .transport import Transport
 
 ProtocolError = DecodeError
+
+
+def _warn_if_mixed() -> None:
+    """Warn when the other ``asyncactor`` distribution is installed too (ours is ``broker-mqtt``)."""
+    try:
+        other = importlib.metadata.distribution("asyncactor")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    warnings.warn(
+        f"the 'asyncactor' distribution (version {other.version}) is installed beside 'broker-mqtt': both "
+        f"install a top-level package 'asyncactor', so their files are mixed in one folder "
+        f"({os.path.dirname(__file__)}) and either one may break. Install them in separate virtual "
+        f"environments, or run `pip uninstall asyncactor` and then `pip install --force-reinstall broker-mqtt`.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+_warn_if_mixed()
 
 __all__ = [
     "Actor",

@@ -40,9 +40,9 @@ def bench(names: tuple[str, ...], list_only: bool) -> None:
     chosen = list(BENCHMARKS) if "all" in names else list(names or ["pubsub"])
     failed = []
     for name in chosen:
-        script = BENCH / BENCHMARKS[name][0]
-        click.echo(f"== {name}: bench/{script.name}", err=True)
-        if subprocess.run([sys.executable, str(script)], check=False).returncode != 0:
+        path = BENCH / BENCHMARKS[name][0]
+        click.echo(f"== {name}: bench/{path.name}", err=True)
+        if subprocess.run([sys.executable, str(path)], check=False).returncode != 0:
             failed.append(name)
     if failed:
         fail(f"benchmarks failed: {', '.join(failed)}", EXIT_CHECK_FAILED)

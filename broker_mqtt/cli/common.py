@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import click
@@ -28,7 +28,7 @@ broker_option = click.option(
 namespace_option = click.option("--namespace", default="bm", show_default=True, help="Topic namespace.")
 
 
-def fail(message: str, code: int) -> None:
+def fail(message: str, code: int) -> NoReturn:
     click.echo(f"broker-mqtt: {message}", err=True)
     sys.exit(code)
 
@@ -66,5 +66,4 @@ def parse_value(text: str, what: str) -> Any:
 def need_broker(broker: str | None, command: str, what: str = "store") -> str:
     if broker is None:
         fail(f"{what} {command} needs --broker (or BROKER_MQTT_URL): an embedded broker has no {what}", 2)
-    assert broker is not None
     return broker

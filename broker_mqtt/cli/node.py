@@ -30,12 +30,14 @@ from __future__ import annotations
 import signal
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import click
 
+from ..endpoint.attaching import Attaching, Closeable
 from ..endpoint.endpoint import Endpoint
 from ..endpoint.events import PeerAdded, PeerLost, PeerRemoved
 from ..queue.attached import attach_queue
@@ -45,6 +47,8 @@ from .common import broker_option, fail, run_command
 
 _STORE_KEYS = {"name", "backend", "path", "mode", "durability", "election", "candidate", "write_timeout"}
 _QUEUE_KEYS = _STORE_KEYS | {"max_deliveries", "lease"}
+
+H = TypeVar("H", bound=Closeable)
 
 
 def _load(path: str | None) -> dict[str, Any]:
@@ -96,18 +100,20 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
         async with Endpoint(url, namespace=namespace or config.get("namespace", "bm"),
                             name=name or config.get("name")) as ep:
             _say(f"node {ep.name} ({ep.id}) connected to {url}")
-            handles, queue_handles = [], []
-            for what, specs, attach, joined in (("store", store_specs, attach_store, handles),
-                                                ("queue", queue_specs, attach_queue, queue_handles)):
-                for spec in specs:
-                    item = spec.pop("name")
-                    try:
-                        joined.append(await attach(ep, item, **spec))
-                    except (TypeError, ValueError) as exc:
-                        fail(f"{what} {item!r}: {exc}", 2)
-                    except BackendError as exc:  # its SQLite file cannot be opened or is not a store's
-                        fail(f"{what} {item!r}: {exc}", 1)
-                    _say(f"joined {what} {item}")
+
+            async def join(what: str, spec: dict[str, Any], attach: Callable[..., Attaching[H]]) -> H:
+                item = spec.pop("name")
+                try:
+                    handle = await attach(ep, item, **spec)
+                except (TypeError, ValueError) as exc:
+                    fail(f"{what} {item!r}: {exc}", 2)
+                except BackendError as exc:  # its SQLite file cannot be opened or is not a store's
+                    fail(f"{what} {item!r}: {exc}", 1)
+                _say(f"joined {what} {item}")
+                return handle
+
+            handles = [await join("store", spec, attach_store) for spec in store_specs]
+            queue_handles = [await join("queue", spec, attach_queue) for spec in queue_specs]
             async with anyio.create_task_group() as tg:
                 for h in handles:
                     tg.start_soon(_watch_store, h)
@@ -118,8 +124,10 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
                     async for sig in signals:
                         _say(f"{signal.Signals(sig).name}: handing over and leaving")
                         break
-                for h in [*handles, *queue_handles]:
+                for h in handles:
                     await h.close()
+                for q in queue_handles:
+                    await q.close()
                 tg.cancel_scope.cancel()
             _say("left")
 

@@ -135,6 +135,7 @@ def queue_dead_letters(broker: str | None, namespace: str, timeout: float, as_js
     async def run() -> tuple[bool, Any]:
         async with Endpoint(url, namespace=namespace, name="cli-queue") as ep:
             q = await attach_queue(ep, name, candidate=False)
+            assert q.store is not None  # a replica (the default) has the queue's store
             try:
                 if not await q.await_master(timeout) or not await q.store.await_idle(timeout):
                     return False, _no_master(name, timeout)

@@ -187,7 +187,7 @@ class Acquire(ComputedCommand):
             v = state.version(msg_id)
             wire = None if v is None or v.deleted else v.value
             peek = None if wire is None else record_state(wire)
-            if peek is None or peek[0] is not MessageState.READY:  # cannot happen; if it did: rebuild
+            if wire is None or peek is None or peek[0] is not MessageState.READY:  # cannot happen; if it did: rebuild
                 forget_index(state)
                 continue
             # the acquired record, built directly (what MessageRecord(...).to_wire() gives)

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 import cbor2
-import pyarrow as pa  # type: ignore[import-untyped]  # reason: pyarrow ships no type information
-import pyarrow.compute as pc  # type: ignore[import-untyped]  # reason: as above
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import UsageError
 from ..wire import codec

@@ -33,7 +33,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-import pyarrow as pa  # type: ignore[import-untyped]  # reason: pyarrow ships no type information
+import pyarrow as pa
 
 from ..errors import UsageError
 

@@ -20,7 +20,7 @@ from itertools import chain
 
 import anyio
 import anyio.to_thread
-import pyarrow as pa  # type: ignore[import-untyped]  # reason: pyarrow ships no type information
+import pyarrow as pa
 
 from ..endpoint.endpoint import Endpoint
 from ..errors import TopicError, TransportError

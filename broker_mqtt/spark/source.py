@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa  # type: ignore[import-untyped]  # reason: pyarrow ships no type information
+import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
-import pyarrow as pa  # type: ignore[import-untyped]  # reason: pyarrow ships no type information
+import pyarrow as pa
 
 from ..endpoint.endpoint import Endpoint
 from ..errors import TransportError

@@ -34,7 +34,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
+
+if TYPE_CHECKING:
+    from dataclasses import Field
 
 from .backend import Entry
 from .errors import StoreDecodeError, StoreError, error_from_wire
@@ -58,6 +61,7 @@ __all__ = [
     "AttachClone",
     "Command",
     "WriteCommand",
+    "PlainWriteCommand",
     "BroadcastCommand",
     "ControlMessage",
     "ComputedCommand",
@@ -153,13 +157,17 @@ class _Wire:
     KIND: ClassVar[CommandKind]
     _CHECKS: ClassVar[tuple[Callable[[Any], Any], ...]]
 
+    if TYPE_CHECKING:  # what every subclass is: a dataclass whose fields are its wire fields, in order
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+        def __init__(self, *fields: Any) -> None: ...
+
     def to_wire(self) -> list[Any]:
-        # ignore: mypy cannot see that every _Wire subclass is a dataclass
-        values = [getattr(self, f.name) for f in fields(self)]  # type: ignore[arg-type]
+        values = [getattr(self, f.name) for f in fields(self)]
         return [self.KIND.value, *(v.to_wire() if isinstance(v, StoreError) else v for v in values)]
 
     @classmethod
-    def from_wire(cls, wire: Any) -> Any:
+    def from_wire(cls, wire: Any) -> Self:
         """Decode this class's wire form; raise StoreDecodeError if malformed or another kind."""
         msg = _decode(wire, _ALL, stamped=True)
         if not isinstance(msg, cls):
@@ -167,11 +175,13 @@ class _Wire:
         return msg
 
 
-def _cmd(kind: CommandKind, *checks: Callable[[Any], Any]) -> Callable[[type], type]:
-    def wrap(cls: type) -> type:
-        # ignore: the class attributes are declared on _Wire, which mypy does not know cls to be
-        cls.KIND = kind  # type: ignore[attr-defined]
-        cls._CHECKS = checks  # type: ignore[attr-defined]
+_W = TypeVar("_W", bound=_Wire)
+
+
+def _cmd(kind: CommandKind, *checks: Callable[[Any], Any]) -> Callable[[type[_W]], type[_W]]:
+    def wrap(cls: type[_W]) -> type[_W]:
+        cls.KIND = kind
+        cls._CHECKS = checks
         return cls
 
     return wrap
@@ -354,24 +364,29 @@ class ComputedCommand(_Wire):
         raise NotImplementedError
 
 
-WriteCommand = Put | PutUnique | Erase | Clear | Increment | Decrement | Append | InsertInto | RemoveFrom \
-    | Push | Pop | ComputedCommand
+#: The writes plain master/clone stores accept: all but the elected stores' computed commands.
+PlainWriteCommand = Put | PutUnique | Erase | Clear | Increment | Decrement | Append | InsertInto | RemoveFrom \
+    | Push | Pop
+WriteCommand = PlainWriteCommand | ComputedCommand
 BroadcastCommand = Put | Erase | Clear | Expire
 Command = WriteCommand | Expire
 ControlMessage = AttachClone
 
-_COMMANDS = {cls.KIND.value: cls for cls in (Put, PutUnique, Erase, Clear, Increment, Decrement, Append,
+_COMMANDS: dict[str, type[_Wire]] = {cls.KIND.value: cls for cls in (Put, PutUnique, Erase, Clear, Increment, Decrement, Append,
                                              InsertInto, RemoveFrom, Push, Pop, Expire)}
-_CONTROL = {cls.KIND.value: cls for cls in (AttachClone,)}
-_RESULTS = {cls.KIND.value: cls for cls in (PutUniqueResult, RequestFailed)}
-_ALL = {**_COMMANDS, **_CONTROL, **_RESULTS}
-_BROADCAST = {cls.KIND.value: cls for cls in (Put, Erase, Clear, Expire, PutUniqueResult, RequestFailed)}
+_CONTROL: dict[str, type[_Wire]] = {cls.KIND.value: cls for cls in (AttachClone,)}
+_RESULTS: dict[str, type[_Wire]] = {cls.KIND.value: cls for cls in (PutUniqueResult, RequestFailed)}
+_ALL: dict[str, type[_Wire]] = {**_COMMANDS, **_CONTROL, **_RESULTS}
+_BROADCAST: dict[str, type[_Wire]] = {cls.KIND.value: cls for cls in (Put, Erase, Clear, Expire, PutUniqueResult, RequestFailed)}
 
 
-def register_command(kind: CommandKind, *checks: Callable[[Any], Any]) -> Callable[[type], type]:
+_C = TypeVar("_C", bound=ComputedCommand)
+
+
+def register_command(kind: CommandKind, *checks: Callable[[Any], Any]) -> Callable[[type[_C]], type[_C]]:
     """Class decorator: make a :class:`ComputedCommand` subclass decodable by :func:`decode_command`
     (``checks``: one validator per field, raising StoreDecodeError)."""
-    def wrap(cls: type) -> type:
+    def wrap(cls: type[_C]) -> type[_C]:
         if not issubclass(cls, ComputedCommand):
             raise TypeError(f"{cls.__name__} is not a ComputedCommand")
         _cmd(kind, *checks)(cls)
@@ -385,7 +400,7 @@ def register_command(kind: CommandKind, *checks: Callable[[Any], Any]) -> Callab
 _STAMPED = (Put, Erase, Clear)  # the broadcasts that may name their publisher
 
 
-def _decode(wire: Any, table: Mapping[str, type], *, stamped: bool = False) -> Any:
+def _decode(wire: Any, table: Mapping[str, type[_Wire]], *, stamped: bool = False) -> Any:
     """Decode with ``table``; ``stamped``: allow the trailing publisher of a broadcast."""
     if not isinstance(wire, (list, tuple)) or not wire:
         raise StoreDecodeError(f"a store message is a non-empty list, got {wire!r}")
@@ -398,7 +413,7 @@ def _decode(wire: Any, table: Mapping[str, type], *, stamped: bool = False) -> A
             return Put(wire[1], wire[2], _expiry(wire[3]))
         if stamped and len(wire) == 5:
             return Put(wire[1], wire[2], _expiry(wire[3]), _publisher(wire[4]))
-    checks = cls._CHECKS  # type: ignore[attr-defined]  # every table value is a _Wire subclass
+    checks = cls._CHECKS
     if len(wire) != len(checks) + 1:
         if stamped and cls in _STAMPED and len(wire) == len(checks) + 2:
             checks = (*checks, _publisher)

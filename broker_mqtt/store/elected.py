@@ -199,7 +199,7 @@ class ElectedStore(WriteOperations):
         self._allow_short_cycle = allow_short_cycle
         self.topic = replication_topic(name)
         self.actor_topic = f"{ep.layout.namespace}/actor/store/{name}"
-        self._waiters: dict[int, tuple[anyio.Event, list[Any]]] = {}
+        self._waiters: dict[int, tuple[anyio.Event, list[tuple[str, Any]]]] = {}
         self._streams: list[_Events] = []
         self._sendq: list[list[Any]] = []
         self._draining = False
@@ -307,7 +307,8 @@ class ElectedStore(WriteOperations):
         if self.closed:
             raise StoreError(f"store {self.name!r} is closed")
         n = self.replica.write(command, anyio.current_time())
-        event, box = anyio.Event(), []
+        event = anyio.Event()
+        box: list[tuple[str, Any]] = []  # gets the outcome: ("ok", answer) or ("error", exc)
         self._waiters[n] = (event, box)
         self._drain()
         await self._flush()
@@ -474,8 +475,8 @@ class ElectedStore(WriteOperations):
                 case MasterChanged(master=master, epoch=epoch):
                     self._emit(MasterChange(self.name, master, epoch))
                 case ConflictsFound(conflicts=conflicts):
-                    for c in conflicts:
-                        self._emit(Conflict(self.name, c.key, c.chosen, c.other))
+                    for conflict in conflicts:
+                        self._emit(Conflict(self.name, conflict.key, conflict.chosen, conflict.other))
                 case StaleChanged(stale=stale, reason=reason):
                     self._emit(StaleChange(self.name, stale, reason))
         if self.replica.next_deadline < self._sleep_until:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from .. import channel as ch
 from .backend import Backend, Entry
@@ -43,6 +43,7 @@ from .commands import (
     Expire,
     Increment,
     InsertInto,
+    PlainWriteCommand,
     Pop,
     Push,
     Put,
@@ -68,6 +69,11 @@ __all__ = [
 ]
 
 _WRITES = frozenset({Put, PutUnique, Erase, Clear, Increment, Decrement, Append, InsertInto, RemoveFrom, Push, Pop})
+
+
+def _is_plain_write(command: object) -> TypeGuard[PlainWriteCommand]:
+    """Whether ``command`` is one of the write commands a master applies (that very class, not a subclass)."""
+    return type(command) in _WRITES
 
 #: Events per EventBatch message: the cores send each run of consecutive channel events in batches
 #: of at most this many (``Producer.to_send(batch=...)``).
@@ -146,7 +152,7 @@ def _live(entry: Entry | None, now: float) -> Entry | None:
     return None if entry is None or (entry.expiry is not None and entry.expiry <= now) else entry
 
 
-def apply_write(backend: Backend, cmd: WriteCommand, now: float, *, seq: int | None = None,
+def apply_write(backend: Backend, cmd: PlainWriteCommand, now: float, *, seq: int | None = None,
                 publisher: str | None = None) -> tuple[Any, BroadcastCommand | None]:
     """Apply one write to ``backend``; return ``(result, effect to broadcast or None)``.
 
@@ -268,11 +274,11 @@ class Master:
         Raises TypeClash / NoSuchKey / BackendError; then nothing changed and nothing is sent.
         Raises TypeError for anything that is not a write command (caller's mistake).
         """
-        if type(command) not in _WRITES:
+        if not _is_plain_write(command):
             raise TypeError(f"not a store write command: {command!r}")
         return self._apply(command, now, None)
 
-    def _apply(self, command: WriteCommand, now: float, publisher: str | None) -> Any:
+    def _apply(self, command: PlainWriteCommand, now: float, publisher: str | None) -> Any:
         if now > self._now:
             self._now = now
         producer = self.producer
@@ -374,7 +380,7 @@ class Master:
     def _remote_write(self, writer: str, payload: Any, now: float) -> list[MasterEvent]:
         try:
             command = decode_command(payload)
-            if type(command) not in _WRITES:
+            if not _is_plain_write(command):
                 raise StoreDecodeError(f"writers may not send {command.KIND.value}")
             result = self._apply(command, now, self._reply_to.get(writer, writer))
         except StoreError as exc:

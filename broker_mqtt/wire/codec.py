@@ -239,13 +239,13 @@ def _decode_marked(clean: list[bytes]) -> list[Any] | None:
     """The values of ``clean`` (non-empty payloads holding no 0xf7) in one call, or None."""
     n = len(clean)
     try:
-        items = cbor2.loads(_array_head(2 * n) + b"\xf7".join(clean) + b"\xf7",
+        items: list[Any] = cbor2.loads(_array_head(2 * n) + b"\xf7".join(clean) + b"\xf7",
                             semantic_decoders=_SEMANTIC, tag_hook=_unknown_tag)
     except (cbor2.CBORDecodeError, RecursionError):
         return None  # one of them is malformed: each is decoded alone
     if {*map(id, items[1::2])} != _UNDEFINED_IDS:  # identity: CBORSimpleValue(0) == 0, say
         return None
-    return items[0::2]  # type: ignore[no-any-return]
+    return items[0::2]
 
 
 _UNDEFINED_IDS: Final = {id(_UNDEFINED)}
