@@ -50,6 +50,11 @@ class CoreState:
     """One node's state in the protocol (see :class:`~asyncactor.protocol.ActorCore`, which takes
     the same arguments) and the primitive transitions on it."""
 
+    @property
+    def current(self) -> str | None:
+        """The node holding the current slot, if any."""
+        return self._slot.node if self._slot else None
+
     def __init__(
         self,
         name: str,

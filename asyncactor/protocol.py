@@ -91,11 +91,6 @@ class ActorCore(SplitHealing):
     def is_it(self) -> bool:
         return self.phase is Phase.TAGGED
 
-    @property
-    def current(self) -> str | None:
-        """The node holding the current slot, if any."""
-        return self._slot.node if self._slot else None
-
     def deadline(self, timer: Timer) -> float | None:
         return self._timers.get(timer)
 

@@ -69,12 +69,13 @@ class Outbox:
             self._urgent.append(batch)
         elif coalesce and not retain:
             key = (topic, qos)
-            batch = self._open.get(key)
-            if batch is not None and len(batch.data) + len(data) > self.max_batch_bytes:
+            open_batch = self._open.get(key)
+            if open_batch is not None and len(open_batch.data) + len(data) > self.max_batch_bytes:
                 self._sealed.append(self._open.pop(key))
-                batch = None
-            if batch is None:
-                batch = self._open[key] = Batch(topic, qos)
+                open_batch = None
+            if open_batch is None:
+                open_batch = self._open[key] = Batch(topic, qos)
+            batch = open_batch
         else:
             # Keep per-topic order: whatever is open for this topic goes first.
             opened = self._open.pop((topic, qos), None)

@@ -33,6 +33,7 @@ from .commands import (
     AttachClone,
     Clear,
     Command,
+    ComputedCommand,
     ControlMessage,
     Erase,
     Expire,
@@ -228,6 +229,8 @@ class Clone:
         """
         if type(command) in _UNCHECKED or self.stale or self.unacked_writes:
             return
+        if isinstance(command, (Clear, ComputedCommand)):
+            return  # no key to check here: the master judges it
         entry = self.backend.get_entry(command.key)
         _new_value(None if entry is None else entry.value, entry is not None, command)
 

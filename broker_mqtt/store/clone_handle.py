@@ -77,7 +77,7 @@ class CloneStore(StoreHandle):
         self.core = self._make_core("", clock())
 
     def _make_core(self, master: str, now: float) -> Clone:
-        core = Clone(self.name, self.id, master, now, backend=self.observed,  # type: ignore[arg-type]
+        core = Clone(self.name, self.id, master, now, backend=self.observed,
                      config=self.config, write_buffer=self.write_buffer, request_timeout=self.request_timeout,
                      incarnation=self._incarnation)
         self._incarnation += 1

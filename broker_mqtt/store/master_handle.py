@@ -50,7 +50,7 @@ class MasterStore(StoreHandle):
         self.observed.publisher = ep.id
         self._discovery_timeout = discovery_timeout
         self._conflicts: set[str] = set()
-        self.core = Master(name, self.id, self.observed, clock(), config=config)  # type: ignore[arg-type]
+        self.core = Master(name, self.id, self.observed, clock(), config=config)
 
     def _prefixes(self) -> tuple[str, ...]:
         return (self._t_clones, self._t_answers)
