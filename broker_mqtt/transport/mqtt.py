@@ -46,7 +46,8 @@ def _closed(exc: BaseException) -> ConnectionClosed:
     """Our exception for an aiomqtt/paho/socket failure, with the same message."""
     if isinstance(exc, MqttConnectError):
         rc = exc.rc
-        return ConnectRefused(str(exc), int(getattr(rc, "value", rc) or 0))
+        code = rc if isinstance(rc, int) or rc is None else rc.value  # paho: int (MQTT 3) or ReasonCode (5)
+        return ConnectRefused(str(exc), code or 0)
     if "CERTIFICATE_VERIFY_FAILED" in str(exc):
         return TLSVerificationFailed(str(exc))
     return ConnectionClosed(str(exc))
