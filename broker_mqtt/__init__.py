@@ -6,7 +6,7 @@ See docs/ for concepts, the wire format and guarantees.
 """
 
 from ._version import __version__
-from .endpoint.endpoint import Endpoint, EndpointStatistics
+from .endpoint.endpoint import Endpoint
 from .endpoint.events import (
     ConnectionLost,
     ConnectionRestored,
@@ -19,6 +19,7 @@ from .endpoint.events import (
     PeerRemoved,
     StatusEvent,
 )
+from .endpoint.statistics import EndpointStatistics
 from .endpoint.subscription import RawMessage, RawSubscription, Subscription
 from .errors import (
     BrokerMQTTError,

@@ -5,19 +5,19 @@ from __future__ import annotations
 import logging
 import uuid
 
-import aiomqtt
 import anyio
 import cbor2
 import pytest
 
 from broker_mqtt import Endpoint
+from broker_mqtt.transport.base import Received
 from broker_mqtt.wire.message import Kind, NodeEncoder
 
 pytestmark = pytest.mark.anyio
 
 
-def publish(topic: str, payload: bytes) -> aiomqtt.Message:
-    return aiomqtt.Message(topic, payload, qos=1, retain=False, mid=1, properties=None)
+def publish(topic: str, payload: bytes) -> Received:
+    return Received(topic, payload, qos=1, retain=False, subscription_ids=())
 
 
 async def test_topic_matching_when_the_broker_sends_no_ids(caplog: pytest.LogCaptureFixture) -> None:

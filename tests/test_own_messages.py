@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import uuid
 
-import aiomqtt
 import anyio
 import cbor2
 import pytest
@@ -17,6 +16,7 @@ from subscriber_helpers import nothing_more, take
 
 from broker_mqtt import EmbeddedBroker, Endpoint, UsageError
 from broker_mqtt.endpoint.endpoint import _local_prefixes
+from broker_mqtt.transport.base import Received
 from broker_mqtt.wire import codec
 from broker_mqtt.wire.message import Kind, NodeEncoder
 
@@ -214,15 +214,8 @@ async def test_a_local_prefix_below_a_subscribed_one(broker: EmbeddedBroker, nam
 # -- without a broker: the endpoint is fed PUBLISHes directly ---------------------------------------
 
 
-def _publish(topic: str, payload: bytes, sub_id: int | None) -> aiomqtt.Message:
-    props = None
-    if sub_id is not None:
-        from paho.mqtt.packettypes import PacketTypes
-        from paho.mqtt.properties import Properties
-
-        props = Properties(PacketTypes.PUBLISH)
-        props.SubscriptionIdentifier = sub_id
-    return aiomqtt.Message(topic, payload, qos=1, retain=False, mid=1, properties=props)
+def _publish(topic: str, payload: bytes, sub_id: int | None) -> Received:
+    return Received(topic, payload, qos=1, retain=False, subscription_ids=() if sub_id is None else (sub_id,))
 
 
 @pytest.mark.parametrize("with_ids", [True, False])

@@ -1,14 +1,16 @@
 """Endpoint: an MQTT 5 client that speaks node messages (Zeek Broker's endpoint, over MQTT).
 
 Theory of operation. An :class:`Endpoint` owns one task group with one *connection task*. That
-task connects (TCP_NODELAY, MQTT 5, a last will that clears this endpoint's retained presence),
-subscribes every filter the subscription table holds, announces presence, then runs a *sender*
-(drains the :class:`~broker_mqtt.endpoint.outbox.Outbox`, one PUBLISH per batch) beside a *receiver*
-(dispatches each PUBLISH by its subscription identifiers). When the connection fails both stop;
-the task waits with exponential backoff and starts over; the session (``clean_start=False``,
-``session_expiry`` seconds) makes the broker keep our subscriptions and queue QoS 1 messages
-during the outage, across a broker restart too when the broker persists sessions. Applications never see the
-outage except as :class:`ConnectionLost` / :class:`ConnectionRestored` status events:
+task connects through a :class:`~broker_mqtt.transport.base.Connector` (MQTT 5 through aiomqtt by
+default, transport/mqtt.py; a last will that clears this endpoint's retained presence),
+subscribes every filter the subscription table holds, announces presence (presence.py), then runs
+a *sender* (send.py: drains the :class:`~broker_mqtt.endpoint.outbox.Outbox`, one PUBLISH per
+batch) beside a *receiver* (receive.py: dispatches each PUBLISH by its subscription identifiers).
+This module holds the lifecycle, the public API and the wiring of those parts. When the
+connection fails both stop; the task waits with exponential backoff and starts over; the session
+(``clean_start=False``, ``session_expiry`` seconds) makes the broker keep our subscriptions and
+queue QoS 1 messages during the outage, across a broker restart too when the broker persists
+sessions. Applications never see the outage except as :class:`ConnectionLost` / :class:`ConnectionRestored` status events:
 subscribers keep iterating and publishers keep queueing (up to the outbox bound).
 
 Guarantees (docs/guarantees.md): per publisher and topic, messages arrive in order. QoS 1
@@ -30,90 +32,42 @@ import logging
 import math
 import os
 import random
-import socket
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-import aiomqtt
 import anyio
-from aiomqtt.exceptions import MqttConnectError
 from anyio.abc import TaskGroup, TaskStatus
-from paho.mqtt.client import MQTT_ERR_SUCCESS
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from ..errors import BrokerUnavailable, PayloadTooLarge, PublishQueueFull, UsageError
+from ..errors import BrokerUnavailable, UsageError
+from ..transport.base import (
+    Connection,
+    ConnectionClosed,
+    ConnectOptions,
+    Connector,
+    ConnectRefused,
+    TLSVerificationFailed,
+    Will,
+)
 from ..transport.broker_url import BrokerURL, TLSOptions
 from ..transport.embedded import EmbeddedBroker, acquire_shared_broker, release_shared_broker
+from ..transport.mqtt import MQTTConnector
 from ..wire import codec
-from ..wire.message import Kind, NodeEncoder, decode_batch
+from ..wire.message import Kind, NodeEncoder
 from ..wire.topics import TopicLayout, covers, prefix_matches, validate_prefix, validate_topic
-from .dispatch import Filter, Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
-from .events import (
-    ConnectionLost,
-    ConnectionRestored,
-    ErrorCode,
-    ErrorEvent,
-    Message,
-    PeerAdded,
-    PeerInfo,
-    PeerLost,
-    PeerRemoved,
-    StatusEvent,
-)
-from .outbox import Batch, InFlight, Outbox
+from .dispatch import Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
+from .events import ConnectionLost, ConnectionRestored, ErrorCode, ErrorEvent, Message, PeerInfo, StatusEvent
+from .outbox import Outbox
+from .presence import PeerTable, announced_prefixes, presence_payload
+from .receive import PRESENCE_SID, UNICAST_SID, Receiver
+from .send import PUBLISH_OVERHEAD, Sender, Signal
+from .statistics import EndpointStatistics
 from .subscription import RawMessage, RawSubscription, StatusStream, Subscription, _Stream
 
 __all__ = ["Endpoint", "Subscription", "RawSubscription", "RawMessage", "EndpointStatistics"]
 
 log = logging.getLogger("broker_mqtt")
-
-_PRESENCE_SID = 1
-_UNICAST_SID = 2
-_PUBLISH_OVERHEAD = 512  # fixed header + topic + properties, generously
-_MAX_PACKET_DEFAULT = 268_435_455
-_MAX_INFLIGHT = 16  # unconfirmed PUBLISHes per connection (paho queues beyond its own limit of 20)
-
-
-class _Signal:
-    """Wake waiters on the next :meth:`notify` (check the condition before waiting)."""
-
-    __slots__ = ("_event",)
-
-    def __init__(self) -> None:
-        self._event: anyio.Event | None = None
-
-    def notify(self) -> None:
-        event = self._event
-        if event is not None:
-            self._event = None
-            event.set()
-
-    async def wait(self) -> None:
-        if self._event is None:
-            self._event = anyio.Event()
-        await self._event.wait()
-
-
-@dataclass(slots=True)
-class EndpointStatistics:
-    """Counters since the endpoint started (see :meth:`Endpoint.statistics`)."""
-
-    published: int = 0  #: node messages accepted by publish/unicast
-    publishes_sent: int = 0  #: PUBLISH packets handed to the MQTT client
-    received: int = 0  #: data node messages received
-    publishes_received: int = 0  #: PUBLISH packets received
-    delivered: int = 0  #: messages handed to subscribers
-    malformed: int = 0  #: undecodable PUBLISHes or node messages
-    rejected: int = 0  #: PUBLISHes the broker refused (PUBACK reason >= 0x80)
-    qos0_lost: int = 0  #: QoS 0 messages on the wire when a connection dropped
-    reconnects: int = 0
-    status_dropped: int = 0  #: status events a full status stream could not take
-    pending: int = 0  #: messages queued or in flight now
 
 
 class Endpoint:
@@ -121,7 +75,9 @@ class Endpoint:
 
     ``broker`` is a URL (``mqtt://[user:password@]host:port``, ``mqtts://...`` with ``tls``), an
     :class:`EmbeddedBroker`, or None: then ``$BROKER_MQTT_URL`` if set, else a mosquitto embedded
-    in this process and shared by every such endpoint of the process.
+    in this process and shared by every such endpoint of the process. ``connector`` replaces all
+    that: the endpoint then connects through it (any transport, see
+    :mod:`broker_mqtt.transport.base`) and ``broker`` and ``tls`` are not used.
 
     Entering connects (raising :class:`BrokerUnavailable` after ``connect_timeout``); leaving
     says goodbye (PeerRemoved at the peers), flushes what is queued (up to ``close_timeout``),
@@ -147,6 +103,7 @@ class Endpoint:
         max_pending_messages: int = 200_000,
         subscriber_buffer: int = 256,
         status_buffer: int = 1000,
+        connector: Connector | None = None,
     ) -> None:
         if qos not in (0, 1):
             raise UsageError("qos must be 0 or 1")
@@ -155,6 +112,7 @@ class Endpoint:
         self.layout = TopicLayout(namespace)
         self.qos = qos
         self._broker_arg = broker
+        self._connector_arg = connector
         self._tls = tls
         self._connect_timeout = connect_timeout
         self._close_timeout = close_timeout
@@ -175,28 +133,32 @@ class Endpoint:
         self._table: SubscriptionTable[_Stream] = SubscriptionTable(first_id=3)
         #: subscribers with local prefixes, and their (minimal) levels: they get own messages at send time
         self._locals: dict[Subscription, list[tuple[str, ...]]] = {}
-        self._peers: dict[uuid.UUID, PeerInfo] = {}
+        self._presence = PeerTable(self.layout, self.id)
         self._status_streams: list[StatusStream] = []
         self._stats = EndpointStatistics()
-        self._wakeup = _Signal()  # sender: something was queued
-        self._progress = _Signal()  # publishers/flush: something was sent, or the link changed
-        self._peers_changed = _Signal()
-        self._client: aiomqtt.Client | None = None
-        self._inflight: InFlight | None = None
-        self._url: BrokerURL | None = None
+        self._sender = sender = Sender(self._outbox, self._stats)
+        self._enqueue = sender.enqueue
+        self._enqueue_nowait = sender.enqueue_nowait
+        self._peers_changed = Signal()
+        self._connector: Connector | None = None
         self._uses_shared = False
         self._tg: TaskGroup | None = None
-        self._max_packet = _MAX_PACKET_DEFAULT
-        self._sub_ids_available = True
         self._closing = False
         self._topic_cache: dict[str, str] = {}
         self._unicast_topic = self.layout.unicast(self.id.hex)
         self._presence_topic = self.layout.presence(self.id.hex)
-        self._data_head = self.layout.namespace + "/d/"
+        self._receiver = Receiver(
+            name=self.name, layout=self.layout, me=self._id_bytes, unicast_topic=self._unicast_topic,
+            table=self._table, stats=self._stats, report=self._report, on_presence=self._on_presence,
+        )
+        #: hand one received PUBLISH (a transport.base.Received) to its subscribers
+        self._dispatch = self._receiver.dispatch
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def __aenter__(self) -> Self:
-        self._url = await self._resolve_broker()
+        self._connector = self._connector_arg
+        if self._connector is None:
+            self._connector = MQTTConnector(await self._resolve_broker(), self._tls)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:
@@ -208,7 +170,7 @@ class Endpoint:
             self._release_broker()
             if isinstance(exc, TimeoutError):
                 raise BrokerUnavailable(
-                    f"could not connect to the broker at {self._url} within {self._connect_timeout}s"
+                    f"could not connect to the broker at {self._connector} within {self._connect_timeout}s"
                     + (f": {self._last_error}" if self._last_error else "")
                 ) from None
             raise
@@ -254,61 +216,23 @@ class Endpoint:
             self._uses_shared = False
             release_shared_broker()
 
-    def _make_client(self, *, clean_start: bool) -> aiomqtt.Client:
-        url = self._url
-        assert url is not None
-        connect_props = Properties(PacketTypes.CONNECT)
-        connect_props.SessionExpiryInterval = self._session_expiry
-        client = aiomqtt.Client(
-            url.host,
-            url.port,
-            username=url.username,
-            password=url.password,
-            identifier=self._client_id,
-            protocol=aiomqtt.ProtocolVersion.V5,
-            will=aiomqtt.Will(self._presence_topic, b"", qos=1, retain=True),
-            clean_start=clean_start,
-            keepalive=self._keepalive,
-            properties=connect_props,
-            tls_context=self._tls.context() if self._tls else None,
-            tls_insecure=(not self._tls.verify) if self._tls else None,
-            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-            timeout=10,
-        )
-        # aiomqtt drops CONNACK properties and PUBACK reason codes; we need both.
-        paho = client._client
-        # paho types its callback slots as Optional; aiomqtt has set both.
-        on_connect: Any = paho.on_connect
-        on_publish: Any = paho.on_publish
-
-        def _on_connect(c: Any, userdata: Any, flags: Any, reason: Any, props: Any = None) -> None:
-            self._max_packet = getattr(props, "MaximumPacketSize", _MAX_PACKET_DEFAULT)
-            self._sub_ids_available = bool(getattr(props, "SubscriptionIdentifierAvailable", 1))
-            on_connect(c, userdata, flags, reason, props)
-
-        def _on_publish(c: Any, userdata: Any, mid: int, reason: Any, props: Any) -> None:
-            if reason is not None and getattr(reason, "is_failure", False):
-                self._stats.rejected += 1
-                self._report(ErrorEvent(ErrorCode.PUBLISH_REJECTED, f"broker refused a PUBLISH: {reason}"))
-            on_publish(c, userdata, mid, reason, props)
-            self._confirmed(mid)
-
-        paho.on_connect, paho.on_publish = _on_connect, _on_publish
-        return client
-
     async def _connection_task(self, *, task_status: TaskStatus[None]) -> None:
         first = True
         attempt = 0
         low, high = self._reconnect_delay
         delay = low
+        connector = self._connector
+        assert connector is not None
+        # Always clean_start=False: mosquitto 2.0 persists across its restarts only sessions
+        # whose client never asked for a clean start, even with a session expiry set. A new
+        # endpoint id has no old session, so this inherits nothing on the first connect.
+        # The will clears our retained presence when the connection drops without a goodbye.
+        options = ConnectOptions(self._client_id, clean_start=False, session_expiry=self._session_expiry,
+                                 keepalive=self._keepalive, will=Will(self._presence_topic, b"", qos=1, retain=True))
         while True:
-            # Always clean_start=False: mosquitto 2.0 persists across its restarts only sessions
-            # whose client never asked for a clean start, even with a session expiry set. A new
-            # endpoint id has no old session, so this inherits nothing on the first connect.
-            client = self._make_client(clean_start=False)
             try:
-                async with client:
-                    await self._on_connected(client)
+                async with connector.connect(options, self._sender.confirmed, self._rejected) as conn:
+                    await self._on_connected(conn)
                     if first:
                         task_status.started()
                     else:
@@ -316,23 +240,23 @@ class Endpoint:
                         self._report(ConnectionRestored(attempt))
                     first, attempt, delay = False, 0, low
                     async with anyio.create_task_group() as tg:
-                        tg.start_soon(self._send_loop, client)
-                        await self._receive_loop(client)
-                        raise aiomqtt.MqttError("connection closed")
-            except* (aiomqtt.MqttError, OSError) as group:
+                        tg.start_soon(self._sender.run, conn)
+                        await self._receiver.run(conn.messages())
+                        raise ConnectionClosed("connection closed")
+            except* (ConnectionClosed, OSError) as group:  # OSError: should a transport let one through
                 reason = "; ".join(str(e) for e in group.exceptions)
                 self._last_error = reason
-                if first and any(_refused(e) for e in group.exceptions):
-                    raise BrokerUnavailable(f"the broker at {self._url} refused the connection: {reason}") from None
-                if first and "CERTIFICATE_VERIFY_FAILED" in reason:
+                if first and any(isinstance(e, ConnectRefused) and e.permanent for e in group.exceptions):
+                    raise BrokerUnavailable(f"the broker at {connector} refused the connection: {reason}") from None
+                if first and any(isinstance(e, TLSVerificationFailed) for e in group.exceptions):
                     raise BrokerUnavailable(
-                        f"TLS: the certificate of {self._url} did not verify ({reason}); "
+                        f"TLS: the certificate of {connector} did not verify ({reason}); "
                         "check TLSOptions.ca_file and the broker's host name"
                     ) from None
             finally:
-                was_connected = self._client is not None
-                self._client = None
-                self._progress.notify()
+                was_connected = self._sender.conn is not None
+                self._sender.conn = None
+                self._sender.progress.notify()
             if self._closing:
                 return
             if was_connected:
@@ -342,48 +266,45 @@ class Endpoint:
             await anyio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, high)
 
-    async def _on_connected(self, client: aiomqtt.Client) -> None:
-        await self._mqtt_subscribe(client, Subscribe(self.layout.presence_filter(), _PRESENCE_SID, True))
+    async def _on_connected(self, conn: Connection) -> None:
+        self._sender.max_packet = conn.connack.max_packet
+        self._receiver.sub_ids_available = conn.connack.subscription_ids_available
+        await self._mqtt_subscribe(conn, Subscribe(self.layout.presence_filter(), PRESENCE_SID, True))
         # No Local: unicasts to ourselves never go through the broker (send_node delivers them).
-        await self._mqtt_subscribe(client, Subscribe(self._unicast_topic, _UNICAST_SID, True))
+        await self._mqtt_subscribe(conn, Subscribe(self._unicast_topic, UNICAST_SID, True))
         for change in self._table.all_subscribes():
-            await self._mqtt_subscribe(client, change)
-        self._outbox.max_batch_bytes = min(self._max_batch_bytes, self._max_packet - _PUBLISH_OVERHEAD)
-        self._client = client
+            await self._mqtt_subscribe(conn, change)
+        self._outbox.max_batch_bytes = min(self._max_batch_bytes, conn.connack.max_packet - PUBLISH_OVERHEAD)
+        self._sender.conn = conn
         self._announce()
-        self._progress.notify()
+        self._sender.progress.notify()
 
-    async def _mqtt_subscribe(self, client: aiomqtt.Client, change: Subscribe) -> None:
-        props = Properties(PacketTypes.SUBSCRIBE)
-        props.SubscriptionIdentifier = change.sub_id
-        await client.subscribe(
-            change.mqtt_filter, options=SubscribeOptions(qos=1, noLocal=change.no_local), properties=props
-        )
+    @staticmethod
+    async def _mqtt_subscribe(conn: Connection, change: Subscribe) -> None:
+        await conn.subscribe(change.mqtt_filter, sub_id=change.sub_id, no_local=change.no_local)
 
     async def _apply(self, changes: Iterable[Subscribe | Unsubscribe]) -> None:
-        client = self._client
-        if client is None:
+        conn = self._sender.conn
+        if conn is None:
             return  # subscribed on (re)connect
         try:
             for change in changes:
                 if isinstance(change, Subscribe):
-                    await self._mqtt_subscribe(client, change)
+                    await self._mqtt_subscribe(conn, change)
                 else:
-                    await client.unsubscribe(change.mqtt_filter)
-        except aiomqtt.MqttError:
+                    await conn.unsubscribe(change.mqtt_filter)
+        except ConnectionClosed:
             pass  # the connection task resubscribes everything after reconnecting
 
     async def _leave(self) -> None:
-        client = self._client
-        if client is None:
+        if self._sender.conn is None:
             return
         self._closing = True
         self._enqueue_nowait(self._presence_topic, 1, self._presence_payload("bye"), retain=False)
         self._enqueue_nowait(self._presence_topic, 1, b"", retain=True)
         await self.flush()
-        if self._client is not None:
-            _disconnect_ending_session(self._client)
-            await anyio.sleep(0.01)
+        if self._sender.conn is not None:
+            await self._sender.conn.disconnect_ending_session()
 
     # -- sending ------------------------------------------------------------------------------
     def _data_topic(self, topic: str) -> str:
@@ -436,19 +357,11 @@ class Endpoint:
         if not payloads:
             return
         messages = self._encoder.encode_many(Kind.DATA, topic, payloads)
-        self._check_size(max(map(len, messages)))
-        size = sum(map(len, messages))
-        outbox = self._outbox
-        while not outbox.has_room(len(messages), size):
-            if self._client is None:
-                raise PublishQueueFull(
-                    f"broker unreachable and {outbox.pending_messages} messages "
-                    f"({outbox.pending_bytes} bytes) already queued"
-                )
-            await self._progress.wait()
-        outbox.add_many(mqtt_topic, self.qos if qos is None else qos, messages)
+        self.check_payload_size(max(map(len, messages)))
+        await self._sender.make_room(len(messages), sum(map(len, messages)))
+        self._outbox.add_many(mqtt_topic, self.qos if qos is None else qos, messages)
         self._stats.published += len(messages)
-        self._wakeup.notify()
+        self._sender.wakeup.notify()
         if self._locals:
             self._deliver_own(
                 Kind.DATA, topic, validate_topic(topic), [p if type(p) is bytes else bytes(p) for p in payloads]
@@ -482,7 +395,7 @@ class Endpoint:
         qos = self.qos if qos is None else qos
         if to is not None and len(to) == 1:
             if to[0] == self._id_bytes:  # to ourselves: only our local subscribers can get it
-                self._check_size(len(data))
+                self.check_payload_size(len(data))
                 self._stats.published += 1
             else:
                 await self._enqueue(self.layout.unicast(to[0].hex()), qos, data)
@@ -520,265 +433,42 @@ class Endpoint:
         if not mqtt_topic or "+" in mqtt_topic or "#" in mqtt_topic:
             raise UsageError(f"cannot publish on MQTT topic {mqtt_topic!r}")
         if urgent:
-            self._check_size(len(payload))
-            self._outbox.add(mqtt_topic, qos, bytes(payload), retain=retain, urgent=True)
-            self._stats.published += 1
-            self._wakeup.notify()
+            self._enqueue_nowait(mqtt_topic, qos, bytes(payload), retain=retain, urgent=True)
             return
         await self._enqueue(mqtt_topic, qos, bytes(payload), retain=retain, coalesce=False)
 
-    def _check_size(self, size: int) -> None:
-        limit = self._max_packet - _PUBLISH_OVERHEAD
-        if size > limit:
-            raise PayloadTooLarge(size, self._max_packet)
+    def check_payload_size(self, size: int) -> None:
+        """Raise :class:`PayloadTooLarge` if a node message or raw payload of ``size`` bytes would
+        not fit in one PUBLISH the broker accepts (its maximum packet size, from the last
+        CONNACK, less room for the PUBLISH header); for layers that check before they queue."""
+        self._sender.check_size(size)
 
-    async def _enqueue(
-        self, mqtt_topic: str, qos: int, data: bytes, *, retain: bool = False, coalesce: bool = True
-    ) -> None:
-        if self._outbox.full:
-            self._check_size(len(data))
-            while self._outbox.full:
-                if self._client is None:
-                    raise PublishQueueFull(
-                        f"broker unreachable and {self._outbox.pending_messages} messages "
-                        f"({self._outbox.pending_bytes} bytes) already queued"
-                    )
-                await self._progress.wait()
-        self._enqueue_nowait(mqtt_topic, qos, data, retain=retain, coalesce=coalesce)
-
-    def _enqueue_nowait(
-        self, mqtt_topic: str, qos: int, data: bytes, *, retain: bool = False, coalesce: bool = True
-    ) -> None:
-        self._check_size(len(data))
-        self._outbox.add(mqtt_topic, qos, data, retain=retain, coalesce=coalesce)
-        self._stats.published += 1
-        self._wakeup.notify()
+    _check_size = check_payload_size  # the former private name, still used by the stores
 
     async def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything queued so far was taken by the broker; False on timeout."""
-        with anyio.move_on_after(math.inf if timeout is None else timeout):
-            while self._outbox.pending_messages:
-                await self._progress.wait()
-            return True
-        return False
+        return await self._sender.flush(timeout)
 
-    async def _send_loop(self, client: aiomqtt.Client) -> None:
-        """Hand batches to paho in order, up to ``InFlight.limit`` unconfirmed at a time.
-
-        paho's publish() only queues the packet, synchronously and in call order, so batches
-        leave in outbox order; confirmations come back through :meth:`_confirmed`. When the
-        connection goes, unconfirmed QoS 1 batches return to the front of the outbox in order
-        (sent again after reconnecting: at-least-once); unconfirmed QoS 0 batches are lost.
-        """
-        outbox, inflight = self._outbox, InFlight(_MAX_INFLIGHT)
-        self._inflight = inflight
-        paho = client._client
-        try:
-            while True:
-                while not inflight.full and (batch := outbox.take()) is not None:
-                    info = paho.publish(batch.topic, bytes(batch.data), batch.qos, batch.retain)
-                    if info.rc != MQTT_ERR_SUCCESS:
-                        outbox.retry(batch)
-                        raise aiomqtt.MqttCodeError(info.rc, "could not publish")
-                    self._stats.publishes_sent += 1
-                    self._release(inflight.sent(batch, info.mid))
-                await self._wakeup.wait()
-        finally:
-            self._inflight = None
-            for batch in reversed(inflight.unconfirmed()):
-                if batch.qos == 0:
-                    self._stats.qos0_lost += batch.count
-                    outbox.done(batch)
-                else:
-                    outbox.retry(batch)
-            self._progress.notify()
-
-    def _confirmed(self, packet_id: int) -> None:
-        """paho's on_publish: PUBACK (QoS 1) or written (QoS 0) for ``packet_id``."""
-        if self._inflight is not None:
-            self._release(self._inflight.confirm(packet_id))
-
-    def _release(self, batches: list[Batch]) -> None:
-        if batches:
-            for batch in batches:
-                self._outbox.done(batch)
-            self._progress.notify()
-            self._wakeup.notify()  # room in the window
-
-    # -- receiving ----------------------------------------------------------------------------
-    async def _receive_loop(self, client: aiomqtt.Client) -> None:
-        async for mqtt_message in client.messages:
-            try:
-                await self._dispatch(mqtt_message)
-            except Exception as exc:  # a bug must not kill the receive loop; report it loudly
-                log.exception("%s: error handling a message on %s", self.name, mqtt_message.topic)
-                self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, repr(exc), topic=str(mqtt_message.topic)))
-
-    async def _dispatch(self, mqtt_message: aiomqtt.Message) -> None:
-        self._stats.publishes_received += 1
-        topic = mqtt_message.topic.value
-        payload = mqtt_message.payload
-        if not isinstance(payload, bytes):
-            payload = bytes(payload) if isinstance(payload, bytearray) else b""
-        props = mqtt_message.properties
-        sub_ids = getattr(props, "SubscriptionIdentifier", None) if props is not None else None
-        if not sub_ids:
-            if self._sub_ids_available:
-                log.warning("%s: broker sends no subscription identifiers; matching topics instead", self.name)
-                self._sub_ids_available = False
-            await self._dispatch_by_topic(topic, payload, mqtt_message.retain)
-            return
-        if _PRESENCE_SID in sub_ids:
-            self._on_presence(topic, payload)
-        if _UNICAST_SID in sub_ids:
-            await self._on_node_messages(topic, payload, None)
-        filters = self._table.targets(sub_ids)
-        if not filters:
-            return
-        if filters[0].levels is None:
-            item = RawMessage(topic, payload, mqtt_message.retain)
-            for f in filters:
-                for sub in f.subscribers:
-                    if not sub._deliver_nowait([item]):
-                        await sub._deliver([item])
-            return
-        await self._on_node_messages(topic, payload, filters)
-
-    async def _dispatch_by_topic(self, topic: str, payload: bytes, retain: bool) -> None:
-        if self.layout.presence_id(topic) is not None:
-            self._on_presence(topic, payload)
-        elif topic == self._unicast_topic:
-            await self._on_node_messages(topic, payload, None)
-        elif topic.startswith(self._data_head):
-            await self._on_node_messages(topic, payload, self._table.match(tuple(topic[len(self._data_head):].split("/"))))
-        else:
-            item = RawMessage(topic, payload, retain)
-            for f in self._table.by_filter.values():
-                if f.levels is None and _mqtt_match(f.mqtt_filter, topic):
-                    for sub in f.subscribers:
-                        await sub._deliver([item])
-
-    async def _on_node_messages(self, topic: str, payload: bytes, filters: list[Filter[_Stream]] | None) -> None:
-        """Deliver the node messages of one PUBLISH; ``filters`` None means unicast (match by topic)."""
-        messages, error = decode_batch(payload)
-        if error is not None:
-            self._stats.malformed += 1
-            self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, str(error), topic=topic))
-        if not messages:
-            return
-        me = self._id_bytes
-        if filters is not None:
-            # Every message of a data PUBLISH matched the same filters: flatten them once.
-            expected = topic[len(self._data_head):]
-            expected_slash = "/" + expected
-            flat: list[tuple[_Stream, Kind, list[Message]]] = [
-                (sub, sub.kind, []) for f in filters for sub in f.subscribers  # type: ignore[attr-defined]
-            ]
-        else:
-            # Unicast: each message may match other subscribers; the lists are kept per topic
-            # and per subscriber, so the hand-over still happens once per PUBLISH.
-            by_topic: dict[str, list[tuple[_Stream, Kind, list[Message]]]] = {}
-            by_sub: dict[_Stream, list[Message]] = {}
-        received = 0
-        for kind, sender, receivers, _ttl, node_topic, packed in messages:
-            if receivers is not None and me not in receivers:
-                continue
-            if filters is None:
-                flat = by_topic.get(node_topic)  # type: ignore[assignment]
-                if flat is None:
-                    try:
-                        levels = validate_topic(node_topic)
-                    except UsageError:
-                        self._stats.malformed += 1
-                        continue
-                    flat = by_topic[node_topic] = [
-                        (sub, sub.kind, by_sub.setdefault(sub, []))  # type: ignore[attr-defined]
-                        for f in self._table.match(levels)
-                        for sub in f.subscribers
-                    ]
-            elif node_topic != expected and node_topic != expected_slash:
-                self._stats.malformed += 1
-                self._report(
-                    ErrorEvent(ErrorCode.MALFORMED_MESSAGE, f"node message topic {node_topic!r} "
-                               f"does not match its MQTT topic {topic!r}", topic=topic)
-                )
-                continue
-            received += 1
-            if sender == me:
-                # Our own message came back (No Local ignored, or an old subscription's window):
-                # local subscribers already got it when it was sent.
-                continue
-            msg = Message(node_topic, sender, packed)
-            for _sub, sub_kind, batch in flat:
-                if sub_kind is kind:
-                    batch.append(msg)
-        self._stats.received += received
-        if filters is None:
-            await self._hand_over(by_sub.items())
-        else:
-            await self._hand_over((sub, batch) for sub, _kind, batch in flat)
-
-    async def _hand_over(self, batches: Iterable[tuple[_Stream, list[Message]]]) -> None:
-        for sub, batch in batches:
-            if batch:
-                self._stats.delivered += len(batch)
-                if not sub._deliver_nowait(batch):
-                    await sub._deliver(batch)
-
-    def _on_presence(self, topic: str, payload: bytes) -> None:
-        hex_id = self.layout.presence_id(topic)
-        if hex_id is None or hex_id == self.id.hex:
-            return
-        try:
-            peer_id = uuid.UUID(hex=hex_id)
-        except ValueError:
-            self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, "presence topic with a bad endpoint id", topic=topic))
-            return
-        if not payload:
-            info = self._peers.pop(peer_id, None)
-            if info is not None:
-                self._report(PeerLost(info))
-                self._peers_changed.notify()
-            return
-        messages, error = decode_batch(payload)
-        try:
-            if error is not None or len(messages) != 1 or messages[0].kind is not Kind.CONTROL:
-                raise codec.DecodeError(str(error) if error else "presence must be one control message")
-            if messages[0].sender != peer_id.bytes:
-                raise codec.DecodeError("presence sender does not match its topic")
-            body = codec.decode(messages[0].payload)
-            if not isinstance(body, dict) or body.get("op") not in ("hello", "bye"):
-                raise codec.DecodeError("presence body must be a map with op hello or bye")
-            info = PeerInfo(peer_id, str(body.get("name", "")), tuple(str(t) for t in body.get("topics", ())))
-        except codec.DecodeError as exc:
-            self._stats.malformed += 1
-            self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, f"bad presence: {exc}", topic=topic))
-            return
-        if body["op"] == "bye":
-            known = self._peers.pop(peer_id, None)
-            if known is not None:
-                self._report(PeerRemoved(known))
-        else:
-            known = self._peers.get(peer_id)
-            self._peers[peer_id] = info
-            if known is None:
-                self._report(PeerAdded(info))
-        self._peers_changed.notify()
+    def _rejected(self, packet_id: int, reason: str) -> None:
+        """The broker refused PUBLISH ``packet_id`` (PUBACK reason >= 0x80); it is confirmed next."""
+        self._stats.rejected += 1
+        self._report(ErrorEvent(ErrorCode.PUBLISH_REJECTED, f"broker refused a PUBLISH: {reason}"))
 
     # -- presence -----------------------------------------------------------------------------
-    def _subscribed_prefixes(self) -> list[str]:
-        out: dict[str, None] = {}
-        for f in self._table.by_filter.values():
-            if f.levels is not None:
-                out["/" + "/".join(f.levels)] = None
-        return list(out)
+    def _on_presence(self, topic: str, payload: bytes) -> None:
+        update = self._presence.receive(topic, payload)
+        if update.malformed:
+            self._stats.malformed += 1
+        for event in update.events:
+            self._report(event)
+        if update.changed:
+            self._peers_changed.notify()
 
     def _presence_payload(self, op: str) -> bytes:
-        body = {"op": op, "name": self.name, "topics": self._subscribed_prefixes()}
-        return self._encoder.encode(Kind.CONTROL, "presence", codec.encode(body))
+        return presence_payload(self._encoder, op, self.name, announced_prefixes(self._table))
 
     def _announce(self) -> None:
-        if self._client is not None and not self._closing:
+        if self._sender.conn is not None and not self._closing:
             self._enqueue_nowait(self._presence_topic, 1, self._presence_payload("hello"), retain=True)
 
     # -- subscribing --------------------------------------------------------------------------
@@ -858,19 +548,19 @@ class Endpoint:
 
     def peers(self) -> list[PeerInfo]:
         """The peers currently known (announced and not lost or removed)."""
-        return list(self._peers.values())
+        return self._presence.peers()
 
     async def await_peer(self, peer: uuid.UUID, timeout: float | None = None) -> bool:
         """Wait until ``peer`` is known and its subscriptions are active; False on timeout."""
         with anyio.move_on_after(math.inf if timeout is None else timeout):
-            while peer not in self._peers:
+            while peer not in self._presence:
                 await self._peers_changed.wait()
             return True
         return False
 
     @property
     def connected(self) -> bool:
-        return self._client is not None
+        return self._sender.conn is not None
 
     def statistics(self) -> EndpointStatistics:
         """A snapshot of the endpoint's counters."""
@@ -880,33 +570,6 @@ class Endpoint:
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.name} {self.id} {'connected' if self.connected else 'disconnected'}>"
-
-
-def _refused(exc: BaseException) -> bool:
-    """A CONNACK refusal that retrying will not fix (bad credentials, not authorized, banned)."""
-    rc = getattr(exc, "rc", None)
-    value = getattr(rc, "value", rc)
-    return isinstance(exc, MqttConnectError) and value in (0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C, 4, 5)
-
-
-def _disconnect_ending_session(client: aiomqtt.Client) -> None:
-    """DISCONNECT with Session Expiry 0, so the broker forgets our session (aiomqtt cannot say it)."""
-    props = Properties(PacketTypes.DISCONNECT)
-    props.SessionExpiryInterval = 0
-    try:
-        client._client.disconnect(properties=props)
-    except Exception:  # noqa: BLE001 - best effort; the session then expires on its own
-        log.debug("could not send DISCONNECT with session expiry 0", exc_info=True)
-
-
-def _mqtt_match(mqtt_filter: str, topic: str) -> bool:
-    f_levels, t_levels = mqtt_filter.split("/"), topic.split("/")
-    for i, level in enumerate(f_levels):
-        if level == "#":
-            return True
-        if i >= len(t_levels) or (level != "+" and level != t_levels[i]):
-            return False
-    return len(f_levels) == len(t_levels)
 
 
 def _local_prefixes(local: Any, prefixes: tuple[str, ...]) -> tuple[str, ...]:

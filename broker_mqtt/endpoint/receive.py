@@ -1,0 +1,203 @@
+"""Receiving: which local subscriber gets what from each PUBLISH the broker sends.
+
+A PUBLISH carries the identifiers of the subscriptions it matched (dispatch.py). Fixed ids mark
+presence (1: handed to the :class:`~broker_mqtt.endpoint.presence.PeerTable`) and this endpoint's
+unicast topic (2); every other id is one of the :class:`SubscriptionTable`'s filters, whose
+subscribers get the PUBLISH: raw subscribers as one :class:`RawMessage`, data subscribers as the
+node messages of the PUBLISH that are of their kind, in one list per PUBLISH (the hand-over to a
+subscriber's stream is paid once per PUBLISH, not once per message; a full stream makes the receiver
+wait, so nothing is dropped). Node messages addressed to other endpoints are skipped; our own
+messages coming back (a broker that ignores No Local) are dropped by sender id, since local
+subscribers got them when they were sent. A node message whose topic does not match the MQTT topic
+it came on is malformed: reported, counted and skipped.
+
+A broker that sends no subscription identifiers (the first such PUBLISH makes the endpoint warn) is
+served by matching topics against the filters instead (:meth:`Receiver._dispatch_by_topic`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+
+from ..errors import UsageError
+from ..transport.base import Received
+from ..wire.message import Kind, decode_batch
+from ..wire.topics import TopicLayout, validate_topic
+from .dispatch import Filter, SubscriptionTable
+from .events import ErrorCode, ErrorEvent, Message, StatusEvent
+from .statistics import EndpointStatistics
+from .subscription import RawMessage, _Stream
+
+__all__ = ["Receiver", "PRESENCE_SID", "UNICAST_SID", "mqtt_match"]
+
+log = logging.getLogger("broker_mqtt")
+
+PRESENCE_SID = 1  #: subscription identifier of the presence filter
+UNICAST_SID = 2  #: subscription identifier of this endpoint's unicast topic
+
+
+class Receiver:
+    """Dispatches received PUBLISHes of one endpoint to its subscribers (see the module docstring).
+
+    ``on_presence(topic, payload)`` takes presence PUBLISHes; ``report`` takes status events.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        layout: TopicLayout,
+        me: bytes,
+        unicast_topic: str,
+        table: SubscriptionTable[_Stream],
+        stats: EndpointStatistics,
+        report: Callable[[StatusEvent], None],
+        on_presence: Callable[[str, bytes], None],
+    ) -> None:
+        self._name = name
+        self._layout = layout
+        self._me = me
+        self._unicast_topic = unicast_topic
+        self._data_head = layout.namespace + "/d/"
+        self._table = table
+        self._stats = stats
+        self._report = report
+        self._on_presence = on_presence
+        #: whether PUBLISHes carry subscription identifiers (from the CONNACK; False once one came without)
+        self.sub_ids_available = True
+
+    async def run(self, messages: AsyncIterator[Received]) -> None:
+        """Dispatch every PUBLISH of ``messages`` until it ends or raises."""
+        async for message in messages:
+            try:
+                await self.dispatch(message)
+            except Exception as exc:  # a bug must not kill the receive loop; report it loudly
+                log.exception("%s: error handling a message on %s", self._name, message.topic)
+                self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, repr(exc), topic=str(message.topic)))
+
+    async def dispatch(self, message: Received) -> None:
+        """Hand one PUBLISH to the subscribers it is for; waits while one of them is full."""
+        self._stats.publishes_received += 1
+        topic = message.topic
+        payload = message.payload
+        sub_ids = message.subscription_ids
+        if not sub_ids:
+            if self.sub_ids_available:
+                log.warning("%s: broker sends no subscription identifiers; matching topics instead", self._name)
+                self.sub_ids_available = False
+            await self._dispatch_by_topic(topic, payload, message.retain)
+            return
+        if PRESENCE_SID in sub_ids:
+            self._on_presence(topic, payload)
+        if UNICAST_SID in sub_ids:
+            await self._on_node_messages(topic, payload, None)
+        filters = self._table.targets(sub_ids)
+        if not filters:
+            return
+        if filters[0].levels is None:
+            item = RawMessage(topic, payload, message.retain)
+            for f in filters:
+                for sub in f.subscribers:
+                    if not sub._deliver_nowait([item]):
+                        await sub._deliver([item])
+            return
+        await self._on_node_messages(topic, payload, filters)
+
+    async def _dispatch_by_topic(self, topic: str, payload: bytes, retain: bool) -> None:
+        if self._layout.presence_id(topic) is not None:
+            self._on_presence(topic, payload)
+        elif topic == self._unicast_topic:
+            await self._on_node_messages(topic, payload, None)
+        elif topic.startswith(self._data_head):
+            await self._on_node_messages(topic, payload, self._table.match(tuple(topic[len(self._data_head):].split("/"))))
+        else:
+            item = RawMessage(topic, payload, retain)
+            for f in self._table.by_filter.values():
+                if f.levels is None and mqtt_match(f.mqtt_filter, topic):
+                    for sub in f.subscribers:
+                        await sub._deliver([item])
+
+    async def _on_node_messages(self, topic: str, payload: bytes, filters: list[Filter[_Stream]] | None) -> None:
+        """Deliver the node messages of one PUBLISH; ``filters`` None means unicast (match by topic)."""
+        await self._hand_over(self.route(topic, payload, filters))
+
+    def route(
+        self, topic: str, payload: bytes, filters: list[Filter[_Stream]] | None
+    ) -> Iterable[tuple[_Stream, list[Message]]]:
+        """The node messages of one PUBLISH, per subscriber (sans-io; empty lists included)."""
+        messages, error = decode_batch(payload)
+        if error is not None:
+            self._stats.malformed += 1
+            self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, str(error), topic=topic))
+        if not messages:
+            return ()
+        me = self._me
+        if filters is not None:
+            # Every message of a data PUBLISH matched the same filters: flatten them once.
+            expected = topic[len(self._data_head):]
+            expected_slash = "/" + expected
+            flat: list[tuple[_Stream, Kind, list[Message]]] = [
+                (sub, sub.kind, []) for f in filters for sub in f.subscribers  # type: ignore[attr-defined]
+            ]
+        else:
+            # Unicast: each message may match other subscribers; the lists are kept per topic
+            # and per subscriber, so the hand-over still happens once per PUBLISH.
+            by_topic: dict[str, list[tuple[_Stream, Kind, list[Message]]]] = {}
+            by_sub: dict[_Stream, list[Message]] = {}
+        received = 0
+        for kind, sender, receivers, _ttl, node_topic, packed in messages:
+            if receivers is not None and me not in receivers:
+                continue
+            if filters is None:
+                flat = by_topic.get(node_topic)  # type: ignore[assignment]
+                if flat is None:
+                    try:
+                        levels = validate_topic(node_topic)
+                    except UsageError:
+                        self._stats.malformed += 1
+                        continue
+                    flat = by_topic[node_topic] = [
+                        (sub, sub.kind, by_sub.setdefault(sub, []))  # type: ignore[attr-defined]
+                        for f in self._table.match(levels)
+                        for sub in f.subscribers
+                    ]
+            elif node_topic != expected and node_topic != expected_slash:
+                self._stats.malformed += 1
+                self._report(
+                    ErrorEvent(ErrorCode.MALFORMED_MESSAGE, f"node message topic {node_topic!r} "
+                               f"does not match its MQTT topic {topic!r}", topic=topic)
+                )
+                continue
+            received += 1
+            if sender == me:
+                # Our own message came back (No Local ignored, or an old subscription's window):
+                # local subscribers already got it when it was sent.
+                continue
+            msg = Message(node_topic, sender, packed)
+            for _sub, sub_kind, batch in flat:
+                if sub_kind is kind:
+                    batch.append(msg)
+        self._stats.received += received
+        if filters is None:
+            return by_sub.items()
+        return [(sub, batch) for sub, _kind, batch in flat]
+
+    async def _hand_over(self, batches: Iterable[tuple[_Stream, list[Message]]]) -> None:
+        stats = self._stats
+        for sub, batch in batches:
+            if batch:
+                stats.delivered += len(batch)
+                if not sub._deliver_nowait(batch):
+                    await sub._deliver(batch)
+
+
+def mqtt_match(mqtt_filter: str, topic: str) -> bool:
+    """Whether MQTT topic ``topic`` matches ``mqtt_filter`` (``+`` and ``#`` wildcards)."""
+    f_levels, t_levels = mqtt_filter.split("/"), topic.split("/")
+    for i, level in enumerate(f_levels):
+        if level == "#":
+            return True
+        if i >= len(t_levels) or (level != "+" and level != t_levels[i]):
+            return False
+    return len(f_levels) == len(t_levels)

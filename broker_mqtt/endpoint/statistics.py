@@ -1,0 +1,24 @@
+"""The endpoint's counters: what :meth:`Endpoint.statistics() <broker_mqtt.Endpoint.statistics>` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["EndpointStatistics"]
+
+
+@dataclass(slots=True)
+class EndpointStatistics:
+    """Counters since the endpoint started (see :meth:`Endpoint.statistics`)."""
+
+    published: int = 0  #: node messages accepted by publish/unicast
+    publishes_sent: int = 0  #: PUBLISH packets handed to the MQTT client
+    received: int = 0  #: data node messages received
+    publishes_received: int = 0  #: PUBLISH packets received
+    delivered: int = 0  #: messages handed to subscribers
+    malformed: int = 0  #: undecodable PUBLISHes or node messages
+    rejected: int = 0  #: PUBLISHes the broker refused (PUBACK reason >= 0x80)
+    qos0_lost: int = 0  #: QoS 0 messages on the wire when a connection dropped
+    reconnects: int = 0
+    status_dropped: int = 0  #: status events a full status stream could not take
+    pending: int = 0  #: messages queued or in flight now

@@ -1,0 +1,192 @@
+"""The real transport: :mod:`aiomqtt` (over paho-mqtt) behind :mod:`broker_mqtt.transport.base`.
+
+Every aiomqtt and paho import of the endpoint lives here, and so does every use of aiomqtt's
+private ``client._client`` (the paho client): aiomqtt does not expose what the endpoint needs, namely
+CONNACK properties (Maximum Packet Size, Subscription Identifier Available), PUBACK reason codes,
+a non-blocking publish that returns the packet id (aiomqtt's ``publish`` waits for each PUBACK),
+and a DISCONNECT with Session Expiry 0. aiomqtt and paho errors (and OSError) become
+:class:`~broker_mqtt.transport.base.ConnectionClosed` and its subclasses at this boundary.
+
+Connections use MQTT 5 with TCP_NODELAY; a CONNECT that gets no CONNACK within 10 s fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, NoReturn
+
+import aiomqtt
+import anyio
+from aiomqtt.exceptions import MqttConnectError
+from paho.mqtt.client import MQTT_ERR_SUCCESS
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from .base import (
+    MAX_PACKET_DEFAULT,
+    ConnAck,
+    ConnectionClosed,
+    ConnectOptions,
+    ConnectRefused,
+    Received,
+    TLSVerificationFailed,
+)
+from .broker_url import BrokerURL, TLSOptions
+
+__all__ = ["MQTTConnector", "MQTTConnection"]
+
+log = logging.getLogger("broker_mqtt")
+
+
+def _closed(exc: BaseException) -> ConnectionClosed:
+    """Our exception for an aiomqtt/paho/socket failure, with the same message."""
+    if isinstance(exc, MqttConnectError):
+        rc = exc.rc
+        code = rc if isinstance(rc, int) or rc is None else rc.value  # paho: int (MQTT 3) or ReasonCode (5)
+        return ConnectRefused(str(exc), code or 0)
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        return TLSVerificationFailed(str(exc))
+    return ConnectionClosed(str(exc))
+
+
+def _raise_closed(exc: BaseException) -> NoReturn:
+    raise _closed(exc) from exc
+
+
+class MQTTConnector:
+    """Connects to the broker at ``url`` (with ``tls`` when given) through aiomqtt."""
+
+    def __init__(self, url: BrokerURL, tls: TLSOptions | None = None) -> None:
+        self.url = url
+        self.tls = tls
+
+    def __str__(self) -> str:
+        return str(self.url)  # never shows the password
+
+    @asynccontextmanager
+    async def connect(
+        self,
+        options: ConnectOptions,
+        on_confirmed: Callable[[int], None],
+        on_rejected: Callable[[int, str], None],
+    ) -> AsyncIterator[MQTTConnection]:
+        url, tls, will = self.url, self.tls, options.will
+        connect_props = Properties(PacketTypes.CONNECT)
+        connect_props.SessionExpiryInterval = options.session_expiry
+        client = aiomqtt.Client(
+            url.host,
+            url.port,
+            username=url.username,
+            password=url.password,
+            identifier=options.client_id,
+            protocol=aiomqtt.ProtocolVersion.V5,
+            will=aiomqtt.Will(will.topic, will.payload, qos=will.qos, retain=will.retain) if will else None,
+            clean_start=options.clean_start,
+            keepalive=options.keepalive,
+            properties=connect_props,
+            tls_context=tls.context() if tls else None,
+            tls_insecure=(not tls.verify) if tls else None,
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+            timeout=10,
+        )
+        # Private access (see the module docstring): aiomqtt drops CONNACK properties and PUBACK
+        # reason codes, so we wrap the paho callbacks aiomqtt installed.
+        paho = client._client
+        # paho types its callback slots as Optional; aiomqtt has set both.
+        on_connect: Any = paho.on_connect
+        on_publish: Any = paho.on_publish
+        connack: list[ConnAck] = []
+
+        def _on_connect(c: Any, userdata: Any, flags: Any, reason: Any, props: Any = None) -> None:
+            connack[:] = [ConnAck(
+                max_packet=getattr(props, "MaximumPacketSize", MAX_PACKET_DEFAULT),
+                subscription_ids_available=bool(getattr(props, "SubscriptionIdentifierAvailable", 1)),
+            )]
+            on_connect(c, userdata, flags, reason, props)
+
+        def _on_publish(c: Any, userdata: Any, mid: int, reason: Any, props: Any) -> None:
+            if reason is not None and getattr(reason, "is_failure", False):
+                on_rejected(mid, str(reason))
+            on_publish(c, userdata, mid, reason, props)
+            on_confirmed(mid)
+
+        paho.on_connect, paho.on_publish = _on_connect, _on_publish
+        try:
+            async with client:
+                yield MQTTConnection(client, connack[0] if connack else ConnAck())
+        except (aiomqtt.MqttError, OSError) as exc:
+            _raise_closed(exc)
+
+
+class MQTTConnection:
+    """An open aiomqtt connection (see :class:`~broker_mqtt.transport.base.Connection`)."""
+
+    __slots__ = ("_client", "_paho", "connack")
+
+    def __init__(self, client: aiomqtt.Client, connack: ConnAck) -> None:
+        self._client = client
+        self._paho = client._client  # private: non-blocking publish with packet ids (module docstring)
+        self.connack = connack
+
+    def publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> int:
+        # paho's publish() only queues the packet, synchronously and in call order.
+        info = self._paho.publish(topic, payload, qos, retain)
+        if info.rc != MQTT_ERR_SUCCESS:
+            _raise_closed(aiomqtt.MqttCodeError(info.rc, "could not publish"))
+        return info.mid
+
+    async def subscribe(self, mqtt_filter: str, *, sub_id: int, no_local: bool, qos: int = 1) -> None:
+        props = Properties(PacketTypes.SUBSCRIBE)
+        props.SubscriptionIdentifier = sub_id
+        try:
+            await self._client.subscribe(
+                mqtt_filter, options=SubscribeOptions(qos=qos, noLocal=no_local), properties=props
+            )
+        except (aiomqtt.MqttError, OSError) as exc:
+            _raise_closed(exc)
+
+    async def unsubscribe(self, mqtt_filter: str) -> None:
+        try:
+            await self._client.unsubscribe(mqtt_filter)
+        except (aiomqtt.MqttError, OSError) as exc:
+            _raise_closed(exc)
+
+    def messages(self) -> _Messages:
+        return _Messages(self._client.messages)
+
+    async def disconnect_ending_session(self) -> None:
+        props = Properties(PacketTypes.DISCONNECT)
+        props.SessionExpiryInterval = 0
+        try:
+            self._paho.disconnect(properties=props)  # private: aiomqtt cannot send these properties
+        except Exception:  # noqa: BLE001 - best effort; the session then expires on its own
+            log.debug("could not send DISCONNECT with session expiry 0", exc_info=True)
+        await anyio.sleep(0.01)
+
+
+class _Messages:
+    """aiomqtt's message iterator, yielding :class:`Received` and raising ConnectionClosed."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self, messages: aiomqtt.client.MessagesIterator) -> None:
+        self._next = messages.__anext__
+
+    def __aiter__(self) -> _Messages:
+        return self
+
+    async def __anext__(self) -> Received:
+        try:
+            message = await self._next()
+        except aiomqtt.MqttError as exc:
+            _raise_closed(exc)
+        payload = message.payload
+        if not isinstance(payload, bytes):
+            payload = bytes(payload) if isinstance(payload, bytearray) else b""
+        props = message.properties
+        sub_ids = getattr(props, "SubscriptionIdentifier", None) if props is not None else None
+        return Received(message.topic.value, payload, message.qos, message.retain, tuple(sub_ids) if sub_ids else ())
