@@ -38,7 +38,7 @@ class SplitHealing(Succession):
             not ep.decided
             and mine
             and self.phase in (Phase.PINGED, Phase.TAGGED)
-            and self.has_priority(node, value, self.name, self._slot.value)  # type: ignore[union-attr]
+            and self.has_priority(node, value, self.name, self._slot.value)  # type: ignore[union-attr]  # `mine` holds only when _slot is set
         ):
             # our ping crossed the other side's first ping after the heal: only one of the two
             # pingers becomes "it", the same one for both (has_priority)

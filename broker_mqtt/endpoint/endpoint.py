@@ -443,7 +443,6 @@ class Endpoint:
         CONNACK, less room for the PUBLISH header); for layers that check before they queue."""
         self._sender.check_size(size)
 
-    _check_size = check_payload_size  # the former private name, still used by the stores
 
     async def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything queued so far was taken by the broker; False on timeout."""
@@ -519,7 +518,8 @@ class Endpoint:
 
     async def _remove_subscriber(self, sub: _Stream) -> None:
         with anyio.CancelScope(shield=True):
-            self._locals.pop(sub, None)  # type: ignore[arg-type]
+            if isinstance(sub, Subscription):
+                self._locals.pop(sub, None)
             await self._apply(self._table.remove(sub))
             if isinstance(sub, Subscription):
                 self._announce()

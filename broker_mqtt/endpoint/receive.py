@@ -138,7 +138,7 @@ class Receiver:
             expected = topic[len(self._data_head):]
             expected_slash = "/" + expected
             flat: list[tuple[_Stream, Kind, list[Message]]] = [
-                (sub, sub.kind, []) for f in filters for sub in f.subscribers  # type: ignore[attr-defined]
+                (sub, sub.kind, []) for f in filters for sub in f.subscribers  # type: ignore[attr-defined]  # node filters hold Subscriptions, which have .kind
             ]
         else:
             # Unicast: each message may match other subscribers; the lists are kept per topic
@@ -150,7 +150,7 @@ class Receiver:
             if receivers is not None and me not in receivers:
                 continue
             if filters is None:
-                flat = by_topic.get(node_topic)  # type: ignore[assignment]
+                flat = by_topic.get(node_topic)  # type: ignore[assignment]  # None is replaced just below; no second variable on the hot path
                 if flat is None:
                     try:
                         levels = validate_topic(node_topic)
@@ -158,7 +158,7 @@ class Receiver:
                         self._stats.malformed += 1
                         continue
                     flat = by_topic[node_topic] = [
-                        (sub, sub.kind, by_sub.setdefault(sub, []))  # type: ignore[attr-defined]
+                        (sub, sub.kind, by_sub.setdefault(sub, []))
                         for f in self._table.match(levels)
                         for sub in f.subscribers
                     ]

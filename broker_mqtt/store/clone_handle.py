@@ -119,7 +119,7 @@ class CloneStore(StoreHandle):
         self.core = self._make_core(master, now)
         moved: dict[int, _Waiter] = {}
         for cmd in pending:
-            rid = self.core.execute(cmd, now)  # type: ignore[arg-type]
+            rid = self.core.execute(cmd, now)  # type: ignore[arg-type]  # unacknowledged() holds only writes
             if isinstance(cmd, PutUnique) and rid is not None and cmd.request_id in self._waiters:
                 moved[rid] = self._waiters.pop(cmd.request_id)
         for waiter in self._waiters.values():  # answered by the old master, answer lost

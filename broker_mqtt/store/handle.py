@@ -325,6 +325,6 @@ class StoreHandle(WriteOperations):
                     size = len(codec.encode(command.to_wire()))
                 except codec.EncodeError:
                     return  # not data: the backend refuses it with its own error
-                self.endpoint._check_size(size + _ENVELOPE_SLACK)
+                self.endpoint.check_payload_size(size + _ENVELOPE_SLACK)
                 return
 
