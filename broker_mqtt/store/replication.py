@@ -74,7 +74,7 @@ from .versioned import (
     position_from_wire,
     position_to_wire,
 )
-from .writer import NoMaster, WriterCore
+from .writer_core import NoMaster, WriterCore
 
 __all__ = [
     "Durability",

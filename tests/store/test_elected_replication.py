@@ -394,7 +394,7 @@ def test_a_conflict_merged_again_is_not_reported_again() -> None:
 
 def test_writers_without_a_replica_are_answered_at_their_endpoint_and_replicas_on_the_log_topic() -> None:
     from broker_mqtt.store.routes import answers_topic, master_topic, replication_topic, routes
-    from broker_mqtt.store.writer import WriterCore
+    from broker_mqtt.store.writer_core import WriterCore
 
     net = SimNet(["a", "b"], seed=11)
     net.tag("a")
