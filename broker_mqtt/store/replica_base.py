@@ -23,6 +23,7 @@ from .replica_events import (
     Role,
     StaleChanged,
 )
+from .replica_messages import ReplicationMessage, encode
 from .versioned import (
     Clock,
     Epoch,
@@ -33,11 +34,10 @@ from .versioned import (
     VersionedState,
     contains,
     last_writer_wins,
-    position_to_wire,
 )
 from .writer_core import WriterCore
 
-__all__ = ["ReplicaBase", "CONFLICTS_KEPT", "MAX_ORIGINS", "wire_epoch"]
+__all__ = ["ReplicaBase", "CONFLICTS_KEPT", "MAX_ORIGINS"]
 
 CONFLICTS_KEPT = 100_000  #: conflicts a replica remembers, so that it reports each one once
 MAX_ORIGINS = 100_000  #: writers whose endpoint the master remembers, to answer them there
@@ -137,11 +137,11 @@ class ReplicaBase:
         lineage = [(e, f) for e, f in self.state.lineage if f <= d]
         return (d, self.state.epoch_at(d)), lineage, d
 
-    def _fetch_from(self) -> list[Any] | None:
+    def _fetch_from(self) -> Position | None:
         """The position to fetch a tail from; None (a snapshot) when our tail is to be dropped."""
         if self._discard_after is not None and self._discard_after < self.state.last_seq:
             return None
-        return position_to_wire(self.state.position)
+        return self.state.position
 
     def _adopt(self, epoch: Epoch, now: float) -> None:
         """Follow the newer ``epoch``. A tagged node claims again after ``claim_timeout`` (two nodes
@@ -188,13 +188,10 @@ class ReplicaBase:
             self._events.append(StaleChanged(False, ""))
             self._ack_due = True
 
-    def _send(self, msg: list[Any]) -> None:
-        self._outbox.append(msg)
+    def _send(self, msg: ReplicationMessage) -> None:
+        """Queue ``msg``, encoded now: it says what holds when it is sent, not when it is drained."""
+        self._outbox.append(encode(msg))
 
     def _pump_writer(self, now: float) -> None:
         """Route this node's own writes (:mod:`.replica_master`)."""
         raise NotImplementedError
-
-
-def wire_epoch(epoch: Epoch | None) -> list[Any] | None:
-    return None if epoch is None else list(epoch)

@@ -10,23 +10,17 @@ its own); several that diverged (a healed split) are fetched as snapshots and me
 
 from __future__ import annotations
 
-from typing import Any
-
 from .backend import _pack
 from .replica_base import CONFLICTS_KEPT, ReplicaBase, _Claim
 from .replica_events import ConflictsFound, DataChanged, Role
+from .replica_messages import Active, Claim, Fetch, Promise
 from .versioned import (
     Conflict,
     Epoch,
     Lineage,
     Position,
     contains,
-    epoch_from_wire,
-    lineage_from_wire,
-    lineage_to_wire,
     merge_histories,
-    position_from_wire,
-    position_to_wire,
 )
 
 __all__ = ["ClaimSide"]
@@ -35,22 +29,21 @@ __all__ = ["ClaimSide"]
 class ClaimSide(ReplicaBase):
     """Claims: ``claim`` and ``promise`` messages, choosing sources, finishing (merging) a claim."""
 
-    def _on_claim(self, args: list[Any], now: float) -> None:
-        epoch = epoch_from_wire(args[0])
+    def _on_claim(self, msg: Claim, now: float) -> None:
+        epoch = msg.epoch
         self.max_term = max(self.max_term, epoch[0])
         if epoch[1] == self.id or (self.epoch is not None and epoch <= self.epoch):
             return
         self._adopt(epoch, now)
         pos, lineage, last = self._reported()
-        self._send(["promise", list(epoch), self.id, position_to_wire(pos), lineage_to_wire(lineage), last])
+        self._send(Promise(epoch, self.id, pos, lineage, last))
 
-    def _on_promise(self, args: list[Any], now: float) -> None:
-        epoch, node, pos, lineage, last_seq = epoch_from_wire(args[0]), args[1], args[2], args[3], args[4]
+    def _on_promise(self, msg: Promise, now: float) -> None:
         claim = self._claim
-        if claim is None or epoch != claim.epoch or claim.fetching is not None:
+        if claim is None or msg.epoch != claim.epoch or claim.fetching is not None:
             return
-        claim.promises[node] = (position_from_wire(pos), lineage_from_wire(lineage), int(last_seq))
-        claim.waiting.discard(node)
+        claim.promises[msg.node] = (msg.pos, msg.lineage, msg.last_seq)
+        claim.waiting.discard(msg.node)
         self._progress_claim(now)
 
     def _start_claim(self, now: float) -> None:
@@ -65,7 +58,7 @@ class ClaimSide(ReplicaBase):
         # a node that just started waits until it has heard the others' heartbeats
         ready = max(now, self._started + self.config.member_timeout)
         self._claim = _Claim(epoch, max(now + self.config.claim_timeout, ready), live, {}, ready=ready)
-        self._send(["claim", list(epoch), position_to_wire(self.state.position)])
+        self._send(Claim(epoch, self.state.position))
         self._progress_claim(now)
 
     def _progress_claim(self, now: float) -> None:
@@ -103,12 +96,12 @@ class ClaimSide(ReplicaBase):
         claim.fetching = {s: now + self.config.fetch_timeout for s in sources}
         if len(maximal) == 1:  # one history at least as advanced as all: its tail (or a snapshot)
             for s in sources:
-                self._send(["fetch", list(claim.epoch), self.id, s, self._fetch_from()])
+                self._send(Fetch(claim.epoch, self.id, s, self._fetch_from()))
         else:  # diverged histories (a healed split): take them all, and merge
             claim.fetched = {}
             claim.merge_self = self.id in maximal.values()
             for s in sources:
-                self._send(["fetch", list(claim.epoch), self.id, s, None])  # None: a snapshot
+                self._send(Fetch(claim.epoch, self.id, s, None))  # None: a snapshot
         self._progress_claim(now)
 
     def _report_conflicts(self, epoch: Epoch, conflicts: list[Conflict]) -> None:
@@ -150,9 +143,7 @@ class ClaimSide(ReplicaBase):
         for m in self._members.values():
             m.acked = 0
         self._acked_n = {}
-        self._send(["active", list(claim.epoch), position_to_wire(self.state.position),
-                    lineage_to_wire(self.state.lineage), [c.to_wire() for c in conflicts],
-                    [[lineage_to_wire(lin), last] for lin, last in self._subsumed]])
+        self._send(Active(claim.epoch, self.state.position, self.state.lineage, conflicts, self._subsumed))
         if conflicts:
             self._conflicts_seen.add(claim.epoch)
             self._report_conflicts(claim.epoch, conflicts)

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .replica_base import _Member, wire_epoch
+from .replica_base import _Member
 from .replica_events import DataChanged, Role
 from .replica_master import MasterSide
+from .replica_messages import Active, Fetch, Heartbeat, Log, Resign, Snap, Tail, WriteAck
 from .versioned import (
-    Conflict,
     Record,
     VersionedState,
     contains,
-    epoch_from_wire,
-    lineage_from_wire,
-    position_from_wire,
 )
 
 __all__ = ["FollowerSide"]
@@ -30,12 +27,10 @@ __all__ = ["FollowerSide"]
 class FollowerSide(MasterSide):
     """Heartbeats, ``active``, ``log``, ``tail``, ``snap``, ``wack``, ``resign``; catching up."""
 
-    def _on_hb(self, args: list[Any], now: float) -> None:
-        node, epoch, role, pos, master = args
+    def _on_hb(self, msg: Heartbeat, now: float) -> None:
+        node, epoch, role, pos = msg.node, msg.epoch, msg.role, msg.pos
         if node == self.id:
             return
-        epoch = None if epoch is None else epoch_from_wire(epoch)
-        pos = position_from_wire(pos)
         m = self._members.get(node)
         # where its previous heartbeat said it was (none before its first one in this epoch)
         before = m.pos[0] if m is not None and m.epoch == epoch else None
@@ -47,13 +42,13 @@ class FollowerSide(MasterSide):
         if epoch is not None and (self.epoch is None or epoch > self.epoch):
             # a newer epoch: we missed its claim, or were fenced (a double tag, a paused process)
             self._adopt(epoch, now)
-            if role == "master":
+            if role is Role.MASTER:
                 self._set_master(node, "")
                 self._request_fetch(node, now)
-        elif role == "master" and epoch == self.epoch and self.role is Role.FOLLOWER and self.master is None:
+        elif role is Role.MASTER and epoch == self.epoch and self.role is Role.FOLLOWER and self.master is None:
             self._set_master(node, "")  # (re)started, or missed the active: follow, and catch up
             self._request_fetch(node, now)
-        elif (role == "master" and epoch == self.epoch and node == self.master and self.role is Role.FOLLOWER
+        elif (role is Role.MASTER and epoch == self.epoch and node == self.master and self.role is Role.FOLLOWER
               and before is not None and self.state.last_seq < before and self._verified and not self.stale
               and not self._ahead):
             # The master queues every record its heartbeat counts before its next heartbeat, on the
@@ -65,11 +60,11 @@ class FollowerSide(MasterSide):
         elif self.role is Role.MASTER and not self._holds(pos):
             self._start_claim(now)  # a diverged history not merged yet: merge it in a new epoch
 
-    def _on_tail(self, args: list[Any], now: float) -> None:
-        epoch, to, records, upto, source = epoch_from_wire(args[0]), args[1], args[2], args[3], args[4]
-        if to != self.id:
+    def _on_tail(self, msg: Tail, now: float) -> None:
+        epoch, upto, source = msg.epoch, msg.upto, msg.source
+        if msg.to != self.id:
             return
-        recs = [Record.from_wire(r) for r in records]
+        recs = msg.records
         self.stats.records_fetched += len(recs)
         claim = self._claim
         if claim is not None and claim.fetching is not None and epoch == claim.epoch:
@@ -86,11 +81,11 @@ class FollowerSide(MasterSide):
         self._drain_ahead()
         self._check_synced(upto)
 
-    def _on_snap(self, args: list[Any], now: float) -> None:
-        epoch, to, wire, source = epoch_from_wire(args[0]), args[1], args[2], args[3]
-        if to != self.id:
+    def _on_snap(self, msg: Snap, now: float) -> None:
+        epoch, source = msg.epoch, msg.source
+        if msg.to != self.id:
             return
-        parts = VersionedState.parts_from_wire(wire)
+        parts = VersionedState.parts_from_wire(msg.snapshot)
         self.stats.snapshots_installed += 1
         self.stats.snapshot_entries += len(parts["versions"])
         claim = self._claim
@@ -112,21 +107,19 @@ class FollowerSide(MasterSide):
         self._drain_ahead()
         self._check_synced(parts["last_seq"])
 
-    def _on_active(self, args: list[Any], now: float) -> None:
-        epoch, pos, lineage, conflicts, subsumed = args[:5]
-        epoch = epoch_from_wire(epoch)
+    def _on_active(self, msg: Active, now: float) -> None:
+        epoch, pos, lineage, conflicts = msg.epoch, msg.pos, msg.lineage, msg.conflicts
         self.max_term = max(self.max_term, epoch[0])
         if epoch[1] == self.id or (self.epoch is not None and epoch < self.epoch):
             return
         if self.role is not Role.FOLLOWER or self.epoch != epoch:
             self._adopt(epoch, now)
-        pos, lineage = position_from_wire(pos), lineage_from_wire(lineage)
-        self._subsumed = [(lineage_from_wire(lin), int(last)) for lin, last in subsumed]
+        self._subsumed = list(msg.subsumed)
         self.epoch = epoch
         self._set_master(epoch[1], "")
         if conflicts and epoch not in self._conflicts_seen:
             self._conflicts_seen.add(epoch)
-            self._report_conflicts(epoch, [Conflict.from_wire(c) for c in conflicts])
+            self._report_conflicts(epoch, conflicts)
         mine = self.state.position
         if contains(lineage, pos[0], mine):
             self._discard_after = None
@@ -145,9 +138,8 @@ class FollowerSide(MasterSide):
         else:
             self._mark_stale("history diverged: waiting for the master to merge it")
 
-    def _on_log(self, args: list[Any], now: float) -> None:
-        epoch = epoch_from_wire(args[0])
-        records = [Record.from_wire(wire) for wire in args[1]]
+    def _on_log(self, msg: Log, now: float) -> None:
+        epoch, records = msg.epoch, msg.records
         if self.epoch is None or epoch > self.epoch:
             self.max_term = max(self.max_term, epoch[0])
             self._adopt(epoch, now)
@@ -167,15 +159,14 @@ class FollowerSide(MasterSide):
         if self._ahead and not self._fetch_deadline:
             self._fetch_deadline = now + self.config.heartbeat  # a gap: fetch unless it fills by then
 
-    def _on_wack(self, args: list[Any], now: float) -> None:
-        epoch, writer, upto, results = epoch_from_wire(args[0]), args[1], int(args[2]), args[3]
-        if writer != self.id or (self.epoch is not None and epoch < self.epoch):
+    def _on_wack(self, msg: WriteAck, now: float) -> None:
+        if msg.writer != self.id or (self.epoch is not None and msg.epoch < self.epoch):
             return
-        self._writer.answered(upto, {int(n): r for n, r in results})
+        self._writer.answered(msg.upto, msg.results)
         self._collect_answers()
 
-    def _on_resign(self, args: list[Any], now: float) -> None:
-        epoch = epoch_from_wire(args[0])
+    def _on_resign(self, msg: Resign, now: float) -> None:
+        epoch = msg.epoch
         if epoch == self.epoch and self.master == epoch[1]:
             self._set_master(None, "master resigned")
 
@@ -213,7 +204,7 @@ class FollowerSide(MasterSide):
 
     def _request_fetch(self, source: str, now: float) -> None:
         self._fetch_deadline = now + self.config.fetch_timeout
-        self._send(["fetch", wire_epoch(self.epoch), self.id, source, self._fetch_from()])
+        self._send(Fetch(self.epoch, self.id, source, self._fetch_from()))
 
     def _check_synced(self, upto: int) -> None:
         if self.state.last_seq >= upto and not self._ahead:

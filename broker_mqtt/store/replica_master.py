@@ -16,7 +16,8 @@ from .errors import StoreError
 from .replica_base import MAX_ORIGINS, _Member
 from .replica_claim import ClaimSide
 from .replica_events import DataChanged, Durability, Role, WriteDone, WriteFailed
-from .versioned import Record, compute_op, epoch_from_wire, position_from_wire
+from .replica_messages import Ack, Fetch, Snap, Tail, Write, WriteAck
+from .versioned import Record, compute_op
 from .writer_core import NoMaster
 
 __all__ = ["MasterSide"]
@@ -25,27 +26,26 @@ __all__ = ["MasterSide"]
 class MasterSide(ClaimSide):
     """Writes (``write``, ``ack``), durability (``wack``), ``fetch`` answers, expiry, own writes."""
 
-    def _on_fetch(self, args: list[Any], now: float) -> None:
-        epoch, requester, source, from_pos = epoch_from_wire(args[0]), args[1], args[2], args[3]
-        if source != self.id or requester == self.id:
+    def _on_fetch(self, msg: Fetch, now: float) -> None:
+        epoch, requester, pos = msg.epoch, msg.requester, msg.from_pos
+        assert epoch is not None  # decode() takes no fetch without one
+        if msg.source != self.id or requester == self.id:
             return
-        if from_pos is None:
-            self._send(["snap", list(epoch), requester, self.state.to_wire(), self.id])
+        if pos is None:
+            self._send(Snap(epoch, requester, self.state.to_wire(), self.id))
             return
-        pos = position_from_wire(from_pos)
         if self.role is Role.MASTER and not self._holds(pos):
             self._start_claim(now)  # its history diverged and was never merged: merge it first
             return
         seq = pos[0]
         if self.state.contains(pos) and (seq == self.state.last_seq or self._log.covers(seq, self.state.last_seq)):
             for chunk in self._log.after(seq):
-                self._send(["tail", list(epoch), requester, [r.to_wire() for r in chunk], self.state.last_seq,
-                            self.id])
+                self._send(Tail(epoch, requester, chunk, self.state.last_seq, self.id))
         else:
-            self._send(["snap", list(epoch), requester, self.state.to_wire(), self.id])
+            self._send(Snap(epoch, requester, self.state.to_wire(), self.id))
 
-    def _on_ack(self, args: list[Any], now: float) -> None:
-        epoch, node, seq = epoch_from_wire(args[0]), args[1], int(args[2])
+    def _on_ack(self, msg: Ack, now: float) -> None:
+        epoch, node, seq = msg.epoch, msg.node, msg.seq
         if self.role is not Role.MASTER or epoch != self.epoch:
             return
         m = self._members.get(node)
@@ -79,13 +79,12 @@ class MasterSide(ClaimSide):
             n = self.state.applied_n(writer) + 1
             self._apply_write(writer, n, *held.pop(n))
 
-    def _on_write_msg(self, args: list[Any], now: float) -> None:
-        writer, n, origin, cmd, epoch = args
-        if writer == self.id:
+    def _on_write_msg(self, msg: Write, now: float) -> None:
+        if msg.writer == self.id:
             return  # own writes are applied directly when this node is master
-        if epoch is None or epoch_from_wire(epoch) != self.epoch:
+        if msg.epoch is None or msg.epoch != self.epoch:
             return  # sent to another mastership (a late arrival after a split): its writer re-sends
-        self._on_write(writer, int(n), origin, cmd, now)
+        self._on_write(msg.writer, msg.n, msg.origin, msg.command, now)
 
     def _apply_write(self, writer: str, n: int, origin: str, cmd_wire: list[Any]) -> None:
         wall = self.clock.now() / 1_000_000
@@ -136,24 +135,24 @@ class MasterSide(ClaimSide):
             if a is None or a.n <= acked or a.seq > durable:
                 continue
             self._acked_n[writer] = a.n
-            results = [[n, r] for n, r in a.results.items() if acked < n <= a.n]
+            results = {n: r for n, r in a.results.items() if acked < n <= a.n}
             if writer == self.id:
-                self._writer.answered(a.n, dict(results))
+                self._writer.answered(a.n, results)
                 self._collect_answers()
             else:
-                msg = ["wack", list(self.epoch or (0, "")), writer, a.n, results]
                 if members is None:
                     members = self._live_members()
                 origin = self._origins.get(writer)
-                if writer not in members and origin is not None:
-                    msg.append(origin)  # a writer without a replica: answered at its endpoint only
-                self._send(msg)
+                if writer in members:
+                    origin = None  # a replica's writer: answered on the log topic, after the records
+                # else a writer without a replica: answered at its endpoint only
+                self._send(WriteAck(self.epoch or (0, ""), writer, a.n, results, origin))
 
     def _pump_writer(self, now: float) -> None:
         """Route this node's own writes: applied here when master, else sent to the master."""
-        for msg in self._writer.to_send():
+        for msg in self._writer.messages():
             if self.role is Role.MASTER:
-                self._on_write(self.id, msg[2], msg[3], msg[4], now)
+                self._on_write(self.id, msg.n, msg.origin, msg.command, now)
             elif self.role is Role.FOLLOWER and self.master is not None:
                 self._send(msg)
             # else: held by the writer until the next master

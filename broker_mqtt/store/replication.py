@@ -31,16 +31,17 @@ Theory of operation (``docs/elected-stores.md``; the anyio layer is :mod:`.elect
 Nothing here does I/O or reads a clock: the caller passes ``now`` (monotonic seconds), ``wall``
 (wall-clock seconds, for expiries) and a :class:`~.history.Clock` over the wall clock it chooses
 (the HLC that stamps records), calls :meth:`tick` at :attr:`next_deadline`, and sends what
-:meth:`to_send` returns (wire lists; :mod:`.routes` says which topic, and which endpoint, each goes to).
+:meth:`to_send` returns (wire lists, :func:`.replica_messages.encode`'s; :mod:`.routes` says which topic, and which endpoint,
+each goes to); :meth:`handle` takes wire lists and decodes them with :func:`.replica_messages.decode`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .commands import WriteCommand
 from .errors import StoreDecodeError
-from .replica_base import wire_epoch
 from .replica_events import (
     ConflictsFound,
     DataChanged,
@@ -55,7 +56,21 @@ from .replica_events import (
     WriteFailed,
 )
 from .replica_follower import FollowerSide
-from .versioned import position_to_wire
+from .replica_messages import (
+    Ack,
+    Active,
+    Claim,
+    Fetch,
+    Heartbeat,
+    Log,
+    Promise,
+    Resign,
+    Snap,
+    Tail,
+    Write,
+    WriteAck,
+    decode,
+)
 from .writer_core import NoMaster
 
 __all__ = [
@@ -132,7 +147,7 @@ class Replica(FollowerSide):
             was_master = self.role is Role.MASTER
             self._step_down()
             if was_master:
-                self._send(["resign", list(self.epoch or (0, "")), position_to_wire(self.state.position)])
+                self._send(Resign(self.epoch or (0, ""), self.state.position))
             self._set_master(None, "master resigned")
 
     def peer_gone(self, endpoint_hex: str) -> None:
@@ -163,13 +178,9 @@ class Replica(FollowerSide):
         """Process one replication message (from any node, own ones included). Raises
         StoreDecodeError for a malformed message (state unchanged)."""
         self._now = now
-        if not isinstance(msg, (list, tuple)) or not msg or not isinstance(msg[0], str):
-            raise StoreDecodeError(f"a replication message is a list with a kind, got {msg!r:.80}")
-        handler = _HANDLERS.get(msg[0])
-        if handler is None:
-            raise StoreDecodeError(f"unknown replication message kind {msg[0]!r}")
+        message = decode(msg)
         try:
-            handler(self, list(msg[1:]), now)
+            _HANDLERS[type(message)](self, message, now)
         except (TypeError, ValueError, IndexError, KeyError) as exc:
             raise StoreDecodeError(f"bad {msg[0]} message: {exc}") from exc
 
@@ -180,8 +191,7 @@ class Replica(FollowerSide):
             self._start_claim(now)  # the tag holder is master, or trying to be
         if now >= self._next_hb:
             self._next_hb = now + self.config.heartbeat
-            self._send(["hb", self.id, wire_epoch(self.epoch), self.role.value, position_to_wire(self._reported()[0]),
-                        self.master])
+            self._send(Heartbeat(self.id, self.epoch, self.role, self._reported()[0], self.master))
         self._writer.tick(now)
         self._pump_writer(now)
         if self._claim is not None:
@@ -198,12 +208,11 @@ class Replica(FollowerSide):
         self.state.commit()
         if self._out_log:
             for i in range(0, len(self._out_log), 256):
-                self._outbox.append(["log", list(self.epoch or (0, "")),
-                                     [r.to_wire() for r in self._out_log[i:i + 256]]])
+                self._send(Log(self.epoch or (0, ""), self._out_log[i:i + 256]))
             self._out_log = []
             self._advance_durable()
         if self._ack_due and self.epoch is not None and self.master not in (None, self.id):
-            self._outbox.append(["ack", list(self.epoch), self.id, self.state.last_seq])
+            self._send(Ack(self.epoch, self.id, self.state.last_seq))
         self._ack_due = False
         out, self._outbox = self._outbox, []
         return out
@@ -214,17 +223,17 @@ class Replica(FollowerSide):
         return out
 
 
-_HANDLERS = {
-    "hb": Replica._on_hb,
-    "claim": Replica._on_claim,
-    "promise": Replica._on_promise,
-    "fetch": Replica._on_fetch,
-    "tail": Replica._on_tail,
-    "snap": Replica._on_snap,
-    "active": Replica._on_active,
-    "log": Replica._on_log,
-    "ack": Replica._on_ack,
-    "write": Replica._on_write_msg,
-    "wack": Replica._on_wack,
-    "resign": Replica._on_resign,
+_HANDLERS: dict[type, Callable[[Replica, Any, float], None]] = {
+    Log: Replica._on_log,
+    Ack: Replica._on_ack,
+    Write: Replica._on_write_msg,
+    WriteAck: Replica._on_wack,
+    Heartbeat: Replica._on_hb,
+    Claim: Replica._on_claim,
+    Promise: Replica._on_promise,
+    Fetch: Replica._on_fetch,
+    Tail: Replica._on_tail,
+    Snap: Replica._on_snap,
+    Active: Replica._on_active,
+    Resign: Replica._on_resign,
 }

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .commands import WriteCommand
-from .errors import StoreDecodeError, Timeout, error_from_wire
-from .versioned import Epoch, epoch_from_wire
+from .errors import Timeout, error_from_wire
+from .history import Epoch
+from .replica_events import Role
+from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode
 
 __all__ = ["NoMaster", "WriterCore"]
 
@@ -55,7 +57,7 @@ class WriterCore:
         self.epoch: Epoch | None = None
         self._next_n = first_n
         self._writes: dict[int, _Pending] = {}
-        self._outbox: list[list[Any]] = []
+        self._outbox: list[Write] = []
         self._answers: list[tuple[int, Any]] = []
         self._retry_at = now + retry_interval
 
@@ -80,22 +82,16 @@ class WriterCore:
         return n
 
     def handle(self, msg: Any, now: float) -> None:
-        """Look at one store message: the master's identity, and answers to this writer."""
-        if not isinstance(msg, (list, tuple)) or not msg or not isinstance(msg[0], str):
-            raise StoreDecodeError(f"a replication message is a list with a kind, got {msg!r:.80}")
-        kind = msg[0]
-        try:
-            if kind == "hb" and msg[3] == "master":
-                self.set_master(epoch_from_wire(msg[2]), msg[1], now)
-            elif kind == "active":
-                epoch = epoch_from_wire(msg[1])
+        """Look at one store message (a wire list): the master's identity, and answers to this
+        writer. Raises StoreDecodeError for a malformed message (state unchanged)."""
+        match decode(msg):
+            case Heartbeat(node=node, epoch=epoch, role=Role.MASTER) if epoch is not None:
+                self.set_master(epoch, node, now)
+            case Active(epoch=epoch):
                 self.set_master(epoch, epoch[1], now)
-            elif kind == "wack" and msg[2] == self.writer:
-                epoch = epoch_from_wire(msg[1])
+            case WriteAck(epoch=epoch, writer=writer, upto=upto, results=results) if writer == self.writer:
                 if self.epoch is None or epoch >= self.epoch:
-                    self.answered(int(msg[3]), {int(n): r for n, r in msg[4]})
-        except (TypeError, ValueError, IndexError) as exc:
-            raise StoreDecodeError(f"bad {kind} message: {exc}") from exc
+                    self.answered(upto, results)
 
     def tick(self, now: float) -> None:
         if now >= self._retry_at:
@@ -112,6 +108,11 @@ class WriterCore:
                                                   f"{self.write_timeout} s: {why} (outcome unknown)")))
 
     def to_send(self) -> list[list[Any]]:
+        """Drain the writes to send, as wire lists (:mod:`.routes` says where each goes)."""
+        return [encode(m) for m in self.messages()]
+
+    def messages(self) -> list[Write]:
+        """Drain the writes to send, as messages (a replica routes its own)."""
         out, self._outbox = self._outbox, []
         return out
 
@@ -137,11 +138,11 @@ class WriterCore:
             p.sent = now
             self._outbox.append(self._message(n, p))
 
-    def _message(self, n: int, p: _Pending) -> list[Any]:
+    def _message(self, n: int, p: _Pending) -> Write:
         """A write for the current master: it carries that master's epoch, which routes it to that
         master's endpoint, and any other master (one that receives it late, after a split healed)
         ignores it."""
-        return ["write", self.writer, n, self.origin, p.cmd, None if self.epoch is None else list(self.epoch)]
+        return Write(self.writer, n, self.origin, p.cmd, self.epoch)
 
     def answered(self, upto: int, results: dict[int, Any]) -> None:
         """The master applied (durably) every write up to ``upto``; ``results``: answers by number."""
