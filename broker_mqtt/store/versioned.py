@@ -382,10 +382,10 @@ class VersionedState:
             "applied": [[w, a.n, a.seq, a.packed_results()] for w, a in self.applied.items()],
         }
         if self._rewrite_all:
-            rows: Iterable[tuple[bytes, bytes]] = ((k, _pack(v.to_wire())) for k, (_, v) in self._versions.items())
+            rows = [(k, _pack(v.to_wire())) for k, (_, v) in self._versions.items()]
             gone: list[tuple[bytes]] = []
         else:
-            rows = ((k, _pack(item[1].to_wire())) for k, item in self._dirty.items() if item is not None)
+            rows = [(k, _pack(item[1].to_wire())) for k, item in self._dirty.items() if item is not None]
             gone = [(k,) for k, item in self._dirty.items() if item is None]
         self._file.write(header, rows, gone, replace_all=self._rewrite_all)
         self._dirty.clear()
