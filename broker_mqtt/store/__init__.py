@@ -100,7 +100,8 @@ from .master import (
 from .master_handle import MasterStore, attach_master
 from .replication import Durability, NoMaster, Replica, ReplicaConfig, ReplicaStats
 from .versioned import Version, VersionedState, last_writer_wins
-from .writer import StoreWriter, WriterCore
+from .writer import StoreWriter
+from .writer_core import WriterCore
 
 __all__ = [
     "Append", "AttachClone", "Backend", "BackendError", "BroadcastCommand", "Clear", "Clone",

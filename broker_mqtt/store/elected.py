@@ -60,7 +60,7 @@ from .replication import (
     WriteFailed,
 )
 from .routes import answers_topic, replication_topic, routes, writes_topic
-from .versioned import Epoch, Resolver, Version, VersionedState, last_writer_wins
+from .versioned import Clock, Epoch, Resolver, Version, VersionedState, last_writer_wins
 
 if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint
@@ -568,7 +568,7 @@ async def attach_store(
     try:
         node_id = f"{ep.id.hex}.{secrets.token_hex(4)}"
         replica = Replica(name, node_id, state, anyio.current_time(), durability=durability, config=config,
-                          resolver=resolver)
+                          resolver=resolver, clock=Clock(time.time))
         store = ElectedStore(ep, name, replica, mode=mode, election=election,
                              allow_short_cycle=allow_short_cycle, candidate=candidate)
         await ep.start_service(store._service)

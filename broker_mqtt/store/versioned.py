@@ -25,26 +25,51 @@ Theory of operation (``docs/elected-stores.md``):
   ``["many", [op, ...]]`` op, applied atomically in one record.
 * Persistence: with a ``path``, every applied batch is written to SQLite in one transaction
   (WAL, ``synchronous=FULL``) before the replica acknowledges it, and a reopened state continues where
-  it stopped.
+  it stopped. The file is :class:`~.versioned_sqlite.StateFile`'s; this module only says what to write.
+
+The types the state is made of (epochs, lineages, versions, records, the clock) are :mod:`.history`'s,
+re-exported here.
 """
+
 
 from __future__ import annotations
 
-import sqlite3
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backend import _pack, _pack_array, _Packed, _unpack, open_sqlite, sqlite_transaction
+from .backend import _pack, _pack_array, _Packed, _unpack
 from .commands import Clear, ComputedCommand, Erase, Put, PutUnique, WriteCommand
-from .errors import BackendError, NoSuchKey, StoreDecodeError
+from .errors import NoSuchKey, StoreDecodeError
+from .history import (
+    Change,
+    Clock,
+    Conflict,
+    Epoch,
+    Lineage,
+    Position,
+    Record,
+    Resolver,
+    Version,
+    _op_from_wire,
+    contains,
+    epoch_at,
+    epoch_from_wire,
+    fork_seq,
+    last_writer_wins,
+    lineage_from_wire,
+    lineage_to_wire,
+    position_from_wire,
+    position_to_wire,
+)
 from .master import _new_value
+from .versioned_sqlite import StateFile
 
 __all__ = [
     "Epoch",
     "Position",
+    "Lineage",
     "Version",
     "Record",
     "Change",
@@ -59,256 +84,19 @@ __all__ = [
     "Clock",
     "compute_op",
     "merge_histories",
+    "epoch_from_wire",
+    "position_from_wire",
+    "position_to_wire",
+    "lineage_from_wire",
+    "lineage_to_wire",
+    "_op_from_wire",
 ]
-
-Epoch = tuple[int, str]  #: (term, node id of the master): ordered, and no two nodes claim the same
-Position = tuple[int, Epoch | None]  #: (seq, epoch of the record at seq); (0, None) is the empty state
-Lineage = list[tuple[Epoch, int]]  #: [(epoch, first seq it wrote), ...], epochs increasing
 
 RESULTS_KEPT = 64  # answers of recent put_unique / failed writes remembered per writer
 WRITERS_KEPT = 100_000  # writers remembered; past it the 10 % least recently applied are forgotten
 
 
-class Clock:
-    """A hybrid logical clock: ``now()`` is >= wall-clock microseconds and > every time seen."""
-
-    def __init__(self, wall: Callable[[], float] = time.time) -> None:
-        self._wall = wall
-        self.last = 0
-
-    def now(self) -> int:
-        self.last = max(self.last + 1, int(self._wall() * 1_000_000))
-        return self.last
-
-    def observe(self, hlc: int) -> None:
-        if hlc > self.last:
-            self.last = hlc
-
-
-# Version and Change are built once per applied op: they write their frozen dataclass __init__ out
-# (init=False), setting the slots through a module-level object.__setattr__, which is ~30 % cheaper
-# than the generated one (it looks object.__setattr__ up per field). A test checks the fields match.
-_set_slot = object.__setattr__
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class Version:
-    """One key's current version. ``deleted``: a tombstone (the key is absent for readers)."""
-
-    value: Any
-    hlc: int
-    origin: str
-    seq: int
-    deleted: bool = False
-    expiry: float | None = None  # absolute wall-clock seconds, enforced by the master
-
-    def __init__(self, value: Any, hlc: int, origin: str, seq: int, deleted: bool = False,
-                 expiry: float | None = None) -> None:
-        _set_slot(self, "value", value)
-        _set_slot(self, "hlc", hlc)
-        _set_slot(self, "origin", origin)
-        _set_slot(self, "seq", seq)
-        _set_slot(self, "deleted", deleted)
-        _set_slot(self, "expiry", expiry)
-
-    def to_wire(self) -> list[Any]:
-        return [self.value, self.hlc, self.origin, self.seq, self.deleted, self.expiry]
-
-    @classmethod
-    def from_wire(cls, wire: Any) -> Version:
-        try:
-            value, hlc, origin, seq, deleted, expiry = wire
-        except (TypeError, ValueError) as exc:
-            raise StoreDecodeError(f"bad version {wire!r:.100}") from exc
-        if not (isinstance(hlc, int) and isinstance(origin, str) and isinstance(seq, int)
-                and isinstance(deleted, bool) and (expiry is None or isinstance(expiry, (int, float)))):
-            raise StoreDecodeError(f"bad version {wire!r:.100}")
-        return cls(value, hlc, origin, seq, deleted, expiry)
-
-
-# -- log records ---------------------------------------------------------------------------------------
-# op: ["put", key, value, expiry] | ["erase", key] | ["expire", key] | ["clear"] | ["noop"] (a failed write)
-#     | ["forget", key] (drop the key's tombstone; a live value is kept)
-#     | ["many", [op, ...]] (several of the others, applied in order in one record; not nested)
-_OPS = {"put": 4, "erase": 2, "expire": 2, "clear": 1, "noop": 1, "many": 2, "forget": 2}
-
-
-def _op_from_wire(op: Any) -> tuple[Any, ...] | None:
-    """A received op as :attr:`Record.op` holds it (tuples), or None if malformed: a known kind with
-    its number of fields; a ``many`` holds a list of the others. Checked and converted in one pass."""
-    if not (isinstance(op, (list, tuple)) and op and _OPS.get(op[0]) == len(op)):
-        return None
-    if op[0] != "many":
-        return tuple(op)
-    ops = op[1]
-    if not isinstance(ops, (list, tuple)):
-        return None
-    out = []
-    for one in ops:
-        if not (isinstance(one, (list, tuple)) and one and _OPS.get(one[0]) == len(one)) or one[0] == "many":
-            return None
-        out.append(tuple(one))
-    return ("many", out)
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One entry of the master's log: write ``n`` of ``writer`` (``origin``: its endpoint), applied at
-    ``seq`` in ``epoch`` with HLC time ``hlc``, with effect ``op`` and answer ``result``."""
-
-    seq: int
-    epoch: Epoch
-    hlc: int
-    origin: str
-    writer: str
-    n: int
-    op: tuple[Any, ...]
-    result: Any = None
-
-    def to_wire(self) -> list[Any]:
-        # the op as it is: CBOR encodes tuples as arrays, and from_wire takes either
-        return [self.seq, list(self.epoch), self.hlc, self.origin, self.writer, self.n, self.op, self.result]
-
-    @classmethod
-    def from_wire(cls, wire: Any) -> Record:
-        try:
-            seq, epoch, hlc, origin, writer, n, op, result = wire
-            epoch = epoch_from_wire(epoch)
-        except (TypeError, ValueError) as exc:
-            raise StoreDecodeError(f"bad log record {wire!r:.100}") from exc
-        op = _op_from_wire(op)
-        if not (isinstance(seq, int) and seq > 0 and isinstance(hlc, int) and isinstance(origin, str)
-                and isinstance(writer, str) and isinstance(n, int) and op is not None):
-            raise StoreDecodeError(f"bad log record {wire!r:.100}")
-        return cls(seq, epoch, hlc, origin, writer, n, op, result)
-
-
-def epoch_from_wire(wire: Any) -> Epoch:
-    if not (isinstance(wire, (list, tuple)) and len(wire) == 2 and isinstance(wire[0], int)
-            and not isinstance(wire[0], bool) and isinstance(wire[1], str)):
-        raise StoreDecodeError(f"bad epoch {wire!r:.60}")
-    return (wire[0], wire[1])
-
-
-def position_from_wire(wire: Any) -> Position:
-    if not (isinstance(wire, (list, tuple)) and len(wire) == 2 and isinstance(wire[0], int)):
-        raise StoreDecodeError(f"bad position {wire!r:.60}")
-    return (wire[0], None if wire[1] is None else epoch_from_wire(wire[1]))
-
-
-def position_to_wire(pos: Position) -> list[Any]:
-    return [pos[0], None if pos[1] is None else list(pos[1])]
-
-
-def lineage_from_wire(wire: Any) -> Lineage:
-    if not isinstance(wire, (list, tuple)):
-        raise StoreDecodeError(f"bad lineage {wire!r:.60}")
-    out: Lineage = []
-    for item in wire:
-        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], int)):
-            raise StoreDecodeError(f"bad lineage entry {item!r:.60}")
-        out.append((epoch_from_wire(item[0]), item[1]))
-    return out
-
-
-def lineage_to_wire(lineage: Lineage) -> list[Any]:
-    return [[list(e), s] for e, s in lineage]
-
-
-def epoch_at(lineage: Lineage, last_seq: int, seq: int) -> Epoch | None:
-    """The epoch of the record at ``seq`` in a history with this lineage (None: no such record)."""
-    if seq <= 0 or seq > last_seq:
-        return None
-    found: Epoch | None = None
-    for epoch, first in lineage:
-        if first > seq:
-            break
-        found = epoch
-    return found
-
-
-def contains(lineage: Lineage, last_seq: int, pos: Position) -> bool:
-    """Whether the history (``lineage``, ``last_seq``) holds the history that ends at ``pos``."""
-    seq, epoch = pos
-    return seq == 0 or epoch_at(lineage, last_seq, seq) == epoch
-
-
-def fork_seq(a: Lineage, a_last: int, b: Lineage, b_last: int) -> int:
-    """The last sequence number up to which histories ``a`` and ``b`` are identical."""
-    common = 0
-    for (ea, sa), (eb, sb) in zip(a, b, strict=False):
-        if ea != eb or sa != sb:
-            return max(0, min(sa, sb, a_last + 1, b_last + 1) - 1)
-        common += 1
-    # an identical lineage prefix: they agree up to where the shorter one ends
-    ends = [a_last, b_last]
-    if common < len(a):
-        ends.append(a[common][1] - 1)
-    if common < len(b):
-        ends.append(b[common][1] - 1)
-    return max(0, min(ends))
-
-
-# -- changes and conflicts -----------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True, init=False)
-class Change:
-    """A key's visible value changed: ``old``/``new`` are None when absent (see ``existed``/``exists``)."""
-
-    key: Any
-    existed: bool
-    old: Any
-    exists: bool
-    new: Any
-    origin: str | None
-    expired: bool = False
-
-    def __init__(self, key: Any, existed: bool, old: Any, exists: bool, new: Any, origin: str | None,
-                 expired: bool = False) -> None:  # written out: see Version
-        _set_slot(self, "key", key)
-        _set_slot(self, "existed", existed)
-        _set_slot(self, "old", old)
-        _set_slot(self, "exists", exists)
-        _set_slot(self, "new", new)
-        _set_slot(self, "origin", origin)
-        _set_slot(self, "expired", expired)
-
-
-@dataclass(frozen=True, slots=True)
-class Conflict:
-    """``key`` was written on both sides of a healed split: ``chosen`` won over ``other``."""
-
-    key: Any
-    chosen: Version
-    other: Version
-
-    def to_wire(self) -> list[Any]:
-        return [self.key, self.chosen.to_wire(), self.other.to_wire()]
-
-    @classmethod
-    def from_wire(cls, wire: Any) -> Conflict:
-        try:
-            key, chosen, other = wire
-        except (TypeError, ValueError) as exc:
-            raise StoreDecodeError(f"bad conflict {wire!r:.100}") from exc
-        return cls(key, Version.from_wire(chosen), Version.from_wire(other))
-
-
-Resolver = Callable[[Any, Version, Version], Version]
-
-
-def last_writer_wins(key: Any, a: Version, b: Version) -> Version:
-    """The default resolver: the larger ``(hlc, origin)`` wins; deterministic on every node."""
-    return a if (a.hlc, a.origin) >= (b.hlc, b.origin) else b
-
-
 # -- the state -------------------------------------------------------------------------------------------
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS versions (k BLOB PRIMARY KEY, v BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, v BLOB NOT NULL);
-"""
-
 
 @dataclass(slots=True)
 class _Applied:
@@ -349,10 +137,10 @@ class VersionedState:
         self._changed = False
         self._expiring: set[bytes] = set()  # keys whose version has an expiry
         self._tombstones: dict[bytes, int] = {}  # tombstone keys -> their hlc, oldest first (roughly)
-        self._db: sqlite3.Connection | None = None
+        self._file: StateFile | None = None
         self.path = None if path is None else Path(path)
         if self.path is not None:
-            self._open()
+            self._file = StateFile.open(self.path, self._load)
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -563,34 +351,17 @@ class VersionedState:
 
     _rewrite_all = False
 
-    def _open(self) -> None:
-        """Open ``self.path`` and load what it holds. Raises :class:`BackendError` if the file cannot
-        be opened or read; the connection is then closed again (``self._db`` stays None)."""
-        assert self.path is not None
-        db = open_sqlite(self.path)
-        try:
-            self._load(db)
-        except BaseException as exc:
-            db.close()
-            if isinstance(exc, (sqlite3.Error, StoreDecodeError, KeyError, TypeError, ValueError)):
-                raise BackendError(f"cannot open {self.path}: {exc}") from exc
-            raise
-        self._db = db
-
-    def _load(self, db: sqlite3.Connection) -> None:
-        """Set the file's WAL mode and schema up; read its versions and header into this state."""
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        db.executescript(_SCHEMA)
-        for k, v in db.execute("SELECT k, v FROM versions"):
+    def _load(self, rows: Iterator[tuple[bytes, bytes]], meta: Callable[[], dict[str, Any]]) -> None:
+        """Read a state file's versions and header into this (empty) state (:meth:`StateFile.open`)."""
+        for k, v in rows:
             key = _unpack(k)
-            self._versions[bytes(k)] = (key, Version.from_wire(_unpack(v)))
-            if self._versions[bytes(k)][1].expiry is not None:
-                self._expiring.add(bytes(k))
-        meta = {name: _unpack(v) for name, v in db.execute("SELECT name, v FROM meta")}
+            self._versions[k] = (key, Version.from_wire(_unpack(v)))
+            if self._versions[k][1].expiry is not None:
+                self._expiring.add(k)
+        header = meta()
         self._index_tombstones()
-        if "state" in meta:
-            parts = meta["state"]
+        if "state" in header:
+            parts = header["state"]
             self.last_seq = parts["seq"]
             self.lineage = lineage_from_wire(parts["lineage"])
             self.max_hlc = parts["hlc"]
@@ -602,7 +373,7 @@ class VersionedState:
 
     def commit(self) -> None:
         """Make everything applied so far durable (no-op without a path). Raises BackendError."""
-        if self._db is None or not self._changed:
+        if self._file is None or not self._changed:
             self._dirty.clear()
             self._changed = False
             return
@@ -610,17 +381,13 @@ class VersionedState:
             "seq": self.last_seq, "lineage": lineage_to_wire(self.lineage), "hlc": self.max_hlc,
             "applied": [[w, a.n, a.seq, a.packed_results()] for w, a in self.applied.items()],
         }
-        with sqlite_transaction(self._db, self.path):
-            if self._rewrite_all:
-                self._db.execute("DELETE FROM versions")
-                rows = [(k, _pack(v.to_wire())) for k, (_, v) in self._versions.items()]
-            else:
-                rows = [(k, _pack(item[1].to_wire())) for k, item in self._dirty.items() if item is not None]
-                gone = [(k,) for k, item in self._dirty.items() if item is None]
-                if gone:
-                    self._db.executemany("DELETE FROM versions WHERE k = ?", gone)
-            self._db.executemany("INSERT OR REPLACE INTO versions (k, v) VALUES (?, ?)", rows)
-            self._db.execute("INSERT OR REPLACE INTO meta (name, v) VALUES ('state', ?)", (_pack(header),))
+        if self._rewrite_all:
+            rows = [(k, _pack(v.to_wire())) for k, (_, v) in self._versions.items()]
+            gone: list[tuple[bytes]] = []
+        else:
+            rows = [(k, _pack(item[1].to_wire())) for k, item in self._dirty.items() if item is not None]
+            gone = [(k,) for k, item in self._dirty.items() if item is None]
+        self._file.write(header, rows, gone, replace_all=self._rewrite_all)
         self._dirty.clear()
         self._rewrite_all = False
         self._changed = False
@@ -628,9 +395,9 @@ class VersionedState:
     def close(self) -> None:
         """Close the SQLite file (if any); what was not committed is not written. Idempotent; the
         in-memory state stays readable, ``commit()`` becomes a no-op."""
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def _same(a: Version, b: Version) -> bool:

@@ -7,6 +7,7 @@ replica runs under the real actor and mosquitto in ``test_elected_live.py``.
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from typing import Any
 
@@ -394,7 +395,7 @@ def test_a_conflict_merged_again_is_not_reported_again() -> None:
 
 def test_writers_without_a_replica_are_answered_at_their_endpoint_and_replicas_on_the_log_topic() -> None:
     from broker_mqtt.store.routes import answers_topic, master_topic, replication_topic, routes
-    from broker_mqtt.store.writer import WriterCore
+    from broker_mqtt.store.writer_core import WriterCore
 
     net = SimNet(["a", "b"], seed=11)
     net.tag("a")
@@ -478,7 +479,7 @@ def test_a_follower_that_lost_log_records_catches_up_without_another_write() -> 
 def test_a_replica_joining_while_the_master_writes_is_not_told_it_lost_records() -> None:
     """A joiner's first message from the master is a log record: it catches up by tail, and the
     master's first heartbeat after that (which counts records still on their way) is no sign of loss."""
-    master = Replica("s", "m", VersionedState(), 0.0, durability="master")
+    master = Replica("s", "m", VersionedState(), 0.0, durability="master", clock=Clock(time.time))
     master.tagged(0.0)
     t = 0.0
     for _ in range(10):
@@ -486,7 +487,7 @@ def test_a_replica_joining_while_the_master_writes_is_not_told_it_lost_records()
         master.tick(t, t)
         master.to_send()
     assert master.is_master
-    joiner = Replica("s", "j", VersionedState(), t)
+    joiner = Replica("s", "j", VersionedState(), t, clock=Clock(time.time))
     reasons: list[str] = []
     k = 0
     for _ in range(20):  # writes in every step: each step's first message is the log, then a heartbeat

@@ -23,7 +23,8 @@ from broker_mqtt import Endpoint
 from broker_mqtt.store import attach_store
 from broker_mqtt.store.commands import Put
 from broker_mqtt.store.routes import answers_topic, master_topic, replication_topic, routes, writes_topic
-from broker_mqtt.store.writer import StoreWriter, WriterCore
+from broker_mqtt.store.writer import StoreWriter
+from broker_mqtt.store.writer_core import WriterCore
 from broker_mqtt.transport.embedded import EmbeddedBroker
 from broker_mqtt.wire import codec
 from broker_mqtt.wire.message import decode_batch

@@ -1,0 +1,197 @@
+"""The state every part of an elected-store replica shares, and the helpers they all use.
+
+:class:`ReplicaBase` holds one node's replica state (role, epoch, members, the log it keeps for
+others, the master's and the writer's bookkeeping, the outbox and the events) and the small steps
+every part takes: follow or leave a master, go stale or synced, step down, queue a message. The
+parts build on it in one line of classes: :mod:`.replica_claim` (claims and merges),
+:mod:`.replica_master` (applying writes, durability, expiry), :mod:`.replica_follower` (following the
+log, catching up), and :class:`~.replication.Replica`, the public face (theory of operation there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .record_log import RecordLog
+from .replica_events import (
+    Durability,
+    MasterChanged,
+    ReplicaConfig,
+    ReplicaEvent,
+    ReplicaStats,
+    Role,
+    StaleChanged,
+)
+from .replica_messages import ReplicationMessage, encode
+from .versioned import (
+    Clock,
+    Epoch,
+    Lineage,
+    Position,
+    Record,
+    Resolver,
+    VersionedState,
+    contains,
+    last_writer_wins,
+)
+from .writer_core import WriterCore
+
+__all__ = ["ReplicaBase", "CONFLICTS_KEPT", "MAX_ORIGINS"]
+
+CONFLICTS_KEPT = 100_000  #: conflicts a replica remembers, so that it reports each one once
+MAX_ORIGINS = 100_000  #: writers whose endpoint the master remembers, to answer them there
+
+
+@dataclass(slots=True)
+class _Member:
+    seen: float
+    epoch: Epoch | None
+    pos: Position
+    acked: int = 0  # highest seq acknowledged in the current epoch
+
+
+@dataclass(slots=True)
+class _Claim:
+    epoch: Epoch
+    deadline: float
+    waiting: set[str]
+    promises: dict[str, tuple[Position, Lineage, int]]  # node -> (pos, lineage, last_seq)
+    fetching: dict[str, float] | None = None  # source -> deadline
+    fetched: dict[str, VersionedState] | None = None  # merging: source -> its state
+    merge_self: bool = False
+    ready: float = 0.0  # not before this time (a new node learns who is there first)
+    counted: bool = False
+
+class ReplicaBase:
+    """One node's replica state and shared helpers; see :class:`~.replication.Replica`."""
+
+    def __init__(self, name: str, node_id: str, state: VersionedState, now: float, *,
+                 durability: Durability | str = Durability.ONE, config: ReplicaConfig | None = None,
+                 clock: Clock, resolver: Resolver = last_writer_wins) -> None:
+        self.name = name
+        self.id = node_id
+        self.origin = node_id.split(".", 1)[0]
+        self.state = state
+        self.durability = Durability(durability)
+        self.config = config or ReplicaConfig()
+        self.resolver = resolver
+        self.clock = clock
+        self.clock.observe(state.max_hlc)
+        self.role = Role.FOLLOWER
+        self.tag = False
+        lineage_epochs = [e for e, _ in state.lineage]
+        self.epoch: Epoch | None = max(lineage_epochs) if lineage_epochs else None
+        self.max_term = self.epoch[0] if self.epoch else 0
+        self.master: str | None = None  # the active master of self.epoch, once known
+        self.stale = True
+        self._stale_reason = "no master yet"
+        self._members: dict[str, _Member] = {}
+        self._log = RecordLog(self.config.log_keep)
+        self._ahead: dict[int, Record] = {}
+        self._fetch_deadline = 0.0
+        self._claim: _Claim | None = None
+        self._subsumed: list[tuple[Lineage, int]] = []
+        self._conflicts_seen: set[Epoch] = set()
+        self._conflicts_reported: dict[tuple[bytes, frozenset[tuple[int, str]]], None] = {}
+        # master side
+        self._held: dict[str, dict[int, tuple[str, list[Any]]]] = {}
+        self._acked_n: dict[str, int] = {}
+        self._origins: dict[str, str] = {}  # writer -> the endpoint its writes came from (for its answers)
+        self._out_log: list[Record] = []
+        # writer side
+        self._writer = WriterCore(node_id, self.origin, now, write_timeout=self.config.write_timeout,
+                                  retry_interval=self.config.retry_interval)
+        # output
+        self._outbox: list[list[Any]] = []
+        self._events: list[ReplicaEvent] = []
+        self._ack_due = False
+        self.stats = ReplicaStats()
+        self._verified = False  # our history is known to be a prefix of the master's: apply its log
+        self._durable_seq = 0  # as master: the highest durable seq
+        self._discard_after: int | None = None  # a deposed master's unacknowledged tail starts after this
+        self._next_hb = now
+        self._reclaim_at = now
+        self._started = now
+        self._now = now
+
+    # -- shared steps ---------------------------------------------------------------------------------
+
+    def _step_down(self) -> None:
+        """Stop being master (or claiming). Records past the durable point were acknowledged to
+        nobody (unless durability is "master"): if the next master's history lacks them, they are
+        dropped for its snapshot rather than merged; their writers send them again."""
+        if self.role is Role.MASTER and self.durability is not Durability.MASTER \
+                and self._durable_seq < self.state.last_seq:
+            self._discard_after = self._durable_seq
+        self.role = Role.FOLLOWER
+        self._claim = None
+        self._held.clear()
+        self._verified = False
+
+    def _reported(self) -> tuple[Position, Lineage, int]:
+        """Our history as we announce it: without a deposed master's unacknowledged tail."""
+        d = self._discard_after
+        if d is None or d >= self.state.last_seq:
+            return self.state.position, self.state.lineage, self.state.last_seq
+        lineage = [(e, f) for e, f in self.state.lineage if f <= d]
+        return (d, self.state.epoch_at(d)), lineage, d
+
+    def _fetch_from(self) -> Position | None:
+        """The position to fetch a tail from; None (a snapshot) when our tail is to be dropped."""
+        if self._discard_after is not None and self._discard_after < self.state.last_seq:
+            return None
+        return self.state.position
+
+    def _adopt(self, epoch: Epoch, now: float) -> None:
+        """Follow the newer ``epoch``. A tagged node claims again after ``claim_timeout`` (two nodes
+        hold the tag until the election settles: each claim supersedes, and merges, the other)."""
+        if self.role is not Role.FOLLOWER:
+            self._step_down()
+        self._verified = False
+        self._reclaim_at = now + self.config.claim_timeout
+        self.epoch = epoch
+        self._ahead.clear()
+        self._set_master(None, "electing a master")
+
+    def _fetch_due(self) -> bool:
+        """A fetch from the master is pending (records missing, or a resync not answered yet)."""
+        return bool((self._ahead or self.stale) and self.master not in (None, self.id) and self._fetch_deadline)
+
+    def _holds(self, pos: Position) -> bool:
+        return self.state.contains(pos) or any(contains(lin, last, pos) for lin, last in self._subsumed)
+
+    def _live_members(self) -> dict[str, _Member]:
+        horizon = self._now - self.config.member_timeout
+        return {n: m for n, m in self._members.items() if m.seen >= horizon}
+
+    def _set_master(self, master: str | None, reason: str) -> None:
+        if master != self.master:
+            self.master = master
+            self._events.append(MasterChanged(master, self.epoch if master is not None else None))
+        if master is None:
+            self._writer.clear_master()
+            self._mark_stale(reason)
+        elif self.epoch is not None:
+            self._writer.set_master(self.epoch, master, self._now)
+            self._pump_writer(self._now)
+
+    def _mark_stale(self, reason: str) -> None:
+        if not self.stale:
+            self.stale = True
+            self._events.append(StaleChanged(True, reason))
+        self._stale_reason = reason
+
+    def _mark_synced(self) -> None:
+        if self.stale:
+            self.stale = False
+            self._events.append(StaleChanged(False, ""))
+            self._ack_due = True
+
+    def _send(self, msg: ReplicationMessage) -> None:
+        """Queue ``msg``, encoded now: it says what holds when it is sent, not when it is drained."""
+        self._outbox.append(encode(msg))
+
+    def _pump_writer(self, now: float) -> None:
+        """Route this node's own writes (:mod:`.replica_master`)."""
+        raise NotImplementedError

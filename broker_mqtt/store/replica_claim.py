@@ -1,0 +1,151 @@
+"""Claiming mastership of an elected store, and merging diverged histories (``docs/elected-stores.md``).
+
+The tagged node picks the epoch ``(highest term seen + 1, its id)`` and broadcasts ``claim``; every
+replica that has seen no higher epoch adopts it (the fence) and answers ``promise`` with its position
+and lineage. Once every live member promised (or ``claim_timeout`` passed) the claimant takes the most
+advanced histories: one that contains all others is fetched as a tail or snapshot (nothing when it is
+its own); several that diverged (a healed split) are fetched as snapshots and merged
+(:func:`~.versioned.merge_histories`), each conflict reported once. Then it broadcasts ``active``.
+"""
+
+from __future__ import annotations
+
+from .backend import _pack
+from .replica_base import CONFLICTS_KEPT, ReplicaBase, _Claim
+from .replica_events import ConflictsFound, DataChanged, Role
+from .replica_messages import Active, Claim, Fetch, Promise
+from .versioned import (
+    Conflict,
+    Epoch,
+    Lineage,
+    Position,
+    contains,
+    merge_histories,
+)
+
+__all__ = ["ClaimSide"]
+
+
+class ClaimSide(ReplicaBase):
+    """Claims: ``claim`` and ``promise`` messages, choosing sources, finishing (merging) a claim."""
+
+    def _on_claim(self, msg: Claim, now: float) -> None:
+        epoch = msg.epoch
+        self.max_term = max(self.max_term, epoch[0])
+        if epoch[1] == self.id or (self.epoch is not None and epoch <= self.epoch):
+            return
+        self._adopt(epoch, now)
+        pos, lineage, last = self._reported()
+        self._send(Promise(epoch, self.id, pos, lineage, last))
+
+    def _on_promise(self, msg: Promise, now: float) -> None:
+        claim = self._claim
+        if claim is None or msg.epoch != claim.epoch or claim.fetching is not None:
+            return
+        claim.promises[msg.node] = (msg.pos, msg.lineage, msg.last_seq)
+        claim.waiting.discard(msg.node)
+        self._progress_claim(now)
+
+    def _start_claim(self, now: float) -> None:
+        self.max_term = max(self.max_term, self.epoch[0] if self.epoch else 0)
+        self.max_term += 1
+        epoch = (self.max_term, self.id)
+        self.stats.claims += 1
+        self.role = Role.CLAIMING
+        self.epoch = epoch
+        self._set_master(None, "electing a master")
+        live = set(self._live_members())
+        # a node that just started waits until it has heard the others' heartbeats
+        ready = max(now, self._started + self.config.member_timeout)
+        self._claim = _Claim(epoch, max(now + self.config.claim_timeout, ready), live, {}, ready=ready)
+        self._send(Claim(epoch, self.state.position))
+        self._progress_claim(now)
+
+    def _progress_claim(self, now: float) -> None:
+        claim = self._claim
+        if claim is None or self.role is not Role.CLAIMING:
+            return
+        if claim.fetching is None:
+            if now < claim.ready:
+                return
+            if not claim.counted:  # now we know who is there: wait for their promises too
+                claim.counted = True
+                claim.waiting |= set(self._live_members()) - set(claim.promises)
+            if claim.waiting and now < claim.deadline:
+                return
+            self._choose_sources(claim, now)
+            return
+        for source, deadline in list(claim.fetching.items()):
+            if now >= deadline:  # the source went away: start over with whoever is left
+                self._members.pop(source, None)
+                self._start_claim(now)
+                return
+        if not claim.fetching:
+            self._finish_claim(claim, now)
+
+    def _choose_sources(self, claim: _Claim, now: float) -> None:
+        """Promises are in: find the most advanced histories (those no other history contains)."""
+        heads = {self.id: self._reported(), **claim.promises}
+        maximal: dict[Position, str] = {}
+        for node in [self.id, *sorted(claim.promises)]:
+            pos = heads[node][0]
+            if not any(opos != pos and contains(olin, olast, pos) for opos, olin, olast in heads.values()):
+                maximal.setdefault(pos, node)
+        sources = sorted(n for n in maximal.values() if n != self.id)
+        claim.waiting.clear()
+        claim.fetching = {s: now + self.config.fetch_timeout for s in sources}
+        if len(maximal) == 1:  # one history at least as advanced as all: its tail (or a snapshot)
+            for s in sources:
+                self._send(Fetch(claim.epoch, self.id, s, self._fetch_from()))
+        else:  # diverged histories (a healed split): take them all, and merge
+            claim.fetched = {}
+            claim.merge_self = self.id in maximal.values()
+            for s in sources:
+                self._send(Fetch(claim.epoch, self.id, s, None))  # None: a snapshot
+        self._progress_claim(now)
+
+    def _report_conflicts(self, epoch: Epoch, conflicts: list[Conflict]) -> None:
+        """Report each conflict once: a history merged again (a second claimant that had not
+        seen the first merge) yields the same pairs of versions, which are not news."""
+        seen = self._conflicts_reported
+        fresh = []
+        for c in conflicts:
+            ident = (_pack(c.key), frozenset({(c.chosen.hlc, c.chosen.origin), (c.other.hlc, c.other.origin)}))
+            if ident not in seen:
+                seen[ident] = None
+                fresh.append(c)
+        while len(seen) > CONFLICTS_KEPT:
+            del seen[next(iter(seen))]
+        if fresh:
+            self._events.append(ConflictsFound(epoch, fresh))
+
+    def _finish_claim(self, claim: _Claim, now: float) -> None:
+        conflicts: list[Conflict] = []
+        subsumed: list[tuple[Lineage, int]] = []
+        if claim.fetched:  # diverged histories: merge them all into a new line of this epoch
+            states = [*([self.state] if claim.merge_self else []), *(claim.fetched[s] for s in sorted(claim.fetched))]
+            # the merged histories, as they were: followers at any of their positions take the merge
+            subsumed = [(list(s.lineage), s.last_seq) for s in states]
+            parts, conflicts = merge_histories(states, claim.epoch, resolver=self.resolver)
+            changes = self.state.replace(**parts)
+            self.clock.observe(self.state.max_hlc)
+            self._log.clear()
+            if changes:
+                self._events.append(DataChanged(changes))
+        self._claim = None
+        self.role = Role.MASTER
+        self._verified = True
+        self._discard_after = None
+        self._durable_seq = self.state.last_seq  # what we took over counts as acknowledged
+        self.stats.masterships += 1
+        self.stats.merges += bool(claim.fetched)
+        self._subsumed = subsumed or self._subsumed
+        for m in self._members.values():
+            m.acked = 0
+        self._acked_n = {}
+        self._send(Active(claim.epoch, self.state.position, self.state.lineage, conflicts, self._subsumed))
+        if conflicts:
+            self._conflicts_seen.add(claim.epoch)
+            self._report_conflicts(claim.epoch, conflicts)
+        self._set_master(self.id, "")
+        self._mark_synced()

@@ -1,0 +1,212 @@
+"""The follower side of an elected-store replica: following the master's log, catching up (``docs/elected-stores.md``).
+
+A follower learns the master from heartbeats and ``active``; applies log records in sequence order
+once a tail or snapshot from the master shows its history is a prefix of the master's (records that
+arrive early wait in ``_ahead``); fetches what it misses (a gap, lost records, a newer epoch); takes a
+snapshot when its history was merged or its unacknowledged tail must go; and answers its own writer
+on ``wack``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .replica_base import _Member
+from .replica_events import DataChanged, Role
+from .replica_master import MasterSide
+from .replica_messages import Active, Fetch, Heartbeat, Log, Resign, Snap, Tail, WriteAck
+from .versioned import (
+    Record,
+    VersionedState,
+    contains,
+)
+
+__all__ = ["FollowerSide"]
+
+
+class FollowerSide(MasterSide):
+    """Heartbeats, ``active``, ``log``, ``tail``, ``snap``, ``wack``, ``resign``; catching up."""
+
+    def _on_hb(self, msg: Heartbeat, now: float) -> None:
+        node, epoch, role, pos = msg.node, msg.epoch, msg.role, msg.pos
+        if node == self.id:
+            return
+        m = self._members.get(node)
+        # where its previous heartbeat said it was (none before its first one in this epoch)
+        before = m.pos[0] if m is not None and m.epoch == epoch else None
+        if m is None:
+            m = self._members[node] = _Member(now, epoch, pos)
+        m.seen, m.epoch, m.pos = now, epoch, pos
+        if epoch is not None:
+            self.max_term = max(self.max_term, epoch[0])
+        if epoch is not None and (self.epoch is None or epoch > self.epoch):
+            # a newer epoch: we missed its claim, or were fenced (a double tag, a paused process)
+            self._adopt(epoch, now)
+            if role is Role.MASTER:
+                self._set_master(node, "")
+                self._request_fetch(node, now)
+        elif role is Role.MASTER and epoch == self.epoch and self.role is Role.FOLLOWER and self.master is None:
+            self._set_master(node, "")  # (re)started, or missed the active: follow, and catch up
+            self._request_fetch(node, now)
+        elif (role is Role.MASTER and epoch == self.epoch and node == self.master and self.role is Role.FOLLOWER
+              and before is not None and self.state.last_seq < before and self._verified and not self.stale
+              and not self._ahead):
+            # The master queues every record its heartbeat counts before its next heartbeat, on the
+            # same topic: by this heartbeat we hold every record up to where the previous one said
+            # it was, unless records were lost (a partition, a broker that dropped them). With no
+            # gap to show for it, nothing else would notice before the next write: catch up now.
+            self._mark_stale("catching up: log records were lost")
+            self._request_fetch(node, now)
+        elif self.role is Role.MASTER and not self._holds(pos):
+            self._start_claim(now)  # a diverged history not merged yet: merge it in a new epoch
+
+    def _on_tail(self, msg: Tail, now: float) -> None:
+        epoch, upto, source = msg.epoch, msg.upto, msg.source
+        if msg.to != self.id:
+            return
+        recs = msg.records
+        self.stats.records_fetched += len(recs)
+        claim = self._claim
+        if claim is not None and claim.fetching is not None and epoch == claim.epoch:
+            if source in claim.fetching and claim.fetched is None:
+                self._apply_records(recs)
+                if self.state.last_seq >= upto:
+                    claim.fetching.pop(source)
+                    self._progress_claim(now)
+            return
+        if epoch != self.epoch or source != self.master:
+            return
+        self._verified = True  # the master checked that our history is a prefix of its own
+        self._apply_records(recs)
+        self._drain_ahead()
+        self._check_synced(upto)
+
+    def _on_snap(self, msg: Snap, now: float) -> None:
+        epoch, source = msg.epoch, msg.source
+        if msg.to != self.id:
+            return
+        parts = VersionedState.parts_from_wire(msg.snapshot)
+        self.stats.snapshots_installed += 1
+        self.stats.snapshot_entries += len(parts["versions"])
+        claim = self._claim
+        if claim is not None and claim.fetching is not None and epoch == claim.epoch:
+            if source not in claim.fetching:
+                return
+            claim.fetching.pop(source)
+            if claim.fetched is None:  # one history ahead of ours, too far for a tail
+                self._install(parts)
+            else:
+                remote = VersionedState()
+                remote.replace(**parts)
+                claim.fetched[source] = remote
+            self._progress_claim(now)
+            return
+        if epoch != self.epoch:
+            return
+        self._install(parts)
+        self._drain_ahead()
+        self._check_synced(parts["last_seq"])
+
+    def _on_active(self, msg: Active, now: float) -> None:
+        epoch, pos, lineage, conflicts = msg.epoch, msg.pos, msg.lineage, msg.conflicts
+        self.max_term = max(self.max_term, epoch[0])
+        if epoch[1] == self.id or (self.epoch is not None and epoch < self.epoch):
+            return
+        if self.role is not Role.FOLLOWER or self.epoch != epoch:
+            self._adopt(epoch, now)
+        self._subsumed = list(msg.subsumed)
+        self.epoch = epoch
+        self._set_master(epoch[1], "")
+        if conflicts and epoch not in self._conflicts_seen:
+            self._conflicts_seen.add(epoch)
+            self._report_conflicts(epoch, conflicts)
+        mine = self.state.position
+        if contains(lineage, pos[0], mine):
+            self._discard_after = None
+            if mine[0] < pos[0]:
+                self._mark_stale("catching up")
+                self._request_fetch(epoch[1], now)
+            else:
+                self._verified = True
+                self._mark_synced()
+        elif contains(lineage, pos[0], self._reported()[0]):
+            self._mark_stale("dropping an unacknowledged tail")
+            self._request_fetch(epoch[1], now)
+        elif any(contains(lin, last, mine) for lin, last in self._subsumed):
+            self._mark_stale("taking the merged state")
+            self._request_fetch(epoch[1], now)
+        else:
+            self._mark_stale("history diverged: waiting for the master to merge it")
+
+    def _on_log(self, msg: Log, now: float) -> None:
+        epoch, records = msg.epoch, msg.records
+        if self.epoch is None or epoch > self.epoch:
+            self.max_term = max(self.max_term, epoch[0])
+            self._adopt(epoch, now)
+            self._set_master(epoch[1], "")
+            self._request_fetch(epoch[1], now)
+            return
+        if epoch < self.epoch or self.role is not Role.FOLLOWER:
+            return  # fenced: a deposed master's log
+        for rec in records:
+            if rec.seq > self.state.last_seq:
+                self._ahead[rec.seq] = rec
+        if not self._verified:
+            if len(self._ahead) > self.config.max_held:
+                self._ahead.clear()
+            return  # applied once a tail or snapshot from the master shows we follow its history
+        self._drain_ahead()
+        if self._ahead and not self._fetch_deadline:
+            self._fetch_deadline = now + self.config.heartbeat  # a gap: fetch unless it fills by then
+
+    def _on_wack(self, msg: WriteAck, now: float) -> None:
+        if msg.writer != self.id or (self.epoch is not None and msg.epoch < self.epoch):
+            return
+        self._writer.answered(msg.upto, msg.results)
+        self._collect_answers()
+
+    def _on_resign(self, msg: Resign, now: float) -> None:
+        epoch = msg.epoch
+        if epoch == self.epoch and self.master == epoch[1]:
+            self._set_master(None, "master resigned")
+
+    def _apply_records(self, records: list[Record]) -> None:
+        for rec in records:
+            if rec.seq == self.state.last_seq + 1:
+                self.clock.observe(rec.hlc)
+                changes = self.state.apply(rec)
+                self.stats.records_applied += 1
+                self._log.append(rec)
+                self._ack_due = True
+                if changes:
+                    self._events.append(DataChanged(changes))
+
+    def _drain_ahead(self) -> None:
+        while self._ahead:
+            rec = self._ahead.pop(self.state.last_seq + 1, None)
+            if rec is None:
+                for seq in [s for s in self._ahead if s <= self.state.last_seq]:
+                    del self._ahead[seq]
+                break
+            self._apply_records([rec])
+        if not self._ahead:
+            self._fetch_deadline = 0.0 if not self.stale else self._fetch_deadline
+
+    def _install(self, parts: dict[str, Any]) -> None:
+        self._discard_after = None
+        self._verified = True
+        changes = self.state.replace(**parts)
+        self.clock.observe(self.state.max_hlc)
+        self._log.clear()
+        self._ack_due = True
+        if changes:
+            self._events.append(DataChanged(changes))
+
+    def _request_fetch(self, source: str, now: float) -> None:
+        self._fetch_deadline = now + self.config.fetch_timeout
+        self._send(Fetch(self.epoch, self.id, source, self._fetch_from()))
+
+    def _check_synced(self, upto: int) -> None:
+        if self.state.last_seq >= upto and not self._ahead:
+            self._fetch_deadline = 0.0
+            self._mark_synced()

@@ -1,0 +1,170 @@
+"""The master side of an elected-store replica: applying writes, durability, expiry (``docs/elected-stores.md``).
+
+The master applies each writer's writes once, in ``n`` order (holding those that arrive early),
+appends a :class:`~.versioned.Record` to its log per write, and answers a writer with ``wack`` once the
+write is durable per ``durability``, counted from the members' ``ack``s. It serves ``fetch`` requests
+with a tail of its log or a snapshot, and expires keys by appending ``expire`` records. This node's own
+writes go through its :class:`~.writer_core.WriterCore` like anyone's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .commands import decode_command
+from .errors import StoreError
+from .replica_base import MAX_ORIGINS, _Member
+from .replica_claim import ClaimSide
+from .replica_events import DataChanged, Durability, Role, WriteDone, WriteFailed
+from .replica_messages import Ack, Fetch, Snap, Tail, Write, WriteAck
+from .versioned import Record, compute_op
+from .writer_core import NoMaster
+
+__all__ = ["MasterSide"]
+
+
+class MasterSide(ClaimSide):
+    """Writes (``write``, ``ack``), durability (``wack``), ``fetch`` answers, expiry, own writes."""
+
+    def _on_fetch(self, msg: Fetch, now: float) -> None:
+        epoch, requester, pos = msg.epoch, msg.requester, msg.from_pos
+        assert epoch is not None  # decode() takes no fetch without one
+        if msg.source != self.id or requester == self.id:
+            return
+        if pos is None:
+            self._send(Snap(epoch, requester, self.state.to_wire(), self.id))
+            return
+        if self.role is Role.MASTER and not self._holds(pos):
+            self._start_claim(now)  # its history diverged and was never merged: merge it first
+            return
+        seq = pos[0]
+        if self.state.contains(pos) and (seq == self.state.last_seq or self._log.covers(seq, self.state.last_seq)):
+            for chunk in self._log.after(seq):
+                self._send(Tail(epoch, requester, chunk, self.state.last_seq, self.id))
+        else:
+            self._send(Snap(epoch, requester, self.state.to_wire(), self.id))
+
+    def _on_ack(self, msg: Ack, now: float) -> None:
+        epoch, node, seq = msg.epoch, msg.node, msg.seq
+        if self.role is not Role.MASTER or epoch != self.epoch:
+            return
+        m = self._members.get(node)
+        if m is None:
+            m = self._members[node] = _Member(now, epoch, (seq, epoch))
+        m.seen = now
+        m.acked = max(m.acked, seq)
+        self._advance_durable()
+
+    def _on_write(self, writer: str, n: int, origin: str, cmd: list[Any], now: float) -> None:
+        if self.role is not Role.MASTER:
+            return
+        if self._origins.get(writer) != origin:
+            self._origins.pop(writer, None)
+            self._origins[writer] = origin
+            if len(self._origins) > MAX_ORIGINS:
+                del self._origins[next(iter(self._origins))]  # the writer that moved least recently
+        done = self.state.applied_n(writer)
+        if n <= done:  # a repeat (its answer was lost, or it went to an earlier master): answer again
+            self._acked_n[writer] = min(self._acked_n.get(writer, 0), n - 1)
+            self._advance_durable()
+            return
+        if n > done + 1:
+            held = self._held.setdefault(writer, {})
+            if len(held) < self.config.max_held:
+                held[n] = (origin, cmd)
+            return
+        self._apply_write(writer, n, origin, cmd)
+        held = self._held.get(writer)
+        while held and (self.state.applied_n(writer) + 1) in held:
+            n = self.state.applied_n(writer) + 1
+            self._apply_write(writer, n, *held.pop(n))
+
+    def _on_write_msg(self, msg: Write, now: float) -> None:
+        if msg.writer == self.id:
+            return  # own writes are applied directly when this node is master
+        if msg.epoch is None or msg.epoch != self.epoch:
+            return  # sent to another mastership (a late arrival after a split): its writer re-sends
+        self._on_write(msg.writer, msg.n, msg.origin, msg.command, now)
+
+    def _apply_write(self, writer: str, n: int, origin: str, cmd_wire: list[Any]) -> None:
+        wall = self.clock.now() / 1_000_000
+        result: Any = None
+        try:
+            cmd = decode_command(cmd_wire)
+            op, result = compute_op(self.state, cmd, wall)  # type: ignore[arg-type]
+        except StoreError as exc:
+            op, result = ("noop",), ["error", *exc.to_wire()]
+        self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), origin, writer, n, op,  # type: ignore[arg-type]
+                            result))
+        self._acked_n.setdefault(writer, 0)
+
+    def _append(self, record: Record) -> None:
+        changes = self.state.apply(record)
+        self.stats.records_applied += 1
+        self._log.append(record)
+        self._out_log.append(record)
+        if changes:
+            self._events.append(DataChanged(changes))
+
+    def _expire(self, wall: float, now: float) -> None:
+        while True:
+            nxt = self.state.next_expiry()
+            if nxt is None or nxt[0] > wall:
+                return
+            self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), self.origin,  # type: ignore[arg-type]
+                                "$expiry", 0, ("expire", nxt[1])))
+
+    def _advance_durable(self) -> None:
+        if self.role is not Role.MASTER:
+            return
+        last = self.state.last_seq
+        if self.durability is Durability.MASTER:
+            durable = last
+        else:
+            acks = [m.acked for m in self._live_members().values()]
+            if not acks:
+                durable = self._durable_seq  # no other live replica: nothing more is durable
+            elif self.durability is Durability.ONE:
+                durable = max(acks)
+            else:
+                durable = min(acks)
+        self._durable_seq = max(self._durable_seq, durable)
+        members: dict[str, _Member] | None = None
+        for writer, acked in list(self._acked_n.items()):
+            a = self.state.applied.get(writer)
+            if a is None or a.n <= acked or a.seq > durable:
+                continue
+            self._acked_n[writer] = a.n
+            results = {n: r for n, r in a.results.items() if acked < n <= a.n}
+            if writer == self.id:
+                self._writer.answered(a.n, results)
+                self._collect_answers()
+            else:
+                if members is None:
+                    members = self._live_members()
+                origin = self._origins.get(writer)
+                if writer in members:
+                    origin = None  # a replica's writer: answered on the log topic, after the records
+                # else a writer without a replica: answered at its endpoint only
+                self._send(WriteAck(self.epoch or (0, ""), writer, a.n, results, origin))
+
+    def _pump_writer(self, now: float) -> None:
+        """Route this node's own writes: applied here when master, else sent to the master."""
+        for msg in self._writer.messages():
+            if self.role is Role.MASTER:
+                self._on_write(self.id, msg.n, msg.origin, msg.command, now)
+            elif self.role is Role.FOLLOWER and self.master is not None:
+                self._send(msg)
+            # else: held by the writer until the next master
+        self._collect_answers()
+
+    def _collect_answers(self) -> None:
+        for n, result in self._writer.answers():
+            if isinstance(result, NoMaster) and self.role is Role.MASTER and not self._live_members():
+                result = NoMaster(f"store {self.name!r}: write {n} not acknowledged: this node is master but no "
+                                  f"other replica is live to confirm it (durability {self.durability.value!r}; a "
+                                  f"single node needs durability='master'; outcome unknown)")
+            if isinstance(result, StoreError):
+                self._events.append(WriteFailed(n, result))
+            else:
+                self._events.append(WriteDone(n, result))

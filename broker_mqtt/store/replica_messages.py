@@ -1,0 +1,333 @@
+"""The elected-store replication messages and their one wire form (``docs/elected-stores.md`` § 8).
+
+Every message a replica or a writer sends is one of the frozen dataclasses below; on the wire it is
+a list whose first element names its kind (``["hb", node, epoch, role, position, master]``, ...), in
+the node message's CBOR payload. :func:`encode` is the only place that builds such a list and
+:func:`decode` the only place that reads one: it checks the kind, the number of fields and their
+types, and raises :class:`~.errors.StoreDecodeError` for anything malformed. Epochs, positions,
+lineages, records and conflicts use their own wire forms (:mod:`.history`).
+
+Two payloads stay in their wire form, decoded by whoever uses them: a :class:`Write`'s ``command``
+(the master decodes it when it applies the write: a command that does not decode is a failed write,
+recorded and answered as such) and a :class:`Snap`'s ``snapshot`` (large, and only its addressee
+reads it: :meth:`~.versioned.VersionedState.parts_from_wire`). ``results`` of a :class:`WriteAck`
+are the writes' answers as recorded (an error is ``["error", ...]``).
+
+Which topic each message travels on is :mod:`.routes`' business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import StoreDecodeError
+from .history import (
+    Conflict,
+    Epoch,
+    Lineage,
+    Position,
+    Record,
+    epoch_from_wire,
+    lineage_from_wire,
+    lineage_to_wire,
+    position_from_wire,
+    position_to_wire,
+)
+from .replica_events import Role
+
+__all__ = [
+    "Heartbeat",
+    "Claim",
+    "Promise",
+    "Fetch",
+    "Tail",
+    "Snap",
+    "Active",
+    "Log",
+    "Ack",
+    "Write",
+    "WriteAck",
+    "Resign",
+    "ReplicationMessage",
+    "encode",
+    "decode",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """``hb``: node ``node`` is in ``epoch`` (None: none yet) as ``role``, at ``pos``, following ``master``."""
+
+    node: str
+    epoch: Epoch | None
+    role: Role
+    pos: Position
+    master: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """``claim``: the sender claims mastership in ``epoch`` (its history ends at ``pos``)."""
+
+    epoch: Epoch
+    pos: Position
+
+
+@dataclass(frozen=True, slots=True)
+class Promise:
+    """``promise``: ``node`` adopted ``epoch``; its history (``lineage``, ``last_seq``) ends at ``pos``."""
+
+    epoch: Epoch
+    node: str
+    pos: Position
+    lineage: Lineage
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """``fetch``: ``requester`` asks ``source`` for the records after ``from_pos`` (None: a snapshot).
+    ``epoch`` is the requester's (a fetch sent before it knows one does not decode at the receiver)."""
+
+    epoch: Epoch | None
+    requester: str
+    source: str
+    from_pos: Position | None
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """``tail``: ``source``'s records for ``to``; its log ends at ``upto``."""
+
+    epoch: Epoch
+    to: str
+    records: list[Record]
+    upto: int
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Snap:
+    """``snap``: ``source``'s whole state for ``to`` (``snapshot``: its wire form, decoded by ``to``)."""
+
+    epoch: Epoch
+    to: str
+    snapshot: Any
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Active:
+    """``active``: the claimant of ``epoch`` is master; its history; the conflicts of its merge; the
+    histories it subsumed (merged), as ``(lineage, last seq)``."""
+
+    epoch: Epoch
+    pos: Position
+    lineage: Lineage
+    conflicts: list[Conflict]
+    subsumed: list[tuple[Lineage, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    """``log``: the master of ``epoch`` applied ``records``."""
+
+    epoch: Epoch
+    records: list[Record]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """``ack``: ``node`` holds (durably) every record up to ``seq`` of ``epoch``."""
+
+    epoch: Epoch
+    node: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """``write``: write ``n`` of ``writer`` (from endpoint ``origin``), for the master of ``epoch``
+    (None: no master known). ``command``: its wire form."""
+
+    writer: str
+    n: int
+    origin: str
+    command: Any
+    epoch: Epoch | None
+
+
+@dataclass(frozen=True, slots=True)
+class WriteAck:
+    """``wack``: the master of ``epoch`` holds ``writer``'s writes up to ``upto`` durably; ``results``:
+    answers by write number. ``origin``: the writer's endpoint, for a writer without a replica
+    (answered there only); None for a replica's writer."""
+
+    epoch: Epoch
+    writer: str
+    upto: int
+    results: dict[int, Any]
+    origin: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resign:
+    """``resign``: the master of ``epoch`` stepped down; its history ended at ``pos``."""
+
+    epoch: Epoch
+    pos: Position
+
+
+ReplicationMessage = Heartbeat | Claim | Promise | Fetch | Tail | Snap | Active | Log | Ack | Write | WriteAck | Resign
+
+
+def _epoch_or_none(epoch: Epoch | None) -> list[Any] | None:
+    return None if epoch is None else list(epoch)
+
+
+def encode(msg: ReplicationMessage) -> list[Any]:
+    """The wire list of ``msg``."""
+    match msg:
+        case Log(epoch=epoch, records=records):
+            return ["log", list(epoch), [r.to_wire() for r in records]]
+        case Ack(epoch=epoch, node=node, seq=seq):
+            return ["ack", list(epoch), node, seq]
+        case Write(writer=writer, n=n, origin=origin, command=command, epoch=epoch):
+            return ["write", writer, n, origin, command, _epoch_or_none(epoch)]
+        case WriteAck(epoch=epoch, writer=writer, upto=upto, results=results, origin=origin):
+            wire = ["wack", list(epoch), writer, upto, [[n, r] for n, r in results.items()]]
+            if origin is not None:
+                wire.append(origin)
+            return wire
+        case Heartbeat(node=node, epoch=epoch, role=role, pos=pos, master=master):
+            return ["hb", node, _epoch_or_none(epoch), role.value, position_to_wire(pos), master]
+        case Claim(epoch=epoch, pos=pos):
+            return ["claim", list(epoch), position_to_wire(pos)]
+        case Promise(epoch=epoch, node=node, pos=pos, lineage=lineage, last_seq=last_seq):
+            return ["promise", list(epoch), node, position_to_wire(pos), lineage_to_wire(lineage), last_seq]
+        case Fetch(epoch=epoch, requester=requester, source=source, from_pos=from_pos):
+            return ["fetch", _epoch_or_none(epoch), requester, source,
+                    None if from_pos is None else position_to_wire(from_pos)]
+        case Tail(epoch=epoch, to=to, records=records, upto=upto, source=source):
+            return ["tail", list(epoch), to, [r.to_wire() for r in records], upto, source]
+        case Snap(epoch=epoch, to=to, snapshot=snapshot, source=source):
+            return ["snap", list(epoch), to, snapshot, source]
+        case Active(epoch=epoch, pos=pos, lineage=lineage, conflicts=conflicts, subsumed=subsumed):
+            return ["active", list(epoch), position_to_wire(pos), lineage_to_wire(lineage),
+                    [c.to_wire() for c in conflicts], [[lineage_to_wire(lin), last] for lin, last in subsumed]]
+        case Resign(epoch=epoch, pos=pos):
+            return ["resign", list(epoch), position_to_wire(pos)]
+    raise TypeError(f"not a replication message: {msg!r:.80}")
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r:.40}")
+    return value
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r:.40}")
+    return value
+
+
+def _records(wire: Any) -> list[Record]:
+    return [Record.from_wire(r) for r in wire]
+
+
+def _decode_hb(a: list[Any]) -> Heartbeat:
+    node, epoch, role, pos, master = a
+    return Heartbeat(_str(node), None if epoch is None else epoch_from_wire(epoch), Role(role),
+                     position_from_wire(pos), None if master is None else _str(master))
+
+
+def _decode_claim(a: list[Any]) -> Claim:
+    epoch, pos = a
+    return Claim(epoch_from_wire(epoch), position_from_wire(pos))
+
+
+def _decode_promise(a: list[Any]) -> Promise:
+    epoch, node, pos, lineage, last_seq = a
+    return Promise(epoch_from_wire(epoch), _str(node), position_from_wire(pos), lineage_from_wire(lineage),
+                   int(last_seq))
+
+
+def _decode_fetch(a: list[Any]) -> Fetch:
+    epoch, requester, source, from_pos = a
+    return Fetch(epoch_from_wire(epoch), _str(requester), _str(source),
+                 None if from_pos is None else position_from_wire(from_pos))
+
+
+def _decode_tail(a: list[Any]) -> Tail:
+    epoch, to, records, upto, source = a
+    return Tail(epoch_from_wire(epoch), _str(to), _records(records), _int(upto), _str(source))
+
+
+def _decode_snap(a: list[Any]) -> Snap:
+    epoch, to, snapshot, source = a
+    return Snap(epoch_from_wire(epoch), _str(to), snapshot, _str(source))
+
+
+def _decode_active(a: list[Any]) -> Active:
+    epoch, pos, lineage, conflicts, subsumed = a[:5]
+    return Active(epoch_from_wire(epoch), position_from_wire(pos), lineage_from_wire(lineage),
+                  [Conflict.from_wire(c) for c in conflicts],
+                  [(lineage_from_wire(lin), int(last)) for lin, last in subsumed])
+
+
+def _decode_log(a: list[Any]) -> Log:
+    epoch, records = a
+    return Log(epoch_from_wire(epoch), _records(records))
+
+
+def _decode_ack(a: list[Any]) -> Ack:
+    epoch, node, seq = a
+    return Ack(epoch_from_wire(epoch), _str(node), int(seq))
+
+
+def _decode_write(a: list[Any]) -> Write:
+    writer, n, origin, command, epoch = a
+    return Write(_str(writer), int(n), _str(origin), command, None if epoch is None else epoch_from_wire(epoch))
+
+
+def _decode_wack(a: list[Any]) -> WriteAck:
+    epoch, writer, upto, results = a[:4]
+    origin = _str(a[4]) if len(a) > 4 else None
+    return WriteAck(epoch_from_wire(epoch), _str(writer), int(upto), {int(n): r for n, r in results}, origin)
+
+
+def _decode_resign(a: list[Any]) -> Resign:
+    epoch, pos = a
+    return Resign(epoch_from_wire(epoch), position_from_wire(pos))
+
+
+_DECODERS = {
+    "log": _decode_log,
+    "ack": _decode_ack,
+    "write": _decode_write,
+    "wack": _decode_wack,
+    "hb": _decode_hb,
+    "claim": _decode_claim,
+    "promise": _decode_promise,
+    "fetch": _decode_fetch,
+    "tail": _decode_tail,
+    "snap": _decode_snap,
+    "active": _decode_active,
+    "resign": _decode_resign,
+}
+
+
+def decode(wire: Any) -> ReplicationMessage:
+    """The message ``wire`` holds. Raises :class:`StoreDecodeError` for anything malformed: not a
+    list with a known kind, the wrong number of fields, a field of the wrong type."""
+    if not isinstance(wire, (list, tuple)) or not wire or not isinstance(wire[0], str):
+        raise StoreDecodeError(f"a replication message is a list with a kind, got {wire!r:.80}")
+    decoder = _DECODERS.get(wire[0])
+    if decoder is None:
+        raise StoreDecodeError(f"unknown replication message kind {wire[0]!r}")
+    try:
+        return decoder(list(wire[1:]))
+    except (TypeError, ValueError, IndexError, KeyError) as exc:
+        raise StoreDecodeError(f"bad {wire[0]} message: {exc}") from exc

@@ -1,0 +1,155 @@
+"""The writer half of an elected store, sans-io (``docs/elected-stores.md`` § 9).
+
+A :class:`WriterCore` is the writer half of a :class:`~.replication.Replica`: it learns who the master
+is from the replicas' heartbeats and ``active`` messages, sends each write ``(writer, n, command)`` to
+it, re-sends unanswered writes to every new master and every ``retry_interval``, and reports answers.
+Each write carries the epoch of the master it is meant for, which names that master: :func:`.routes.routes`
+sends it to that master's endpoint only, on ``/$store/<name>/ew`` (the other replicas never see it).
+It keeps no copy of the data, never votes and is never master.
+
+Exactly once: the master applies each writer's writes once, in ``n`` order, and remembers per writer
+the last ``n`` applied (that memory travels with the store, across handovers). A writer whose id is a
+deterministic name of *what* it writes (a Spark job, batch and partition, say) and that numbers its
+writes the same way when it runs again therefore gets its repeats answered, not applied: a retried
+task changes nothing twice.
+
+Nothing here does I/O or reads a clock: the caller passes ``now`` and calls :meth:`WriterCore.tick` at
+:attr:`WriterCore.next_deadline`; :class:`~.writer.StoreWriter` is the anyio layer that runs one on an
+endpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .commands import WriteCommand
+from .errors import Timeout, error_from_wire
+from .history import Epoch
+from .replica_events import Role
+from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode
+
+__all__ = ["NoMaster", "WriterCore"]
+
+class NoMaster(Timeout):
+    """A write could not be placed: no master answered within the write timeout (outcome unknown)."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    cmd: list[Any]
+    deadline: float
+    sent: float = -math.inf
+
+
+class WriterCore:
+    """Sans-io: ``write`` → ``to_send``; ``handle`` every store message; ``tick`` at ``next_deadline``;
+    ``answers()`` drains ``(n, result | StoreError)``."""
+
+    def __init__(self, writer: str, origin: str, now: float, *, write_timeout: float = 30.0,
+                 retry_interval: float = 1.0, first_n: int = 1) -> None:
+        self.writer = writer
+        self.origin = origin
+        self.write_timeout = write_timeout
+        self.retry_interval = retry_interval
+        self.master: str | None = None
+        self.epoch: Epoch | None = None
+        self._next_n = first_n
+        self._writes: dict[int, _Pending] = {}
+        self._outbox: list[Write] = []
+        self._answers: list[tuple[int, Any]] = []
+        self._retry_at = now + retry_interval
+
+    @property
+    def pending(self) -> int:
+        return len(self._writes)
+
+    @property
+    def next_deadline(self) -> float:
+        return min([self._retry_at, *(p.deadline for p in self._writes.values())])
+
+    def write(self, command: WriteCommand, now: float) -> int:
+        """Queue ``command`` as the next write; return its number."""
+        if not isinstance(command, WriteCommand):
+            raise TypeError(f"not a store write command: {command!r}")
+        n = self._next_n
+        self._next_n += 1
+        p = self._writes[n] = _Pending(command.to_wire(), now + self.write_timeout)
+        if self.master is not None:
+            p.sent = now
+            self._outbox.append(self._message(n, p))
+        return n
+
+    def handle(self, msg: Any, now: float) -> None:
+        """Look at one store message (a wire list): the master's identity, and answers to this
+        writer. Raises StoreDecodeError for a malformed message (state unchanged)."""
+        match decode(msg):
+            case Heartbeat(node=node, epoch=epoch, role=Role.MASTER) if epoch is not None:
+                self.set_master(epoch, node, now)
+            case Active(epoch=epoch):
+                self.set_master(epoch, epoch[1], now)
+            case WriteAck(epoch=epoch, writer=writer, upto=upto, results=results) if writer == self.writer:
+                if self.epoch is None or epoch >= self.epoch:
+                    self.answered(upto, results)
+
+    def tick(self, now: float) -> None:
+        if now >= self._retry_at:
+            self._retry_at = now + self.retry_interval
+            if self.master is not None and any(p.sent <= now - self.retry_interval for p in self._writes.values()):
+                self._resend(now)
+        for n, p in list(self._writes.items()):
+            if now >= p.deadline:
+                del self._writes[n]
+                why = ("no master is known" if self.master is None else
+                       f"master {self.master} did not confirm it in time (busy, unreachable, or without a "
+                       f"second live replica to confirm it, as durability 'one' and 'all' need)")
+                self._answers.append((n, NoMaster(f"write {n} of {self.writer} not acknowledged within "
+                                                  f"{self.write_timeout} s: {why} (outcome unknown)")))
+
+    def to_send(self) -> list[list[Any]]:
+        """Drain the writes to send, as wire lists (:mod:`.routes` says where each goes)."""
+        return [encode(m) for m in self.messages()]
+
+    def messages(self) -> list[Write]:
+        """Drain the writes to send, as messages (a replica routes its own)."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    def answers(self) -> list[tuple[int, Any]]:
+        out, self._answers = self._answers, []
+        return out
+
+    def set_master(self, epoch: Epoch, master: str, now: float) -> None:
+        """``master`` is active in ``epoch``: send it every unanswered write (ignored if older)."""
+        if self.epoch is not None and epoch < self.epoch:
+            return
+        changed = master != self.master or epoch != self.epoch
+        self.epoch, self.master = epoch, master
+        if changed:
+            self._resend(now)
+
+    def clear_master(self) -> None:
+        """No master is active (a handover): hold writes until the next one."""
+        self.master = None
+
+    def _resend(self, now: float) -> None:
+        for n, p in sorted(self._writes.items()):
+            p.sent = now
+            self._outbox.append(self._message(n, p))
+
+    def _message(self, n: int, p: _Pending) -> Write:
+        """A write for the current master: it carries that master's epoch, which routes it to that
+        master's endpoint, and any other master (one that receives it late, after a split healed)
+        ignores it."""
+        return Write(self.writer, n, self.origin, p.cmd, self.epoch)
+
+    def answered(self, upto: int, results: dict[int, Any]) -> None:
+        """The master applied (durably) every write up to ``upto``; ``results``: answers by number."""
+        for n in [n for n in self._writes if n <= upto]:
+            del self._writes[n]
+            result = results.get(n)
+            if isinstance(result, list) and result[:1] == ["error"]:
+                self._answers.append((n, error_from_wire(result[1:])))
+            else:
+                self._answers.append((n, result))

@@ -1,0 +1,87 @@
+"""The elected-store replication messages: one encode, one decode, one error for anything malformed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from broker_mqtt.store.commands import Put
+from broker_mqtt.store.errors import StoreDecodeError
+from broker_mqtt.store.history import Conflict, Record, Version
+from broker_mqtt.store.replica_events import Role
+from broker_mqtt.store.replica_messages import (
+    Ack,
+    Active,
+    Claim,
+    Fetch,
+    Heartbeat,
+    Log,
+    Promise,
+    Resign,
+    Snap,
+    Tail,
+    Write,
+    WriteAck,
+    decode,
+    encode,
+)
+from broker_mqtt.store.versioned import VersionedState
+from broker_mqtt.wire import codec
+
+E1, E2 = (1, "a.0"), (2, "b.0")
+REC = Record(3, E2, 1000, "b", "w", 7, ("put", "k", [1, 2], None), None)
+MANY = Record(4, E2, 1001, "b", "$expiry", 0, ("many", [("erase", "k"), ("forget", "j")]))
+CONFLICT = Conflict("k", Version("x", 5, "b", 2), Version(None, 4, "a", 2, True, 9.5))
+
+MESSAGES: list[Any] = [
+    Heartbeat("a.0", E1, Role.MASTER, (3, E1), "a.0"),
+    Heartbeat("c.0", None, Role.FOLLOWER, (0, None), None),
+    Claim(E2, (3, E1)),
+    Promise(E2, "c.0", (3, E1), [(E1, 1)], 3),
+    Fetch(E2, "c.0", "b.0", (3, E1)),
+    Fetch(E2, "c.0", "b.0", None),
+    Tail(E2, "c.0", [REC, MANY], 4, "b.0"),
+    Snap(E2, "c.0", VersionedState().to_wire(), "b.0"),
+    Active(E2, (4, E2), [(E1, 1), (E2, 3)], [CONFLICT], [([(E1, 1)], 2)]),
+    Log(E2, [REC]),
+    Ack(E2, "c.0", 4),
+    Write("w", 7, "b", Put("k", 1).to_wire(), E2),
+    Write("w", 8, "b", Put("k", 2).to_wire(), None),
+    WriteAck(E2, "w", 8, {7: None, 8: ["error", "type_clash", "no"]}),
+    WriteAck(E2, "w", 8, {}, "0123456789abcdef0123456789abcdef"),
+    Resign(E2, (4, E2)),
+]
+
+
+@pytest.mark.parametrize("msg", MESSAGES, ids=lambda m: type(m).__name__)
+def test_round_trip_through_cbor(msg: Any) -> None:
+    wire = encode(msg)
+    assert decode(codec.decode(codec.encode(wire))) == msg
+    assert encode(decode(wire)) == wire
+
+
+@pytest.mark.parametrize("msg", MESSAGES, ids=lambda m: type(m).__name__)
+def test_every_truncation_is_a_decode_error(msg: Any) -> None:
+    wire = encode(msg)
+    shortest = 5 if isinstance(msg, WriteAck) else len(wire)  # a wack's origin is optional
+    for n in range(shortest):
+        with pytest.raises(StoreDecodeError):
+            decode(wire[:n])
+
+
+@pytest.mark.parametrize("bad", [None, 3, "hb", [], [1], ["nope"], ["hb", "n", [1], "master", [0, None], None],
+                                 ["hb", "n", None, "boss", [0, None], None], ["log", [1, "m"], [["x"]]],
+                                 ["ack", [1, "m"], "n", "x"], ["write", "w", 1, 2, [], None],
+                                 ["wack", [1, "m"], "w", 1, [[1]]], ["claim", [1, "m"], "pos"]])
+def test_malformed_input_is_one_decode_error(bad: Any) -> None:
+    with pytest.raises(StoreDecodeError):
+        decode(bad)
+
+
+def test_the_wire_form_is_the_documented_list() -> None:
+    assert encode(Heartbeat("a.0", E1, Role.MASTER, (3, E1), "a.0")) == ["hb", "a.0", [1, "a.0"], "master",
+                                                                         [3, [1, "a.0"]], "a.0"]
+    assert encode(Write("w", 7, "b", ["put", "k", 1, None], None)) == ["write", "w", 7, "b", ["put", "k", 1, None],
+                                                                      None]
+    assert encode(WriteAck(E2, "w", 8, {8: True})) == ["wack", [2, "b.0"], "w", 8, [[8, True]]]
