@@ -74,10 +74,10 @@ class MasterSide(ClaimSide):
                 held[n] = (origin, cmd)
             return
         self._apply_write(writer, n, origin, cmd)
-        held = self._held.get(writer)
-        while held and (self.state.applied_n(writer) + 1) in held:
+        waiting = self._held.get(writer)
+        while waiting and (self.state.applied_n(writer) + 1) in waiting:
             n = self.state.applied_n(writer) + 1
-            self._apply_write(writer, n, *held.pop(n))
+            self._apply_write(writer, n, *waiting.pop(n))
 
     def _on_write_msg(self, msg: Write, now: float) -> None:
         if msg.writer == self.id:
@@ -91,10 +91,10 @@ class MasterSide(ClaimSide):
         result: Any = None
         try:
             cmd = decode_command(cmd_wire)
-            op, result = compute_op(self.state, cmd, wall)  # type: ignore[arg-type]
+            op, result = compute_op(self.state, cmd, wall)  # type: ignore[arg-type]  # decode_command gives a write here: writers send nothing else
         except StoreError as exc:
             op, result = ("noop",), ["error", *exc.to_wire()]
-        self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), origin, writer, n, op,  # type: ignore[arg-type]
+        self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), origin, writer, n, op,  # type: ignore[arg-type]  # epoch: set while master
                             result))
         self._acked_n.setdefault(writer, 0)
 
@@ -111,7 +111,7 @@ class MasterSide(ClaimSide):
             nxt = self.state.next_expiry()
             if nxt is None or nxt[0] > wall:
                 return
-            self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), self.origin,  # type: ignore[arg-type]
+            self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), self.origin,  # type: ignore[arg-type]  # epoch: set while master
                                 "$expiry", 0, ("expire", nxt[1])))
 
     def _advance_durable(self) -> None:

@@ -18,6 +18,7 @@ Which topic each message travels on is :mod:`.routes`' business.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -303,7 +304,7 @@ def _decode_resign(a: list[Any]) -> Resign:
     return Resign(epoch_from_wire(epoch), position_from_wire(pos))
 
 
-_DECODERS = {
+_DECODERS: dict[str, Callable[[list[Any]], ReplicationMessage]] = {
     "log": _decode_log,
     "ack": _decode_ack,
     "write": _decode_write,
