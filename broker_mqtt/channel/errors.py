@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..errors import DecodeError
+
 __all__ = ["ChannelError", "ChannelDecodeError", "ChannelProtocolError", "ChannelUsageError"]
 
 
@@ -9,8 +11,9 @@ class ChannelError(Exception):
     """Base class of every error raised by this module."""
 
 
-class ChannelDecodeError(ChannelError):
-    """Wire data that is not a well-formed channel message (the sending peer's fault)."""
+class ChannelDecodeError(ChannelError, DecodeError):
+    """Wire data that is not a well-formed channel message (the sending peer's fault). A
+    :class:`broker_mqtt.DecodeError`: one ``except DecodeError`` catches every malformed input."""
 
 
 class ChannelProtocolError(ChannelError):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from ..errors import DecodeError
+
 __all__ = [
     "ErrorCode",
     "StoreError",
@@ -100,8 +102,10 @@ class StoreProtocolError(StoreError):
     code = ErrorCode.PROTOCOL
 
 
-class StoreDecodeError(StoreProtocolError):
-    """Malformed wire data for a store command, control message or snapshot (the sender's fault)."""
+class StoreDecodeError(StoreProtocolError, DecodeError):
+    """Malformed wire data for a store command, control message, replication message or snapshot (the
+    sender's fault). A :class:`broker_mqtt.DecodeError`: one ``except DecodeError`` catches every
+    malformed input."""
 
 
 _BY_CODE: dict[ErrorCode, type[StoreError]] = {
