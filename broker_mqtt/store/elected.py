@@ -115,7 +115,7 @@ def _endpoint(node: str | None) -> uuid.UUID | None:
 class ElectedStore(WriteOperations):
     """A replica of an elected store; see the module docstring and ``docs/elected-stores.md``.
 
-    Reads are local (``get``, ``exists``, ``keys``, ``items``); every write goes to the current
+    Reads are local (``await get``/``get_nowait``, and so ``exists``, ``keys``, ``items``); every write goes to the current
     master and returns once it is durable per the store's ``durability`` (raising the master's
     :class:`StoreError`, or :class:`~.replication.NoMaster` when no master took it within
     ``write_timeout``). ``master``, ``epoch``, ``is_master`` and ``stale`` say where things stand.
@@ -210,18 +210,33 @@ class ElectedStore(WriteOperations):
         await self._changed.wait()
 
     # -- reads (local) ------------------------------------------------------------------------------
+    # Each read has the shape it has on master and clone handles: ``await op()`` and ``op_nowait()``,
+    # the same local read (it never waits; the async form is for code that reads any store kind).
 
-    def get(self, key: Any) -> Any:
+    async def get(self, key: Any) -> Any:
         """The local value of ``key``; raise :class:`NoSuchKey`."""
         return self.replica.state.get(key)
 
-    def exists(self, key: Any) -> bool:
+    def get_nowait(self, key: Any) -> Any:
+        """The local value of ``key``; raise :class:`NoSuchKey`."""
+        return self.replica.state.get(key)
+
+    async def exists(self, key: Any) -> bool:
         return self.replica.state.exists(key)
 
-    def keys(self) -> list[Any]:
+    def exists_nowait(self, key: Any) -> bool:
+        return self.replica.state.exists(key)
+
+    async def keys(self) -> list[Any]:
         return self.replica.state.keys()
 
-    def items(self) -> list[tuple[Any, Any]]:
+    def keys_nowait(self) -> list[Any]:
+        return self.replica.state.keys()
+
+    async def items(self) -> list[tuple[Any, Any]]:
+        return self.replica.state.items()
+
+    def items_nowait(self) -> list[tuple[Any, Any]]:
         return self.replica.state.items()
 
     def __len__(self) -> int:
