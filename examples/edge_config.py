@@ -31,7 +31,7 @@ async def gateway(ep: Endpoint, store, done: anyio.Event) -> None:
             async def report() -> None:
                 while not done.is_set():
                     await ep.publish(f"/telemetry/{ep.name}", {"temp": 21.5})
-                    interval = store.get("interval") if store.exists("interval") else 0.2
+                    interval = await store.get("interval") if await store.exists("interval") else 0.2
                     with anyio.move_on_after(interval):
                         await done.wait()
                 tg.cancel_scope.cancel()
@@ -63,7 +63,7 @@ async def main() -> None:
             await rest[0].put("interval", 0.3)
             await anyio.sleep(0.5)
             for s in rest:
-                print(f"{s.ep.name} reads interval = {s.get('interval')} (master {s.master[:8]})")
+                print(f"{s.ep.name} reads interval = {await s.get('interval')} (master {s.master[:8]})")
             done.set()
         for s in rest:
             await s.close()

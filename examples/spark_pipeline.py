@@ -92,7 +92,7 @@ class EdgeNode:
             for s in stores:
                 await s.await_idle(60)
             self.stored = [len(s) for s in stores]
-            key, value = sorted(stores[1].items(), key=lambda kv: (kv[0][0], kv[0][1]))[0]
+            key, value = sorted(await stores[1].items(), key=lambda kv: (kv[0][0], kv[0][1]))[0]
             print(f"edge node: store sensor-agg holds {self.stored[0]} aggregates on each replica; "
                   f"{key[0]} {key[1]:%H:%M:%S}: avg={value['avg_temp']:.2f}", flush=True)
             for s in stores:

@@ -92,7 +92,7 @@ async def main() -> None:
                         out("QUIET")
                     elif sig == signal.SIGUSR2:
                         await store.await_idle(30)
-                        contents = {json.dumps(k): v for k, v in store.items()}
+                        contents = {json.dumps(k): v for k, v in await store.items()}
                         out("DUMP", json.dumps({"contents": contents, "master": store.master,
                                                  "epoch": store.epoch, "is_master": store.is_master,
                                                  "stats": dataclasses.asdict(store.statistics())}))

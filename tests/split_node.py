@@ -73,7 +73,7 @@ async def main() -> None:
                     await store.erase(cmd["key"])
                 elif op == "dump":
                     idle = await store.await_idle(30)
-                    contents = {json.dumps(k): v for k, v in store.items()}
+                    contents = {json.dumps(k): v for k, v in await store.items()}
                     out("DUMP", ident, json.dumps({"contents": contents, "master": store.master,
                                                    "epoch": store.epoch, "is_master": store.is_master,
                                                    "stale": store.stale, "idle": idle}))

@@ -165,7 +165,7 @@ class _Demo:
 
     def snapshot(self) -> Snapshot:
         store = self.store
-        items = store.items() if store is not None else []
+        items = store.items_nowait() if store is not None else []
         master = self.name_of(store.master) if store is not None else None
         term = store.epoch[0] if store is not None and store.epoch and master is not None else None
         row = StoreRow(STORE, master, term, len(items),
@@ -286,7 +286,7 @@ class _Demo:
                     await anyio.sleep(0.5)
                     self.phase = "done"
                     tg.cancel_scope.cancel()
-                contents = dict(self.store.items())
+                contents = dict(await self.store.items())
                 await self.store.close()
         finally:
             if screen is not None:
@@ -417,7 +417,7 @@ class _Demo:
                 continue  # the view shows it
             master = self.name_of(self.store.master) if self.store is not None else None
             keys = len(self.store) if self.store is not None else 0
-            writes = sum(len(v) for k, v in self.store.items() if isinstance(v, list)) if self.store else 0
+            writes = sum(len(v) for k, v in await self.store.items() if isinstance(v, list)) if self.store else 0
             self.say(f"messages/s {self.rate:5}   total {total:6}   peers alive "
                      f"{sum(1 for p in self.procs.values() if p.poll() is None)}   master {master or '-':7} "
                      f"store keys {keys}  writes {writes}")

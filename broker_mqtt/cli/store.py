@@ -59,9 +59,9 @@ def store_get(broker: str | None, namespace: str, timeout: float, name: str, key
                 if not await s.await_master(timeout):
                     return False, f"no master of store {name!r} answered within {timeout} s"
                 k = _key(parse_value(key, "KEY"))
-                if not s.exists(k):
+                if not await s.exists(k):
                     return False, f"no such key in store {name!r}: {k!r}"
-                return True, s.get(k)
+                return True, await s.get(k)
             finally:
                 await s.close()
 
@@ -84,7 +84,7 @@ def store_keys(broker: str | None, namespace: str, timeout: float, name: str) ->
         async with Endpoint(url, namespace=namespace, name="cli-store") as ep:
             s = await attach_store(ep, name, candidate=False)
             try:
-                return s.keys() if await s.await_master(timeout) else None
+                return await s.keys() if await s.await_master(timeout) else None
             finally:
                 await s.close()
 

@@ -27,6 +27,7 @@ import anyio
 
 from ..wire import codec
 from ..wire.message import Kind
+from .event_stream import EventStream
 from .events import _MISSING, ErrorCode, ErrorEvent, Message, StatusEvent, _decode_all
 
 
@@ -214,16 +215,18 @@ class RawSubscription(_Stream):
         return item
 
 
-class StatusStream(_Stream):
-    async def __aenter__(self) -> Self:
-        self._endpoint._status_streams.append(self)
-        return self
+class StatusStream(EventStream[StatusEvent]):
+    """``ep.status()``: the one bounded event stream (:class:`.EventStream`), registered with the
+    endpoint. A consumer ``buffer`` events behind loses the newest; the endpoint counts them
+    (``statistics().status_dropped``), the stream reports nothing in-band. This subclass only adapts
+    the endpoint's spelling (built from the endpoint; ``_deliver_nowait`` of one-event batches)."""
 
-    async def _detach(self) -> None:
-        self._endpoint._status_streams.remove(self)
+    def __init__(self, endpoint: Hub, buffer: int) -> None:
+        super().__init__(endpoint._status_streams, buffer)
 
-    async def __anext__(self) -> StatusEvent:
-        event: StatusEvent = await self._next_item()
-        return event
-
-
+    def _deliver_nowait(self, items: list[StatusEvent]) -> bool:
+        """Offer ``items`` (a batch of one) without waiting; False if the stream dropped any."""
+        kept = True
+        for event in items:
+            kept = self._put(event) and kept
+        return kept

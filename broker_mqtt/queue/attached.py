@@ -159,7 +159,7 @@ class WorkQueue:
         replica holds them. Raises QueueError without a replica."""
         self._need_replica()
         assert self.store is not None
-        return {key[len(READER_PREFIX):]: value for key, value in sorted(self.store.items(), key=lambda kv: str(kv[0]))
+        return {key[len(READER_PREFIX):]: value for key, value in sorted(self.store.items_nowait(), key=lambda kv: str(kv[0]))
                 if isinstance(key, str) and key.startswith(READER_PREFIX) and is_pointer(value)}
 
     def _need_replica(self) -> None:
@@ -171,7 +171,7 @@ class WorkQueue:
         self._need_replica()
         assert self.store is not None
         out = []
-        for key, value in self.store.items():
+        for key, value in self.store.items_nowait():
             if is_message_key(key):
                 rec = MessageRecord.from_wire(value)
                 if rec is not None:

@@ -246,7 +246,15 @@ class CloneStore(StoreHandle):
         self._check_open()
         return self.core.exists(key, allow_stale=allow_stale)
 
+    def exists_nowait(self, key: Any, *, allow_stale: bool = False) -> bool:
+        self._check_open()
+        return self.core.exists(key, allow_stale=allow_stale)
+
     async def keys(self, *, allow_stale: bool = False) -> list[Any]:
+        self._check_open()
+        return self.core.keys(allow_stale=allow_stale)
+
+    def keys_nowait(self, *, allow_stale: bool = False) -> list[Any]:
         self._check_open()
         return self.core.keys(allow_stale=allow_stale)
 

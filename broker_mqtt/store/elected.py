@@ -30,16 +30,15 @@ import secrets
 import time
 import uuid
 import weakref
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
-import anyio.lowlevel
 
 from ..endpoint.attaching import attaching
+from ..endpoint.event_stream import EventStream
 from ..endpoint.events import PeerLost, PeerRemoved
 from ..errors import UsageError
 from ..wire.message import Kind
@@ -113,76 +112,10 @@ def _endpoint(node: str | None) -> uuid.UUID | None:
         return None
 
 
-class _Events:
-    """One subscriber's bounded event stream (``async with store.events() as ev: async for e in ev``).
-
-    Events wait in a deque: the store appends without a task switch per event, and the reader takes
-    every event already queued without waiting (a cancellation point on each, a full checkpoint every
-    ``_YIELD_EVERY`` events so that a busy reader does not starve the other tasks). Past ``limit``
-    unread events, new ones are dropped and counted: the reader then gets :class:`EventsDropped`."""
-
-    _YIELD_EVERY = 64
-
-    def __init__(self, owner: list[_Events], limit: int, data: bool) -> None:
-        self._owner = owner
-        self.data = data  # data changes wanted (else only master changes, conflicts, staleness)
-        self._queue: deque[Any] = deque()
-        self._wakeup = anyio.Event()
-        self._limit = limit
-        self._dropped = 0
-        self._closed = False
-        self._since_yield = 0
-
-    def _put(self, event: Any) -> None:
-        if self._closed:
-            return
-        if len(self._queue) >= self._limit:
-            self._dropped += 1
-            return
-        if self._dropped:
-            self._queue.append(EventsDropped(self._dropped))
-            self._dropped = 0
-        self._queue.append(event)
-        self._wakeup.set()
-
-    def _close(self) -> None:
-        self._closed = True
-        self._wakeup.set()
-
-    async def __aenter__(self) -> Self:
-        self._owner.append(self)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self in self._owner:
-            self._owner.remove(self)
-        self._close()
-        self._queue.clear()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> Any:
-        if not self._queue:
-            while not self._queue:
-                if self._closed:
-                    raise StopAsyncIteration
-                self._wakeup = anyio.Event()
-                await self._wakeup.wait()
-            self._since_yield = 0
-        elif self._since_yield >= self._YIELD_EVERY:
-            self._since_yield = 0
-            await anyio.lowlevel.checkpoint()  # the deque is read by this reader only: still there
-        else:
-            await anyio.lowlevel.checkpoint_if_cancelled()
-        self._since_yield += 1
-        return self._queue.popleft()
-
-
 class ElectedStore(WriteOperations):
     """A replica of an elected store; see the module docstring and ``docs/elected-stores.md``.
 
-    Reads are local (``get``, ``exists``, ``keys``, ``items``); every write goes to the current
+    Reads are local (``await get``/``get_nowait``, and so ``exists``, ``keys``, ``items``); every write goes to the current
     master and returns once it is durable per the store's ``durability`` (raising the master's
     :class:`StoreError`, or :class:`~.replication.NoMaster` when no master took it within
     ``write_timeout``). ``master``, ``epoch``, ``is_master`` and ``stale`` say where things stand.
@@ -200,7 +133,7 @@ class ElectedStore(WriteOperations):
         self.topic = replication_topic(name)
         self.actor_topic = f"{ep.layout.namespace}/actor/store/{name}"
         self._waiters: dict[int, tuple[anyio.Event, list[tuple[str, Any]]]] = {}
-        self._streams: list[_Events] = []
+        self._streams: list[EventStream[ElectedEvent]] = []
         self._sendq: list[list[Any]] = []
         self._draining = False
         self._wake = anyio.Event()
@@ -244,14 +177,15 @@ class ElectedStore(WriteOperations):
         """A copy of the replica's counters (handovers, data moved, malformed messages)."""
         return dataclasses.replace(self.replica.stats, malformed=self.malformed)
 
-    def events(self, *, buffer: int = 10_000, data: bool = True) -> _Events:
+    def events(self, *, buffer: int = 10_000, data: bool = True) -> EventStream[ElectedEvent]:
         """Data changes (:class:`Inserted`, :class:`Updated`, :class:`Erased`, :class:`Expired`),
         :class:`MasterChange`, :class:`Conflict` and :class:`StaleChange` events, in order.
 
         ``data=False``: no data changes (cheap on a busy store: a data event is built for each
-        changed key only while some stream wants them). Past ``buffer`` unread events new ones are
-        dropped, and the stream then yields :class:`EventsDropped` with their count."""
-        return _Events(self._streams, buffer, data)
+        changed key only while some stream wants them; the stream's ``data`` may be changed while it
+        is open). Past ``buffer`` unread events new ones are dropped, and the stream then yields
+        :class:`EventsDropped` with their count, where the gap is."""
+        return EventStream(self._streams, buffer, dropped=EventsDropped, data=data)
 
     async def await_idle(self, timeout: float | None = None) -> bool:
         """Wait until no write is pending here and the copy is current (at the master: every live
@@ -276,18 +210,33 @@ class ElectedStore(WriteOperations):
         await self._changed.wait()
 
     # -- reads (local) ------------------------------------------------------------------------------
+    # Each read has the shape it has on master and clone handles: ``await op()`` and ``op_nowait()``,
+    # the same local read (it never waits; the async form is for code that reads any store kind).
 
-    def get(self, key: Any) -> Any:
+    async def get(self, key: Any) -> Any:
         """The local value of ``key``; raise :class:`NoSuchKey`."""
         return self.replica.state.get(key)
 
-    def exists(self, key: Any) -> bool:
+    def get_nowait(self, key: Any) -> Any:
+        """The local value of ``key``; raise :class:`NoSuchKey`."""
+        return self.replica.state.get(key)
+
+    async def exists(self, key: Any) -> bool:
         return self.replica.state.exists(key)
 
-    def keys(self) -> list[Any]:
+    def exists_nowait(self, key: Any) -> bool:
+        return self.replica.state.exists(key)
+
+    async def keys(self) -> list[Any]:
         return self.replica.state.keys()
 
-    def items(self) -> list[tuple[Any, Any]]:
+    def keys_nowait(self) -> list[Any]:
+        return self.replica.state.keys()
+
+    async def items(self) -> list[tuple[Any, Any]]:
+        return self.replica.state.items()
+
+    def items_nowait(self) -> list[tuple[Any, Any]]:
         return self.replica.state.items()
 
     def __len__(self) -> int:

@@ -36,6 +36,7 @@ import anyio
 import anyio.lowlevel
 
 from .. import channel as ch
+from ..endpoint.event_stream import EventStream
 from ..errors import PayloadTooLarge
 from ..wire import codec
 from ..wire.message import Kind
@@ -43,13 +44,12 @@ from .clock import clock
 from .commands import WriteCommand
 from .discovery import decode_store_message
 from .errors import StoreDecodeError, StoreError
-from .events import StoreStatistics
+from .events import EventsDropped, StoreStatistics
 from .faults import FaultInjector, Faults
 from .master import Envelope
 from .node_ids import new_node_id
 from .observed import ObservedBackend
 from .operations import WriteOperations
-from .stream import EventStream
 
 if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint
@@ -87,7 +87,7 @@ class StoreHandle(WriteOperations):
         self.id = new_node_id(ep.id)
         self._injector = FaultInjector(faults) if faults is not None else None
         self._event_buffer = event_buffer
-        self._status_streams: list[EventStream] = []
+        self._status_streams: list[EventStream[Any]] = []
         self._sendq: deque[Envelope] = deque()
         self._unsent = 0  # application writes in the core not drained yet
         self._last_write = 0.0  # time.perf_counter() of the latest application write
@@ -104,17 +104,18 @@ class StoreHandle(WriteOperations):
 
     # -- public ----------------------------------------------------------------------------------
 
-    def events(self, *, buffer: int | None = None) -> EventStream:
+    def events(self, *, buffer: int | None = None) -> EventStream[Any]:
         """Changes of this replica: ``async with s.events() as ev: async for e in ev``.
 
         Inserted/Updated/Erased/Expired in the order applied here. A stream ``buffer`` events
-        behind loses the newest and then yields one :class:`EventsDropped` with their count.
+        behind loses the newest and then yields one :class:`EventsDropped` with their count, where
+        the gap is (after the events it held).
         """
-        return EventStream(self.observed.streams, buffer or self._event_buffer, report_drops=True)
+        return EventStream(self.observed.streams, buffer or self._event_buffer, dropped=EventsDropped)
 
-    def status(self, *, buffer: int = 1000) -> EventStream:
+    def status(self, *, buffer: int = 1000) -> EventStream[Any]:
         """Status events (:data:`StoreStatus`): staleness, master changes, clones, failed writes."""
-        return EventStream(self._status_streams, buffer, report_drops=True)
+        return EventStream(self._status_streams, buffer, dropped=EventsDropped)
 
     async def await_idle(self, timeout: float | None = None) -> bool:
         """Wait until this replica is idle (``docs/stores.md`` § 3/4); False on timeout.

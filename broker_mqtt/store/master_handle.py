@@ -153,6 +153,9 @@ class MasterStore(StoreHandle):
         return entry.value
 
     async def exists(self, key: Any) -> bool:
+        return self.exists_nowait(key)
+
+    def exists_nowait(self, key: Any) -> bool:
         try:
             self.get_nowait(key)
         except NoSuchKey:
@@ -160,6 +163,9 @@ class MasterStore(StoreHandle):
         return True
 
     async def keys(self) -> list[Any]:
+        return self.keys_nowait()
+
+    def keys_nowait(self) -> list[Any]:
         self._check_open()
         return self.observed.keys()
 

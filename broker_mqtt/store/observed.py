@@ -16,12 +16,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from ..endpoint.event_stream import EventStream
 from .backend import Backend, Entry, _pack
 from .clone import Clone
 from .commands import Expire
 from .events import Erased, Expired, Inserted, Updated
 from .node_ids import endpoint_or_none
-from .stream import EventStream
 
 __all__ = ["ObservedBackend"]
 
@@ -32,7 +32,7 @@ class ObservedBackend:
     def __init__(self, inner: Backend, store: str) -> None:
         self.inner = inner
         self.store = store
-        self.streams: list[EventStream] = []
+        self.streams: list[EventStream[Any]] = []
         self.publisher: uuid.UUID | None = None  # at a master: who writes now
         self.clone: Clone | None = None  # at a clone: its applying command (Expire vs Erase, publisher)
         self._closed = False

@@ -115,8 +115,8 @@ async def test_accepted_messages_leave_no_tombstones_behind(broker: EmbeddedBrok
                 await anyio.sleep(0.1)
             assert await qa.store.await_idle(10) and await qb.store.await_idle(10)
             for q in (qa, qb):
-                assert [k for k, _ in q.store.items() if isinstance(k, int)] == [ids[-1] + 1]
-                assert len(q.store.replica.state.versions()) == len(q.store.keys())  # nothing erased is kept
+                assert [k for k, _ in await q.store.items() if isinstance(k, int)] == [ids[-1] + 1]
+                assert len(q.store.replica.state.versions()) == len(await q.store.keys())  # nothing erased is kept
         await qb.close()
         await qa.close()
     async with Endpoint(broker, namespace=namespace) as a:  # the SQLite file holds no tombstone either

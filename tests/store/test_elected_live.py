@@ -57,10 +57,10 @@ async def test_in_process_store_api(broker: EmbeddedBroker, namespace: str) -> N
             assert await sa.put_unique("u", 1) is True
             assert await sb.put_unique("u", 2) is False
             assert await sa.await_idle(10) and await sb.await_idle(10)
-            assert dict(sa.items()) == dict(sb.items()) == {"fan": 3, "n": 2, "u": 1}
+            assert dict(await sa.items()) == dict(await sb.items()) == {"fan": 3, "n": 2, "u": 1}
             assert sa.master == sb.master and sa.epoch == sb.epoch and sa.is_master != sb.is_master
             with pytest.raises(NoSuchKey):
-                sb.get("missing")
+                await sb.get("missing")
             seen = []
             with anyio.fail_after(5):
                 async for e in events:
@@ -219,8 +219,8 @@ async def test_store_writer_repeats_are_answered_not_applied(broker: EmbeddedBro
                 await writer.drain()
         assert await sa.await_idle(10) and await sb.await_idle(10)
         for s in (sa, sb):
-            assert s.get("rows") == 50  # the repeated increment was not applied again
-            assert s.get(("row", 7)) == {"attempt": 0, "i": 7}  # first attempt's values stand
+            assert await s.get("rows") == 50  # the repeated increment was not applied again
+            assert await s.get(("row", 7)) == {"attempt": 0, "i": 7}  # first attempt's values stand
             assert len(s) == 51
         await sa.close()
         await sb.close()

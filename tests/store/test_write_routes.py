@@ -189,7 +189,7 @@ async def test_only_the_master_receives_writes_and_they_travel_on_its_unicast_to
             await sb.put("from-b", 2)
             assert await sa.await_idle(10) and await sb.await_idle(10) and await sc.await_idle(10)
             for s in (sa, sb, sc):
-                assert len(s) == 102 and s.get(("row", 99)) == 99 and s.get("from-c") == 1
+                assert len(s) == 102 and await s.get(("row", 99)) == 99 and await s.get("from-c") == 1
             assert got[sa].get("write", 0) >= 102  # every write (a retry may add some)
             assert got[sb].get("write", 0) == 0 and got[sc].get("write", 0) == 0
             assert got[sb].get("log", 0) > 0 and got[sc].get("log", 0) > 0  # they do follow the log
@@ -225,7 +225,7 @@ async def test_a_writer_beside_the_master_on_its_endpoint(broker: EmbeddedBroker
             await writer.put("last", "x")
         assert await sa.await_idle(10) and await sb.await_idle(10)
         for s in (sa, sb):
-            assert len(s) == 21 and s.get(("row", 19)) == 19 and s.get("last") == "x"
+            assert len(s) == 21 and await s.get(("row", 19)) == 19 and await s.get("last") == "x"
         for s in (sa, sb):
             await s.close()
 

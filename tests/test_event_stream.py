@@ -1,0 +1,83 @@
+"""The one bounded event stream: what it keeps, what it drops, how it reports a loss, how it ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from broker_mqtt.endpoint.event_stream import EventStream
+from broker_mqtt.endpoint.subscription import StatusStream
+from broker_mqtt.store.events import EventsDropped
+
+pytestmark = pytest.mark.anyio
+
+
+async def _take(stream: EventStream[Any], n: int) -> list[Any]:
+    return [await anext(stream) for _ in range(n)]
+
+
+async def test_keeps_the_oldest_and_reports_the_gap_where_it_is() -> None:
+    owner: list[EventStream[Any]] = []
+    async with EventStream(owner, 3, dropped=EventsDropped) as s:
+        assert owner == [s]
+        assert [s._put(i) for i in range(5)] == [True, True, True, False, False]
+        assert await _take(s, 2) == [0, 1]
+        assert s._put(5)  # room again: the report goes before the next kept event
+        assert await _take(s, 3) == [2, EventsDropped(2), 5]
+    assert owner == []
+
+
+async def test_a_gap_with_nothing_after_it_is_reported_once_the_consumer_reaches_it() -> None:
+    async with EventStream([], 2, dropped=EventsDropped) as s:
+        for i in range(4):
+            s._put(i)
+        assert await _take(s, 3) == [0, 1, EventsDropped(2)]
+        with anyio.move_on_after(0.05) as scope:
+            await anext(s)
+        assert scope.cancelled_caught  # nothing more: it waits
+
+
+async def test_without_a_report_factory_the_producer_counts_drops() -> None:
+    async with EventStream([], 1) as s:
+        assert s._put("a") and not s._put("b")
+        s._close()
+        assert [e async for e in s] == ["a"]
+
+
+async def test_close_ends_the_stream_after_what_it_holds_and_ignores_later_events() -> None:
+    async with EventStream([], 10, dropped=EventsDropped) as s:
+        s._put(1)
+        s._close()
+        assert s._put(2)  # not a drop, but not kept
+        assert [e async for e in s] == [1]
+
+
+async def test_a_waiting_consumer_wakes_on_put_and_on_close() -> None:
+    async with EventStream([], 10) as s:
+        got: list[Any] = []
+
+        async def consume() -> None:
+            got.extend([e async for e in s])
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume)
+            await anyio.sleep(0.01)
+            s._put("x")
+            await anyio.sleep(0.01)
+            assert got == [] or got == ["x"]
+            s._close()
+        assert got == ["x"]
+
+
+async def test_status_stream_is_the_event_stream_registered_with_its_endpoint() -> None:
+    class Hub:
+        _status_streams: list[StatusStream] = []
+
+    hub: Any = Hub()
+    async with StatusStream(hub, 2) as s:
+        assert hub._status_streams == [s] and isinstance(s, EventStream)
+        assert [s._deliver_nowait([e]) for e in "abc"] == [True, True, False]  # the newest is dropped
+        assert await _take(s, 2) == ["a", "b"]  # and not reported in-band
+    assert hub._status_streams == []
