@@ -7,8 +7,8 @@ from typing import Any
 import anyio
 import pytest
 
+from broker_mqtt import ConnectionLost, Endpoint
 from broker_mqtt.endpoint.event_stream import EventStream
-from broker_mqtt.endpoint.subscription import StatusStream
 from broker_mqtt.store.events import EventsDropped
 
 pytestmark = pytest.mark.anyio
@@ -71,13 +71,14 @@ async def test_a_waiting_consumer_wakes_on_put_and_on_close() -> None:
         assert got == ["x"]
 
 
-async def test_status_stream_is_the_event_stream_registered_with_its_endpoint() -> None:
-    class Hub:
-        _status_streams: list[StatusStream] = []
-
-    hub: Any = Hub()
-    async with StatusStream(hub, 2) as s:
-        assert hub._status_streams == [s] and isinstance(s, EventStream)
-        assert [s._deliver_nowait([e]) for e in "abc"] == [True, True, False]  # the newest is dropped
-        assert await _take(s, 2) == ["a", "b"]  # and not reported in-band
-    assert hub._status_streams == []
+async def test_the_endpoints_status_stream_drops_the_newest_and_counts_them() -> None:
+    ep = Endpoint("mqtt://127.0.0.1:1")  # never entered: status streams do not need the connection
+    events = [ConnectionLost(str(i)) for i in range(3)]
+    async with ep.status(buffer=2) as s:
+        assert isinstance(s, EventStream)
+        for event in events:
+            ep._report(event)
+        assert ep.statistics().status_dropped == 1  # the newest, counted at the endpoint
+        assert await _take(s, 2) == events[:2]  # and not reported in-band
+    ep._report(events[0])  # a closed stream is no longer registered
+    assert ep.statistics().status_dropped == 1

@@ -57,13 +57,14 @@ from ..wire import codec
 from ..wire.message import Kind, NodeEncoder
 from ..wire.topics import TopicLayout, covers, prefix_matches, validate_prefix, validate_topic
 from .dispatch import Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
+from .event_stream import EventStream
 from .events import ConnectionLost, ConnectionRestored, ErrorCode, ErrorEvent, Message, PeerInfo, StatusEvent
 from .outbox import Outbox
 from .presence import PeerTable, announced_prefixes, presence_payload
 from .receive import PRESENCE_SID, UNICAST_SID, Receiver
 from .send import PUBLISH_OVERHEAD, Sender, Signal
 from .statistics import EndpointStatistics
-from .subscription import RawMessage, RawSubscription, StatusStream, Subscription, _Stream
+from .subscription import RawMessage, RawSubscription, Subscription, _Stream
 
 __all__ = ["Endpoint", "Subscription", "RawSubscription", "RawMessage", "EndpointStatistics"]
 
@@ -134,7 +135,7 @@ class Endpoint:
         #: subscribers with local prefixes, and their (minimal) levels: they get own messages at send time
         self._locals: dict[Subscription, list[tuple[str, ...]]] = {}
         self._presence = PeerTable(self.layout, self.id)
-        self._status_streams: list[StatusStream] = []
+        self._status_streams: list[EventStream[StatusEvent]] = []
         self._stats = EndpointStatistics()
         self._sender = sender = Sender(self._outbox, self._stats)
         self._enqueue = sender.enqueue
@@ -533,17 +534,17 @@ class Endpoint:
         return await self._tg.start(fn, *args)
 
     # -- status and peers ---------------------------------------------------------------------
-    def status(self, *, buffer: int | None = None) -> StatusStream:
+    def status(self, *, buffer: int | None = None) -> EventStream[StatusEvent]:
         """Status events from now on: ``async with ep.status() as events: async for e in events``.
 
         A consumer that falls ``buffer`` events behind loses the newest ones (counted in
         ``statistics().status_dropped``); data messages are never affected.
         """
-        return StatusStream(self, buffer or self._status_buffer)
+        return EventStream(self._status_streams, buffer or self._status_buffer)
 
     def _report(self, event: StatusEvent) -> None:
         for stream in self._status_streams:
-            if not stream._deliver_nowait([event]):
+            if not stream._put(event):
                 self._stats.status_dropped += 1
 
     def peers(self) -> list[PeerInfo]:

@@ -27,7 +27,6 @@ import anyio
 
 from ..wire import codec
 from ..wire.message import Kind
-from .event_stream import EventStream
 from .events import _MISSING, ErrorCode, ErrorEvent, Message, StatusEvent, _decode_all
 
 
@@ -35,7 +34,6 @@ class Hub(Protocol):
     """What a stream needs from the endpoint that feeds it (the endpoint is one; defined here so that
     this module does not import the endpoint built on it)."""
 
-    _status_streams: list[StatusStream]
 
     async def _add_subscriber(self, sub: Subscription) -> None: ...
 
@@ -45,7 +43,7 @@ class Hub(Protocol):
 
     def _report(self, event: StatusEvent) -> None: ...
 
-__all__ = ["Subscription", "RawSubscription", "RawMessage", "StatusStream"]
+__all__ = ["Subscription", "RawSubscription", "RawMessage"]
 
 #: Messages whose data a subscription decodes in one call (codec.decode_many). Larger chunks
 #: save little more per message and leave the values out of the CPU cache by the time they are used.
@@ -213,20 +211,3 @@ class RawSubscription(_Stream):
     async def __anext__(self) -> RawMessage:
         item: RawMessage = await self._next_item()
         return item
-
-
-class StatusStream(EventStream[StatusEvent]):
-    """``ep.status()``: the one bounded event stream (:class:`.EventStream`), registered with the
-    endpoint. A consumer ``buffer`` events behind loses the newest; the endpoint counts them
-    (``statistics().status_dropped``), the stream reports nothing in-band. This subclass only adapts
-    the endpoint's spelling (built from the endpoint; ``_deliver_nowait`` of one-event batches)."""
-
-    def __init__(self, endpoint: Hub, buffer: int) -> None:
-        super().__init__(endpoint._status_streams, buffer)
-
-    def _deliver_nowait(self, items: list[StatusEvent]) -> bool:
-        """Offer ``items`` (a batch of one) without waiting; False if the stream dropped any."""
-        kept = True
-        for event in items:
-            kept = self._put(event) and kept
-        return kept
