@@ -1,7 +1,9 @@
 """asyncactor: one "it" node per timeslot among peers, with no leader service.
 
 See docs/asyncactor.md.  The protocol core (:mod:`asyncactor.protocol`) is sans-io; :class:`Actor`
-runs it on anyio (asyncio or trio) over any :class:`Transport`.
+runs it on anyio (asyncio or trio) over any :class:`Transport`. This package exports the user API;
+the wire messages (``Init``, ``Vers``, ``Ping``, ``Hist``, ``encode``, ``decode``) stay in
+:mod:`asyncactor.messages`.
 
 This package comes with the ``broker-mqtt`` distribution. The established ``asyncactor``
 distribution installs a top-level package of the same name: importing warns (a RuntimeWarning)
@@ -26,7 +28,7 @@ from .events import (
     UntagEvent,
 )
 from .memory import MemoryHub, MemoryTransport
-from .messages import DecodeError, Hist, Init, Ping, Vers, decode, encode
+from .messages import DecodeError
 from .policy import canonical_key, default_has_priority, default_ping_delay
 from .protocol import ActorCore, CoreStats, LocalProtocolError, Phase
 from .queue import EventQueue, QueueStats
@@ -63,13 +65,10 @@ __all__ = [
     "DetagEvent",
     "EventQueue",
     "GoodNodeEvent",
-    "Hist",
-    "Init",
     "LocalProtocolError",
     "MemoryHub",
     "MemoryTransport",
     "Phase",
-    "Ping",
     "PingEvent",
     "ProtocolError",
     "QueueStats",
@@ -79,10 +78,7 @@ __all__ = [
     "TagEvent",
     "Transport",
     "UntagEvent",
-    "Vers",
     "canonical_key",
-    "decode",
     "default_has_priority",
     "default_ping_delay",
-    "encode",
 ]

@@ -6,7 +6,9 @@ See docs/ for concepts, the wire format and guarantees.
 """
 
 from ._version import __version__
+from .endpoint.attaching import Attaching
 from .endpoint.endpoint import Endpoint
+from .endpoint.event_stream import EventStream
 from .endpoint.events import (
     ConnectionLost,
     ConnectionRestored,
@@ -39,6 +41,8 @@ from .wire.message import Kind
 
 __all__ = [
     "__version__",
+    "Attaching",
+    "EventStream",
     "BrokerMQTTError",
     "BrokerURL",
     "BrokerUnavailable",

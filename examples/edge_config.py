@@ -11,7 +11,7 @@ Run: python examples/edge_config.py
 import anyio
 
 from broker_mqtt import Endpoint
-from broker_mqtt.store import MasterChange, Updated, attach_store
+from broker_mqtt.store import MasterChanged, Updated, attach_store
 
 ELECTION = {"cycle": 1.0, "gap": 0.25}  # small, for a quick example; the default is cycle 10 s, gap 1.5 s
 
@@ -25,7 +25,7 @@ async def gateway(ep: Endpoint, store, done: anyio.Event) -> None:
                 async for change in changes:
                     if isinstance(change, Updated) and change.key == "interval":
                         print(f"{ep.name}: interval {change.old_value} -> {change.new_value}")
-                    elif isinstance(change, MasterChange) and change.master is not None:
+                    elif isinstance(change, MasterChanged) and change.master is not None:
                         print(f"{ep.name}: store master is {change.master[:8]}, epoch {change.epoch[0]}")
 
             async def report() -> None:

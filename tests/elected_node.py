@@ -31,8 +31,7 @@ import anyio.lowlevel
 from line_procs import out
 
 from broker_mqtt import Endpoint
-from broker_mqtt.store import attach_store
-from broker_mqtt.store.elected import Conflict, MasterChange
+from broker_mqtt.store import ConflictResolved, MasterChanged, attach_store
 
 
 async def main() -> None:
@@ -69,10 +68,10 @@ async def main() -> None:
                 if store.master is not None and store.epoch is not None:  # active before we listened
                     out("MASTER", store.epoch[0], store.master, time.monotonic())
                 async for e in events:
-                    if isinstance(e, MasterChange) and e.master is not None and e.epoch is not None:
+                    if isinstance(e, MasterChanged) and e.master is not None and e.epoch is not None:
                         out("MASTER", e.epoch[0], e.master, time.monotonic())
                         out("STATS", json.dumps(dataclasses.asdict(store.statistics())))
-                    elif isinstance(e, Conflict):
+                    elif isinstance(e, ConflictResolved):
                         out("CONFLICT", json.dumps(e.key))
 
         async with anyio.create_task_group() as tg:

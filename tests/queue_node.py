@@ -36,8 +36,7 @@ from line_procs import out
 
 from broker_mqtt import Endpoint
 from broker_mqtt.queue import Consumer, MessageState, NotHeld, attach_queue
-from broker_mqtt.store import attach_store
-from broker_mqtt.store.elected import MasterChange
+from broker_mqtt.store import MasterChanged, attach_store
 
 
 async def main() -> None:
@@ -80,7 +79,7 @@ async def main() -> None:
                 if q.master is not None and q.store.epoch is not None:
                     out("MASTER", q.store.epoch[0], q.master, time.monotonic())
                 async for e in events:
-                    if isinstance(e, MasterChange) and e.master is not None and e.epoch is not None:
+                    if isinstance(e, MasterChanged) and e.master is not None and e.epoch is not None:
                         out("MASTER", e.epoch[0], e.master, time.monotonic())
 
         async def progress() -> None:

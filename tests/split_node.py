@@ -26,8 +26,7 @@ import anyio.lowlevel
 from line_procs import out
 
 from broker_mqtt import Endpoint
-from broker_mqtt.store import attach_store
-from broker_mqtt.store.elected import Conflict, MasterChange, StaleChange
+from broker_mqtt.store import ConflictResolved, MasterChanged, StaleChanged, attach_store
 
 
 def log(*parts: object) -> None:
@@ -52,15 +51,15 @@ async def main() -> None:
                     log("master (already)", store.master, store.epoch)
                     out("MASTER", store.epoch[0], store.master)
                 async for e in events:
-                    if isinstance(e, MasterChange):
+                    if isinstance(e, MasterChanged):
                         log("master", e.master, e.epoch)
                         if e.master is not None and e.epoch is not None:
                             out("MASTER", e.epoch[0], e.master)
-                    elif isinstance(e, Conflict):
+                    elif isinstance(e, ConflictResolved):
                         log("conflict", e)
                         out("CONFLICT", json.dumps({"key": e.key, "chosen": version(e.chosen),
                                                     "other": version(e.other)}))
-                    elif isinstance(e, StaleChange):
+                    elif isinstance(e, StaleChanged):
                         log("stale", e.stale, e.reason)
 
         async def run(line: str) -> None:

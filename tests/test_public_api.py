@@ -1,12 +1,44 @@
+import importlib
+
 import pytest
 
 import broker_mqtt
+
+#: every package's user API (``__all__``): wire and protocol types stay in their modules
+PACKAGES = {
+    "broker_mqtt.election": ["MQTTTransport"],
+    "broker_mqtt.store": [
+        "attach_master", "attach_clone", "attach_store", "MasterStore", "CloneStore", "ElectedStore",
+        "StoreWriter", "Backend", "MemoryBackend", "SQLiteBackend", "Entry", "Inserted", "Updated", "Erased",
+        "Expired", "EventsDropped", "StaleChanged", "MasterChanged", "MasterConflict", "WriteRejected",
+        "CloneAttached", "CloneLost", "RemoteWriteFailed", "WritesLost", "ConflictResolved", "StoreEvent",
+        "StoreStatus", "ElectedEvent", "StoreStatistics", "ReplicaStats", "ReplicaConfig", "Durability", "Faults",
+        "DEFAULT_CHANNEL", "last_writer_wins", "Version", "ComputedCommand", "register_command", "StoreError",
+        "BackendError", "MasterExists", "NoMaster", "NoSuchKey", "Stale", "StoreDecodeError",
+        "StoreProtocolError", "Timeout", "TypeClash", "WriteBufferFull",
+    ],
+    "broker_mqtt.queue": [
+        "attach_queue", "WorkQueue", "Consumer", "Delivery", "DeadLetter", "LogReader", "LogEntry",
+        "MessageState", "QueueStatistics", "QueueError", "AlreadySettled", "NotHeld", "UnknownReader",
+    ],
+    "broker_mqtt.spark": [
+        "BrokerMQTTDataSource", "Deduplicated", "Deduplicator", "DeduplicatorStatistics", "JavaNotFound",
+        "READ_SCHEMA", "ROW_ID_KEY", "RowId", "dedup", "ensure_java", "find_java_home", "register", "row_id",
+        "to_json", "to_jsonable",
+    ],
+    "asyncactor": [
+        "Actor", "ActorCore", "ActorEvent", "Config", "CoreStats", "DecodeError", "DetagEvent", "EventQueue",
+        "GoodNodeEvent", "LocalProtocolError", "MemoryHub", "MemoryTransport", "Phase", "PingEvent",
+        "ProtocolError", "QueueStats", "RawMsgEvent", "RecoverEvent", "SetupEvent", "TagEvent", "Transport",
+        "UntagEvent", "canonical_key", "default_has_priority", "default_ping_delay",
+    ],
+}
 
 
 def test_public_api_is_pinned() -> None:
     assert sorted(broker_mqtt.__all__) == sorted(
         [
-            "__version__", "BrokerMQTTError", "BrokerURL", "BrokerUnavailable", "ConnectionLost",
+            "__version__", "Attaching", "EventStream", "BrokerMQTTError", "BrokerURL", "BrokerUnavailable", "ConnectionLost",
             "ConnectionRestored", "Count", "DecodeError", "EmbeddedBroker", "EncodeError", "Endpoint",
             "EndpointStatistics", "EnumValue", "ErrorCode", "ErrorEvent", "Kind", "Message", "MosquittoNotFound",
             "PayloadTooLarge", "PeerAdded", "PeerInfo", "PeerLost", "PeerRemoved", "Port", "PortProtocol",
@@ -16,6 +48,17 @@ def test_public_api_is_pinned() -> None:
     )
     for name in broker_mqtt.__all__:
         assert hasattr(broker_mqtt, name), name
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_package_api_is_pinned(package: str) -> None:
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == sorted(PACKAGES[package])
+    assert len(set(module.__all__)) == len(module.__all__)
+    if package == "broker_mqtt.spark":
+        pytest.importorskip("pyspark", reason="the Spark data source needs pyspark")
+    for name in module.__all__:
+        assert hasattr(module, name), name
 
 
 def test_api_reference_is_current() -> None:

@@ -364,10 +364,10 @@ class _Demo:
             self.say(f"spark: job failed: {spark.error}")
 
     async def _watch_store(self, events: Any) -> None:
-        from ..store import MasterChange
+        from ..store import MasterChanged
 
         async for event in events:
-            if isinstance(event, MasterChange) and event.master is not None:
+            if isinstance(event, MasterChanged) and event.master is not None:
                 name = self.name_of(event.master)
                 term = event.epoch[0] if event.epoch else None
                 self.masters.append((time.monotonic(), name, term))

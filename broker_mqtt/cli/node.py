@@ -135,15 +135,15 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
 
 
 async def _watch_store(store: Any) -> None:
-    from ..store import Conflict, MasterChange
+    from ..store import ConflictResolved, MasterChanged
 
     async with store.events() as events:
         async for e in events:
-            if isinstance(e, MasterChange):
+            if isinstance(e, MasterChanged):
                 who = "this node" if e.master == store.node_id else e.master
                 _say(f"store {store.name}: master {who or 'none (electing)'}"
                      + (f", epoch {e.epoch[0]}" if e.epoch else ""))
-            elif isinstance(e, Conflict):
+            elif isinstance(e, ConflictResolved):
                 _say(f"store {store.name}: conflict on {e.key!r}: kept {e.chosen.value!r}, "
                      f"dropped {e.other.value!r}")
 

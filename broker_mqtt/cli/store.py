@@ -107,8 +107,8 @@ def store_put(broker: str | None, namespace: str, timeout: float, expiry: float 
               key: str, value: str) -> None:
     """Set KEY to VALUE (each JSON, or a plain string) in store NAME; returns once durable."""
     url = need_broker(broker, "put")
-    from ..store import Put, StoreWriter
-    from ..store.errors import StoreError
+    from ..store import StoreError, StoreWriter
+    from ..store.commands import Put
 
     async def run() -> str | None:
         async with Endpoint(url, namespace=namespace, name="cli-store") as ep:

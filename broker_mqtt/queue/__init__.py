@@ -6,28 +6,17 @@
 - :mod:`.attached`: the anyio layer: the handle and its service (``attach_queue(ep, name)``);
 - :mod:`.consumer`: consumers and their deliveries (anyio);
 - :mod:`.log`: log readers, with their own persistent read pointer (anyio).
+
+This package exports the user API; the commands and the master's index stay in their modules.
 """
 
-from .attached import DeadLetter, QueueStats, WorkQueue, attach_queue
-from .commands import (
-    Acquire,
-    CommitReader,
-    Forget,
-    Publish,
-    RegisterReader,
-    ReleaseOwner,
-    RemoveReader,
-    Renew,
-    Settle,
-)
+from .attached import DeadLetter, QueueStatistics, WorkQueue, attach_queue
 from .consumer import Consumer, Delivery
 from .errors import AlreadySettled, NotHeld, QueueError, UnknownReader
 from .log import LogEntry, LogReader
-from .model import MessageRecord, MessageState, QueueIndex
+from .model import MessageState
 
 __all__ = [
-    "Acquire", "AlreadySettled", "CommitReader", "Consumer", "DeadLetter", "Delivery", "Forget", "LogEntry", "LogReader",
-    "MessageRecord", "MessageState", "NotHeld", "Publish", "QueueError", "QueueIndex", "QueueStats",
-    "RegisterReader", "ReleaseOwner", "RemoveReader", "Renew", "Settle", "UnknownReader", "WorkQueue",
-    "attach_queue",
+    "attach_queue", "WorkQueue", "Consumer", "Delivery", "DeadLetter", "LogReader", "LogEntry", "MessageState",
+    "QueueStatistics", "QueueError", "AlreadySettled", "NotHeld", "UnknownReader",
 ]

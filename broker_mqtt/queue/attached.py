@@ -36,9 +36,9 @@ from ..endpoint.attaching import attaching
 from ..endpoint.events import PeerLost, PeerRemoved
 from ..errors import BrokerMQTTError
 from ..store.commands import WriteCommand
-from ..store.elected import ElectedStore, MasterChange, attach_store
+from ..store.elected import ElectedStore, attach_store
 from ..store.errors import StoreError
-from ..store.events import EventsDropped, Inserted, Updated
+from ..store.events import EventsDropped, Inserted, MasterChanged, Updated
 from ..store.writer import StoreWriter
 from ..wire.message import Kind
 from .batching import GroupCommit
@@ -65,7 +65,7 @@ log = logging.getLogger("broker_mqtt.queue")
 TOMBSTONE_TTL = 60.0  # s the master keeps an erased key's tombstone (merges after a split need it)
 
 # Consumer and Delivery (from .consumer) stay importable from here, as before the split
-__all__ = ["WorkQueue", "Consumer", "Delivery", "DeadLetter", "QueueStats", "attach_queue"]
+__all__ = ["WorkQueue", "Consumer", "Delivery", "DeadLetter", "QueueStatistics", "attach_queue"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +79,7 @@ class DeadLetter:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueStats:
+class QueueStatistics:
     """Counts in the local replica (it may lag the master a little)."""
 
     ready: int
@@ -141,12 +141,12 @@ class WorkQueue:
         assert self._writer is not None
         return await self._writer.await_master(timeout)
 
-    def statistics(self) -> QueueStats:
+    def statistics(self) -> QueueStatistics:
         """Message counts in the local replica. Raises QueueError without a replica."""
         counts = dict.fromkeys(MessageState, 0)
         for rec in self._records():
             counts[rec[1].state] += 1
-        return QueueStats(counts[MessageState.READY], counts[MessageState.ACQUIRED], counts[MessageState.DEAD],
+        return QueueStatistics(counts[MessageState.READY], counts[MessageState.ACQUIRED], counts[MessageState.DEAD],
                           counts[MessageState.DONE])
 
     def dead_letters(self) -> list[DeadLetter]:
@@ -312,7 +312,7 @@ class WorkQueue:
                 match e:
                     case Inserted(key=key, value=value) | Updated(key=key, new_value=value):
                         ready = is_message_key(key) and isinstance(value, dict) and value.get("state") == "ready"
-                    case MasterChange() | EventsDropped():
+                    case MasterChanged() | EventsDropped():
                         self._want_data()
                         ready = True
                     case _:

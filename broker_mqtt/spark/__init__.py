@@ -22,14 +22,13 @@ from .java import JavaNotFound, ensure_java, find_java_home
 from .rowid import ROW_ID_KEY, Deduplicated, Deduplicator, DeduplicatorStatistics, RowId, dedup, row_id
 
 if TYPE_CHECKING:
-    from .source import READ_SCHEMA, BrokerMQTTDataSource, EmitCommitMessage, register
+    from .source import READ_SCHEMA, BrokerMQTTDataSource, register
 
 __all__ = [
     "BrokerMQTTDataSource",
     "Deduplicated",
     "Deduplicator",
     "DeduplicatorStatistics",
-    "EmitCommitMessage",
     "JavaNotFound",
     "READ_SCHEMA",
     "ROW_ID_KEY",
@@ -43,7 +42,7 @@ __all__ = [
     "to_jsonable",
 ]
 
-_NEEDS_PYSPARK = {"BrokerMQTTDataSource", "EmitCommitMessage", "READ_SCHEMA", "register"}
+_NEEDS_PYSPARK = {"BrokerMQTTDataSource", "READ_SCHEMA", "register"}
 
 
 def __getattr__(name: str) -> Any:

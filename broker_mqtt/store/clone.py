@@ -55,7 +55,7 @@ __all__ = [
     "WentStale",
     "PutUniqueAnswered",
     "RequestError",
-    "WriteFailed",
+    "CloneWriteFailed",
     "CloneEvent",
     "Clone",
     "DEFAULT_WRITE_BUFFER",
@@ -101,13 +101,13 @@ class RequestError:
 
 
 @dataclass(frozen=True, slots=True)
-class WriteFailed:
+class CloneWriteFailed:
     """The master refused one of this clone's plain writes (not a put_unique); nothing changed."""
 
     error: StoreError
 
 
-CloneEvent = Synced | WentStale | PutUniqueAnswered | RequestError | WriteFailed
+CloneEvent = Synced | WentStale | PutUniqueAnswered | RequestError | CloneWriteFailed
 
 
 class Clone:
@@ -225,7 +225,7 @@ class Clone:
         NoSuchKey (nothing queued, nothing changed).
 
         Only while synced with no own write in flight (else the copy may not show that write yet,
-        and the master alone judges: a failure there comes back as :class:`WriteFailed`).
+        and the master alone judges: a failure there comes back as :class:`CloneWriteFailed`).
         """
         if type(command) in _UNCHECKED or self.stale or self.unacked_writes:
             return
@@ -341,7 +341,7 @@ class Clone:
                 if self._requests.pop(rid, None) is not None:
                     return [RequestError(rid, error)]
                 if rid == 0:
-                    return [WriteFailed(error)]
+                    return [CloneWriteFailed(error)]
         return []
 
     def _reattach(self, now: float) -> None:

@@ -28,16 +28,16 @@ from .clone import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_WRITE_BUFFER,
     Clone,
+    CloneWriteFailed,
     PutUniqueAnswered,
     RequestError,
     Synced,
     WentStale,
-    WriteFailed,
 )
 from .commands import PutUnique, WriteCommand
 from .discovery import MasterIs, Query
 from .errors import Stale, StoreError
-from .events import MasterFound, StaleChanged, WriteRejected
+from .events import MasterChanged, StaleChanged, WriteRejected
 from .faults import Faults
 from .handle import DEFAULT_EVENT_BUFFER, StoreHandle, channel_config
 from .master import Envelope
@@ -126,7 +126,7 @@ class CloneStore(StoreHandle):
             waiter.error = Stale(f"master of {self.name!r} changed before it answered; outcome unknown")
             waiter.event.set()
         self._waiters = moved
-        self._status(MasterFound(self.name, master))
+        self._status(MasterChanged(self.name, master, None))
         self._update_stale("attaching to master " + master)
 
     def _update_stale(self, reason: str) -> None:
@@ -154,7 +154,7 @@ class CloneStore(StoreHandle):
                     if w is not None:
                         w.error = error
                         w.event.set()
-                case WriteFailed(error=error):
+                case CloneWriteFailed(error=error):
                     self._status(WriteRejected(self.name, error))
         return look
 

@@ -30,7 +30,6 @@ import secrets
 import time
 import uuid
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -44,22 +43,32 @@ from ..errors import UsageError
 from ..wire.message import Kind
 from .commands import PutUnique, WriteCommand
 from .errors import StoreDecodeError, StoreError
-from .events import Erased, EventsDropped, Expired, Inserted, Updated
+from .events import (
+    ConflictResolved,
+    ElectedEvent,
+    Erased,
+    EventsDropped,
+    Expired,
+    Inserted,
+    MasterChanged,
+    StaleChanged,
+    Updated,
+)
 from .operations import WriteOperations
 from .replication import (
     ConflictsFound,
     DataChanged,
     Durability,
-    MasterChanged,
     Replica,
     ReplicaConfig,
     ReplicaStats,
-    StaleChanged,
     WriteDone,
     WriteFailed,
 )
+from .replication import MasterChanged as ReplicaMasterChanged
+from .replication import StaleChanged as ReplicaStaleChanged
 from .routes import answers_topic, replication_topic, routes, writes_topic
-from .versioned import Clock, Epoch, Resolver, Version, VersionedState, last_writer_wins
+from .versioned import Clock, Epoch, Resolver, VersionedState, last_writer_wins
 
 if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint
@@ -70,38 +79,7 @@ log = logging.getLogger("broker_mqtt.store.elected")
 #: share the first's topics and never get the answers to its own writes)
 _replicas: weakref.WeakKeyDictionary[Endpoint, set[str]] = weakref.WeakKeyDictionary()
 
-__all__ = ["ElectedStore", "MasterChange", "Conflict", "StaleChange", "ElectedEvent", "attach_store"]
-
-
-@dataclass(frozen=True, slots=True)
-class MasterChange:
-    """Node ``master`` (None: none active, e.g. during a handover) holds the store since ``epoch``."""
-
-    store: str
-    master: str | None
-    epoch: Epoch | None
-
-
-@dataclass(frozen=True, slots=True)
-class Conflict:
-    """``key`` was written on both sides of a healed split; ``chosen`` won over ``other``."""
-
-    store: str
-    key: Any
-    chosen: Version
-    other: Version
-
-
-@dataclass(frozen=True, slots=True)
-class StaleChange:
-    """The local copy is (not) known to be up to date with the master."""
-
-    store: str
-    stale: bool
-    reason: str
-
-
-ElectedEvent = Inserted | Updated | Erased | Expired | MasterChange | Conflict | StaleChange | EventsDropped
+__all__ = ["ElectedStore", "attach_store"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -179,7 +157,7 @@ class ElectedStore(WriteOperations):
 
     def events(self, *, buffer: int = 10_000, data: bool = True) -> EventStream[ElectedEvent]:
         """Data changes (:class:`Inserted`, :class:`Updated`, :class:`Erased`, :class:`Expired`),
-        :class:`MasterChange`, :class:`Conflict` and :class:`StaleChange` events, in order.
+        :class:`MasterChanged`, :class:`ConflictResolved` and :class:`StaleChanged` events, in order.
 
         ``data=False``: no data changes (cheap on a busy store: a data event is built for each
         changed key only while some stream wants them; the stream's ``data`` may be changed while it
@@ -421,13 +399,13 @@ class ElectedStore(WriteOperations):
                             data_event = Erased(self.name, c.key, c.old, publisher)
                         for stream in wanting:
                             stream._put(data_event)
-                case MasterChanged(master=master, epoch=epoch):
-                    self._emit(MasterChange(self.name, master, epoch))
+                case ReplicaMasterChanged(master=master, epoch=epoch):
+                    self._emit(MasterChanged(self.name, master, epoch))
                 case ConflictsFound(conflicts=conflicts):
                     for conflict in conflicts:
-                        self._emit(Conflict(self.name, conflict.key, conflict.chosen, conflict.other))
-                case StaleChanged(stale=stale, reason=reason):
-                    self._emit(StaleChange(self.name, stale, reason))
+                        self._emit(ConflictResolved(self.name, conflict.key, conflict.chosen, conflict.other))
+                case ReplicaStaleChanged(stale=stale, reason=reason):
+                    self._emit(StaleChanged(self.name, stale, reason))
         if self.replica.next_deadline < self._sleep_until:
             self._wake.set()  # the timer sleeps past the replica's new deadline
         self._changed.set()

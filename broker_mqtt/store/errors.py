@@ -1,6 +1,6 @@
 """Errors of the data store layer (Zeek Broker's ``ec::no_such_key``, ``ec::type_clash``, ...).
 
-Every error is a :class:`StoreError`. Each carries an :class:`ErrorCode` so that it can travel on the
+Every error is a :class:`StoreError`. Each carries an :class:`StoreErrorCode` so that it can travel on the
 wire (``to_wire``/``error_from_wire``) and be re-raised on the other side with the same class.
 Whose fault: ``NoSuchKey``/``TypeClash`` are the caller's (the operation does not fit the data);
 ``Stale``/``Timeout`` are the network's; ``MasterExists`` is a deployment mistake; ``BackendError``
@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import DecodeError
 
 __all__ = [
-    "ErrorCode",
+    "StoreErrorCode",
     "StoreError",
     "NoSuchKey",
     "TypeClash",
@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 
-class ErrorCode(enum.Enum):
+class StoreErrorCode(enum.Enum):
     NO_SUCH_KEY = "no_such_key"
     TYPE_CLASH = "type_clash"
     STALE = "stale"
@@ -44,7 +44,7 @@ class ErrorCode(enum.Enum):
 class StoreError(Exception):
     """Base class of all store errors."""
 
-    code = ErrorCode.PROTOCOL
+    code = StoreErrorCode.PROTOCOL
 
     def to_wire(self) -> list[Any]:
         return [self.code.value, str(self)]
@@ -53,7 +53,7 @@ class StoreError(Exception):
 class NoSuchKey(StoreError):
     """The key does not exist (or expired). ``key`` is None when rebuilt from the wire."""
 
-    code = ErrorCode.NO_SUCH_KEY
+    code = StoreErrorCode.NO_SUCH_KEY
 
     def __init__(self, key: Any, message: str | None = None) -> None:
         super().__init__(message or f"no such key: {key!r}")
@@ -63,43 +63,43 @@ class NoSuchKey(StoreError):
 class TypeClash(StoreError, TypeError):
     """The operation does not apply to the stored value's type (e.g. increment a string)."""
 
-    code = ErrorCode.TYPE_CLASH
+    code = StoreErrorCode.TYPE_CLASH
 
 
 class Stale(StoreError):
     """A clone is not synchronised with its master (never was, or lost it)."""
 
-    code = ErrorCode.STALE
+    code = StoreErrorCode.STALE
 
 
 class WriteBufferFull(Stale):
     """A clone already holds its maximum of writes the master has not acknowledged."""
 
-    code = ErrorCode.WRITE_BUFFER_FULL
+    code = StoreErrorCode.WRITE_BUFFER_FULL
 
 
 class Timeout(StoreError, TimeoutError):
     """A request got no answer in time; it may or may not have taken effect."""
 
-    code = ErrorCode.TIMEOUT
+    code = StoreErrorCode.TIMEOUT
 
 
 class MasterExists(StoreError):
     """A master for this store name already exists."""
 
-    code = ErrorCode.MASTER_EXISTS
+    code = StoreErrorCode.MASTER_EXISTS
 
 
 class BackendError(StoreError):
     """The storage backend failed (I/O error, corrupt file, unserialisable value)."""
 
-    code = ErrorCode.BACKEND_FAILURE
+    code = StoreErrorCode.BACKEND_FAILURE
 
 
 class StoreProtocolError(StoreError):
     """A peer sent a well-formed message that makes no sense here, or malformed store data."""
 
-    code = ErrorCode.PROTOCOL
+    code = StoreErrorCode.PROTOCOL
 
 
 class StoreDecodeError(StoreProtocolError, DecodeError):
@@ -108,7 +108,7 @@ class StoreDecodeError(StoreProtocolError, DecodeError):
     malformed input."""
 
 
-_BY_CODE: dict[ErrorCode, type[StoreError]] = {
+_BY_CODE: dict[StoreErrorCode, type[StoreError]] = {
     cls.code: cls for cls in (TypeClash, Stale, WriteBufferFull, Timeout, MasterExists, BackendError,
                               StoreProtocolError)
 }
@@ -119,9 +119,9 @@ def error_from_wire(wire: Any) -> StoreError:
     if not (isinstance(wire, (list, tuple)) and len(wire) == 2 and isinstance(wire[1], str)):
         return StoreProtocolError(f"malformed error {wire!r}")
     try:
-        code = ErrorCode(wire[0])
+        code = StoreErrorCode(wire[0])
     except ValueError:
         return StoreProtocolError(f"unknown error code {wire[0]!r}: {wire[1]}")
-    if code is ErrorCode.NO_SUCH_KEY:
+    if code is StoreErrorCode.NO_SUCH_KEY:
         return NoSuchKey(None, wire[1])
     return _BY_CODE[code](wire[1])

@@ -1,26 +1,33 @@
-"""The events of attached master and clone stores (``docs/stores.md`` § 6): one frozen dataclass each.
+"""The events of attached stores, master/clone and elected (``docs/stores.md`` § 6,
+``docs/elected-stores.md`` § 7): one frozen dataclass each, one name per concept for every store kind.
 
 * Data events (:data:`StoreEvent`), yielded by ``store.events()`` in the order changes are applied
   at that replica: :class:`Inserted`, :class:`Updated`, :class:`Erased`, :class:`Expired`, and
   :class:`EventsDropped` when a stream fell behind its buffer.
-* Status events (:data:`StoreStatus`), yielded by ``store.status()``: :class:`StaleChanged`,
-  :class:`MasterFound`, :class:`MasterConflict`, :class:`WriteRejected`, and the master core's
-  :class:`.CloneAttached`, :class:`.CloneLost`, :class:`.RemoteWriteFailed`, :class:`.WritesLost`.
-* :class:`StoreStatistics`: the counters of a handle (``store.statistics()``).
+* Status events of master and clone stores (:data:`StoreStatus`), yielded by ``store.status()``:
+  :class:`StaleChanged`, :class:`MasterChanged`, :class:`MasterConflict`, :class:`WriteRejected`, and
+  the master core's :class:`.CloneAttached`, :class:`.CloneLost`, :class:`.RemoteWriteFailed`,
+  :class:`.WritesLost`.
+* Elected stores yield data and status events on one stream (:data:`ElectedEvent`):
+  :class:`MasterChanged`, :class:`ConflictResolved`, :class:`StaleChanged` among the data events.
+* :class:`StoreStatistics`: the counters of a master or clone handle (``store.statistics()``).
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import StoreError
 from .master import CloneAttached, CloneLost, RemoteWriteFailed, WritesLost
 
+if TYPE_CHECKING:
+    from .versioned import Epoch, Version
+
 __all__ = [
-    "Inserted", "Updated", "Erased", "Expired", "EventsDropped", "StoreEvent", "StaleChanged", "MasterFound",
-    "MasterConflict", "WriteRejected", "StoreStatus", "StoreStatistics",
+    "Inserted", "Updated", "Erased", "Expired", "EventsDropped", "StoreEvent", "StaleChanged", "MasterChanged",
+    "MasterConflict", "WriteRejected", "StoreStatus", "StoreStatistics", "ConflictResolved", "ElectedEvent",
 ]
 
 
@@ -73,7 +80,8 @@ StoreEvent = Inserted | Updated | Erased | Expired | EventsDropped
 
 @dataclass(frozen=True, slots=True)
 class StaleChanged:
-    """A clone became stale (``stale=True``: reads raise :class:`Stale`) or synchronised again."""
+    """The local copy became stale (``stale=True``: a clone's reads raise :class:`Stale`; an elected
+    replica is not known to be up to date with its master) or current again."""
 
     store: str
     stale: bool
@@ -81,11 +89,25 @@ class StaleChanged:
 
 
 @dataclass(frozen=True, slots=True)
-class MasterFound:
-    """A clone bound itself to master ``master`` (first discovery, or a restarted master)."""
+class MasterChanged:
+    """Node ``master`` now holds the store. A clone bound itself to it (first discovery, or a
+    restarted master; ``epoch`` None); an elected store's master since ``epoch`` (``master`` None:
+    none active, e.g. during a handover)."""
 
     store: str
-    master: str
+    master: str | None
+    epoch: Epoch | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictResolved:
+    """``key`` of an elected store was written on both sides of a healed split; ``chosen`` won over
+    ``other``."""
+
+    store: str
+    key: Any
+    chosen: Version
+    other: Version
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +137,8 @@ class WriteRejected:
     error: StoreError
 
 
-StoreStatus = StaleChanged | MasterFound | MasterConflict | WriteRejected | CloneAttached | CloneLost \
+StoreStatus = StaleChanged | MasterChanged | MasterConflict | WriteRejected | CloneAttached | CloneLost \
     | RemoteWriteFailed | WritesLost
 
+
+ElectedEvent = Inserted | Updated | Erased | Expired | MasterChanged | ConflictResolved | StaleChanged | EventsDropped

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from broker_mqtt.queue import Acquire, Forget, MessageState, Publish, QueueIndex, ReleaseOwner, Renew, Settle
-from broker_mqtt.queue.model import MessageRecord, index_for
+from broker_mqtt.queue import MessageState
+from broker_mqtt.queue.commands import Acquire, Forget, Publish, ReleaseOwner, Renew, Settle
+from broker_mqtt.queue.model import MessageRecord, QueueIndex, index_for
 from broker_mqtt.store.commands import CommandKind, ComputedCommand, Put, decode_command, register_command
 from broker_mqtt.store.errors import StoreDecodeError
 from broker_mqtt.store.versioned import Record, VersionedState, compute_op

@@ -19,15 +19,8 @@ import pytest
 from queue_procs import QueueProc, wait_for
 
 from broker_mqtt import Endpoint
-from broker_mqtt.queue import (
-    Acquire,
-    AlreadySettled,
-    MessageState,
-    NotHeld,
-    ReleaseOwner,
-    Settle,
-    attach_queue,
-)
+from broker_mqtt.queue import AlreadySettled, MessageState, NotHeld, attach_queue
+from broker_mqtt.queue.commands import Acquire, ReleaseOwner, Settle
 from broker_mqtt.store.errors import StoreProtocolError
 from broker_mqtt.transport.embedded import EmbeddedBroker
 

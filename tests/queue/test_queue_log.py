@@ -14,20 +14,18 @@ from typing import Any
 import pytest
 from test_queue_commands import WALL, records, run
 
-from broker_mqtt.queue import (
+from broker_mqtt.queue import MessageState, UnknownReader
+from broker_mqtt.queue.commands import (
     Acquire,
     CommitReader,
-    MessageState,
     Publish,
-    QueueIndex,
     RegisterReader,
     ReleaseOwner,
     RemoveReader,
     Settle,
-    UnknownReader,
 )
 from broker_mqtt.queue.log import raise_for
-from broker_mqtt.queue.model import index_for
+from broker_mqtt.queue.model import QueueIndex, index_for
 from broker_mqtt.store.commands import decode_command
 from broker_mqtt.store.errors import StoreDecodeError
 from broker_mqtt.store.versioned import Record, VersionedState, compute_op

@@ -14,7 +14,10 @@ from typing import Any
 import cbor2
 
 from broker_mqtt import channel as ch
-from broker_mqtt.store import Clone, Master, MemoryBackend, decode_control
+from broker_mqtt.store import MemoryBackend
+from broker_mqtt.store.clone import Clone
+from broker_mqtt.store.commands import decode_control
+from broker_mqtt.store.master import Master
 
 _CHANNEL_KINDS = {k.value for k in ch.MessageKind}
 

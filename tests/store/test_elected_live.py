@@ -15,8 +15,7 @@ import pytest
 from elected_procs import ElectedProc, check_converged, wait_for
 
 from broker_mqtt import Endpoint, UsageError
-from broker_mqtt.store import attach_store
-from broker_mqtt.store.elected import MasterChange
+from broker_mqtt.store import MasterChanged, attach_store
 from broker_mqtt.store.errors import NoSuchKey
 from broker_mqtt.transport.embedded import EmbeddedBroker
 
@@ -65,10 +64,10 @@ async def test_in_process_store_api(broker: EmbeddedBroker, namespace: str) -> N
             with anyio.fail_after(5):
                 async for e in events:
                     seen.append(e)
-                    if len([x for x in seen if not isinstance(x, MasterChange)]) >= 3 and \
+                    if len([x for x in seen if not isinstance(x, MasterChanged)]) >= 3 and \
                             any(getattr(x, "key", None) == "u" for x in seen):
                         break
-            assert any(isinstance(e, MasterChange) and e.master == sb.master for e in seen)
+            assert any(isinstance(e, MasterChanged) and e.master == sb.master for e in seen)
             inserted = {e.key: e.value for e in seen if type(e).__name__ == "Inserted"}
             assert inserted["fan"] == 3
             publisher = next(e.publisher for e in seen if getattr(e, "key", None) == "fan")
@@ -77,7 +76,7 @@ async def test_in_process_store_api(broker: EmbeddedBroker, namespace: str) -> N
             with anyio.move_on_after(0.5):
                 async for e in quiet:
                     no_data.append(e)
-            assert any(isinstance(e, MasterChange) for e in no_data)
+            assert any(isinstance(e, MasterChanged) for e in no_data)
             assert all(type(e).__name__ not in ("Inserted", "Updated", "Erased", "Expired") for e in no_data)
         await sa.close()
         await sb.close()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from _elected_sim import SimNet, record_sends
 
-from broker_mqtt.queue import Publish
+from broker_mqtt.queue.commands import Publish
 from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
 from broker_mqtt.store.errors import StoreDecodeError, TypeClash
 from broker_mqtt.store.record_log import RecordLog, op_count

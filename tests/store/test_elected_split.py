@@ -4,7 +4,7 @@ Broker B bridges to broker A (``topic # both 1``) through a TCP proxy the test c
 (tests/store/bridge_proxy.py); two node processes (tests/split_node.py) sit on each broker. Cut
 the bridge: each side elects its own master and keeps accepting writes; write on both sides (the
 same keys, different keys, erases); restore it: one master again, identical contents on every
-node, last writer wins per key, and a Conflict event on every node for each key both sides wrote
+node, last writer wins per key, and a ConflictResolved event on every node for each key both sides wrote
 with different outcomes (and none for the others).
 
 The bridge speaks MQTT 3.1.1 (with mosquitto 2.0.11 the remote broker drops an MQTT 5 bridge's

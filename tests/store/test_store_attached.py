@@ -32,7 +32,7 @@ from broker_mqtt.store.events import (
     Erased,
     Expired,
     Inserted,
-    MasterFound,
+    MasterChanged,
     StaleChanged,
     Updated,
     WriteRejected,
@@ -141,7 +141,7 @@ async def test_clone_stale_while_master_gone_then_resyncs_and_flushes(broker: Em
                     seen.append(event)
                     if isinstance(event, StaleChanged) and not event.stale:
                         break
-            assert any(isinstance(e, MasterFound) and e.master == m2.id for e in seen)
+            assert any(isinstance(e, MasterChanged) and e.master == m2.id for e in seen)
         assert await c.await_idle(5) and await m2.await_idle(5)
         assert sorted(await m2.keys()) == ["a", "b0", "b1", "b2"]
         assert sorted(await c.keys()) == ["a", "b0", "b1", "b2"]

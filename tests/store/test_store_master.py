@@ -9,28 +9,24 @@ from typing import Any
 import pytest
 
 from broker_mqtt import channel as ch
-from broker_mqtt.store import (
+from broker_mqtt.store import Backend, MemoryBackend, NoSuchKey, SQLiteBackend, TypeClash
+from broker_mqtt.store.commands import (
     Append,
-    Backend,
     Clear,
     Decrement,
     Erase,
     Expire,
     Increment,
     InsertInto,
-    Master,
-    MemoryBackend,
-    NoSuchKey,
     Pop,
     Push,
     Put,
     PutUnique,
     RemoveFrom,
-    SQLiteBackend,
-    TypeClash,
     decode_broadcast,
     decode_command,
 )
+from broker_mqtt.store.master import Master
 
 
 @pytest.fixture(params=["memory", "sqlite"])

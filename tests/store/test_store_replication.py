@@ -13,24 +13,9 @@ from _store_sim import StoreSim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_mqtt.store import (
-    CloneLost,
-    Erase,
-    Increment,
-    InsertInto,
-    Push,
-    Put,
-    PutUniqueAnswered,
-    RequestError,
-    SQLiteBackend,
-    Stale,
-    Synced,
-    Timeout,
-    TypeClash,
-    WentStale,
-    WriteBufferFull,
-)
-from broker_mqtt.store.clone import WriteFailed
+from broker_mqtt.store import CloneLost, SQLiteBackend, Stale, Timeout, TypeClash, WriteBufferFull
+from broker_mqtt.store.clone import CloneWriteFailed, PutUniqueAnswered, RequestError, Synced, WentStale
+from broker_mqtt.store.commands import Erase, Increment, InsertInto, Push, Put
 from broker_mqtt.store.master import RemoteWriteFailed
 
 
@@ -238,7 +223,7 @@ def test_remote_write_failure_reported_on_master_and_to_its_writer() -> None:
     [failed] = [e for e in sim.events["M"] if isinstance(e, RemoteWriteFailed)]
     assert failed.writer == clone.writer_id and isinstance(failed.error, TypeClash)
     assert clone.get("s") == "text" and clone.get("after") == 1
-    [told] = [e for e in sim.events["c"] if isinstance(e, WriteFailed)]
+    [told] = [e for e in sim.events["c"] if isinstance(e, CloneWriteFailed)]
     assert isinstance(told.error, TypeClash) and "increment" in str(told.error)
 
 
@@ -257,7 +242,7 @@ def test_put_unique_answer_follows_its_effect() -> None:
 
 
 def test_clone_execute_rejects_non_writes() -> None:
-    from broker_mqtt.store import Expire
+    from broker_mqtt.store.commands import Expire
 
     clone = StoreSim().add_clone("c")
     with pytest.raises(TypeError):
