@@ -63,7 +63,7 @@ async def main() -> None:
             await rest[0].put("interval", 0.3)
             await anyio.sleep(0.5)
             for s in rest:
-                print(f"{s.ep.name} reads interval = {await s.get('interval')} (master {s.master[:8]})")
+                print(f"{s.endpoint.name} reads interval = {await s.get('interval')} (master {s.master[:8]})")
             done.set()
         for s in rest:
             await s.close()

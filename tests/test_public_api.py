@@ -12,7 +12,7 @@ PACKAGES = {
         "StoreWriter", "Backend", "MemoryBackend", "SQLiteBackend", "Entry", "Inserted", "Updated", "Erased",
         "Expired", "EventsDropped", "StaleChanged", "MasterChanged", "MasterConflict", "WriteRejected",
         "CloneAttached", "CloneLost", "RemoteWriteFailed", "WritesLost", "ConflictResolved", "StoreEvent",
-        "StoreStatus", "ElectedEvent", "StoreStatistics", "ReplicaStats", "ReplicaConfig", "Durability", "Faults",
+        "StoreStatus", "ElectedEvent", "StoreStatistics", "ReplicaStatistics", "ReplicaConfig", "Durability", "Faults",
         "DEFAULT_CHANNEL", "last_writer_wins", "Version", "ComputedCommand", "register_command", "StoreError",
         "BackendError", "MasterExists", "NoMaster", "NoSuchKey", "Stale", "StoreDecodeError",
         "StoreProtocolError", "Timeout", "TypeClash", "WriteBufferFull",

@@ -100,7 +100,7 @@ class WorkQueue:
     def __init__(self, ep: Endpoint, name: str, store: ElectedStore | None, *, max_deliveries: int | None,
                  lease: float, write_timeout: float = 30.0, tombstone_ttl: float | None = TOMBSTONE_TTL,
                  poll_interval: float = POLL) -> None:
-        self.ep = ep
+        self.endpoint = ep
         self.name = name
         self.store = store
         self.max_deliveries = max_deliveries
@@ -266,10 +266,10 @@ class WorkQueue:
                 async with contextlib.AsyncExitStack() as stack:
                     if self.store is None:
                         self._writer = await stack.enter_async_context(StoreWriter(
-                            self.ep, self.store_name, f"{self.ep.id.hex}.{secrets.token_hex(4)}",
+                            self.endpoint, self.store_name, f"{self.endpoint.id.hex}.{secrets.token_hex(4)}",
                             write_timeout=self._write_timeout))
                         hints = await stack.enter_async_context(  # local: the master may be on this endpoint
-                            self.ep.subscribe(self.hint_topic, kind=Kind.COMMAND, local=True))
+                            self.endpoint.subscribe(self.hint_topic, kind=Kind.COMMAND, local=True))
                     tg = await stack.enter_async_context(anyio.create_task_group())  # left first: the rest lives
                     tg.start_soon(self._publisher.run)
                     if self.store is None:
@@ -346,7 +346,7 @@ class WorkQueue:
             self._hint = anyio.Event()
             await anyio.sleep(LINGER)
             try:
-                await self.ep.send_node(Kind.COMMAND, self.hint_topic, ["ready"])
+                await self.endpoint.send_node(Kind.COMMAND, self.hint_topic, ["ready"])
             except BrokerMQTTError as exc:  # lost hints cost latency only (consumers poll every poll_interval)
                 log.debug("queue %s: hint not sent: %s", self.name, exc)
 
@@ -366,7 +366,7 @@ class WorkQueue:
 
     async def _peer_loop(self) -> None:
         assert self.store is not None
-        async with self.ep.status() as status, anyio.create_task_group() as tg:
+        async with self.endpoint.status() as status, anyio.create_task_group() as tg:
             async for e in status:
                 if isinstance(e, (PeerLost, PeerRemoved)) and self.store.is_master:
                     for owner in index_for(self.store.replica.state).owners_of_endpoint(e.peer.id.hex):

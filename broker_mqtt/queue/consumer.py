@@ -50,7 +50,7 @@ class ConsumerSource(Protocol):
     """What a :class:`Consumer` consumes through: a work-queue handle (declared here, so that this
     module does not import the handle built on it; compare :class:`~.log.LogSource`)."""
 
-    ep: Endpoint
+    endpoint: Endpoint
     name: str
     poll_interval: float
     _arrivals: int
@@ -130,7 +130,7 @@ class Consumer:
         self.queue = queue
         self.prefetch = prefetch
         self.lease = lease
-        self.owner = f"{queue.ep.id.hex}.{secrets.token_hex(4)}"
+        self.owner = f"{queue.endpoint.id.hex}.{secrets.token_hex(4)}"
         self._ready: deque[Delivery] = deque()  # acquired, not yet handed to the application
         self._delivered = anyio.Event()
         self._closed = False

@@ -53,7 +53,7 @@ from .faults import Faults
 from .handle import DEFAULT_CHANNEL
 from .master import CloneAttached, CloneLost, RemoteWriteFailed, WritesLost
 from .master_handle import MasterStore, attach_master
-from .replication import Durability, NoMaster, ReplicaConfig, ReplicaStats
+from .replication import Durability, NoMaster, ReplicaConfig, ReplicaStatistics
 from .versioned import Version, last_writer_wins
 from .writer import StoreWriter
 
@@ -67,7 +67,7 @@ __all__ = [
     "MasterConflict", "WriteRejected", "CloneAttached", "CloneLost", "RemoteWriteFailed", "WritesLost",
     "ConflictResolved", "StoreEvent", "StoreStatus", "ElectedEvent",
     # statistics and configuration
-    "StoreStatistics", "ReplicaStats", "ReplicaConfig", "Durability", "Faults", "DEFAULT_CHANNEL",
+    "StoreStatistics", "ReplicaStatistics", "ReplicaConfig", "Durability", "Faults", "DEFAULT_CHANNEL",
     # resolvers and custom commands
     "last_writer_wins", "Version", "ComputedCommand", "register_command",
     # errors

@@ -61,7 +61,7 @@ from .replication import (
     Durability,
     Replica,
     ReplicaConfig,
-    ReplicaStats,
+    ReplicaStatistics,
     WriteDone,
     WriteFailed,
 )
@@ -101,7 +101,7 @@ class ElectedStore(WriteOperations):
 
     def __init__(self, ep: Endpoint, name: str, replica: Replica, *, mode: str, election: dict[str, Any],
                  allow_short_cycle: bool, candidate: bool = True) -> None:
-        self.ep = ep
+        self.endpoint = ep
         self.name = name
         self.replica = replica
         self.mode = mode
@@ -151,7 +151,7 @@ class ElectedStore(WriteOperations):
     def stale(self) -> bool:
         return self.replica.stale
 
-    def statistics(self) -> ReplicaStats:
+    def statistics(self) -> ReplicaStatistics:
         """A copy of the replica's counters (handovers, data moved, malformed messages)."""
         return dataclasses.replace(self.replica.stats, malformed=self.malformed)
 
@@ -267,7 +267,7 @@ class ElectedStore(WriteOperations):
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(2.0):
                 await self.handoff()
-                await self.ep.flush(1.0)
+                await self.endpoint.flush(1.0)
         self.closed = True
         if self._scope is not None:
             self._scope.cancel()
@@ -294,11 +294,11 @@ class ElectedStore(WriteOperations):
                 # endpoint while it was not seen as live; writes also from this endpoint (a writer
                 # without a replica beside the master), never the log this replica sends
                 writes = writes_topic(self.name)
-                async with self.ep.subscribe(self.topic, writes, answers_topic(self.name), local=(writes,),
+                async with self.endpoint.subscribe(self.topic, writes, answers_topic(self.name), local=(writes,),
                                              kind=Kind.COMMAND, buffer=4096) as sub, \
-                        self.ep.status() as status, contextlib.AsyncExitStack() as stack:
+                        self.endpoint.status() as status, contextlib.AsyncExitStack() as stack:
                     if self.candidate:  # only candidates take part in the election
-                        transport = MQTTTransport(self.ep, self.actor_topic)
+                        transport = MQTTTransport(self.endpoint, self.actor_topic)
                         self._actor = await stack.enter_async_context(Actor(
                             transport, name=self.replica.id, cfg=self._election, value=0,
                             sticky=self.mode == "sticky", allow_short_cycle=self._allow_short_cycle))
@@ -311,7 +311,7 @@ class ElectedStore(WriteOperations):
                         task_status.started(self)
         finally:
             self.closed = True
-            _replicas.get(self.ep, set()).discard(self.name)
+            _replicas.get(self.endpoint, set()).discard(self.name)
             self._actor = None
             for event, box in self._waiters.values():
                 box.append(("error", StoreError(f"store {self.name!r} is closed")))
@@ -434,7 +434,7 @@ class ElectedStore(WriteOperations):
                 batch, self._sendq = self._sendq, []
                 for msg in batch:
                     for topic, endpoint in routes(self.name, msg):
-                        await self.ep.send_node(Kind.COMMAND, topic, msg,
+                        await self.endpoint.send_node(Kind.COMMAND, topic, msg,
                                                 receivers=None if endpoint is None else (endpoint,))
         finally:
             self._draining = False

@@ -19,7 +19,7 @@ from .replica_events import (
     MasterChanged,
     ReplicaConfig,
     ReplicaEvent,
-    ReplicaStats,
+    ReplicaStatistics,
     Role,
     StaleChanged,
 )
@@ -106,7 +106,7 @@ class ReplicaBase:
         self._outbox: list[list[Any]] = []
         self._events: list[ReplicaEvent] = []
         self._ack_due = False
-        self.stats = ReplicaStats()
+        self.stats = ReplicaStatistics()
         self._verified = False  # our history is known to be a prefix of the master's: apply its log
         self._durable_seq = 0  # as master: the highest durable seq
         self._discard_after: int | None = None  # a deposed master's unacknowledged tail starts after this

@@ -17,7 +17,7 @@ __all__ = [
     "Durability",
     "Role",
     "ReplicaConfig",
-    "ReplicaStats",
+    "ReplicaStatistics",
     "DataChanged",
     "MasterChanged",
     "ConflictsFound",
@@ -99,7 +99,7 @@ ReplicaEvent = DataChanged | MasterChanged | ConflictsFound | WriteDone | WriteF
 
 
 @dataclass(slots=True)
-class ReplicaStats:
+class ReplicaStatistics:
     """Counters since start: what handovers cost (records and snapshot entries moved)."""
 
     claims: int = 0  #: claims this node started

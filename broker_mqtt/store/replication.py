@@ -49,7 +49,7 @@ from .replica_events import (
     MasterChanged,
     ReplicaConfig,
     ReplicaEvent,
-    ReplicaStats,
+    ReplicaStatistics,
     Role,
     StaleChanged,
     WriteDone,
@@ -85,7 +85,7 @@ __all__ = [
     "WriteFailed",
     "StaleChanged",
     "ReplicaEvent",
-    "ReplicaStats",
+    "ReplicaStatistics",
     "Replica",
 ]
 

@@ -40,7 +40,7 @@ class StoreWriter:
                  max_pending: int = 10_000) -> None:
         if not writer_id or "/" in name:
             raise ValueError("a writer needs an id and a store name without '/'")
-        self.ep = ep
+        self.endpoint = ep
         self.name = name
         self.core = WriterCore(writer_id, ep.id.hex, anyio.current_time(), write_timeout=write_timeout)
         self.max_pending = max_pending
@@ -54,7 +54,7 @@ class StoreWriter:
     async def __aenter__(self) -> Self:
         # the master's announcements and the answers to this endpoint's writers; not the log. Also
         # from this endpoint: the master may be a replica on it
-        self._sub = self.ep.subscribe(master_topic(self.name), answers_topic(self.name), kind=Kind.COMMAND,
+        self._sub = self.endpoint.subscribe(master_topic(self.name), answers_topic(self.name), kind=Kind.COMMAND,
                                       local=True, buffer=4096)
         await self._sub.__aenter__()
         self._tg = anyio.create_task_group()
@@ -149,7 +149,7 @@ class StoreWriter:
                     break
                 for msg in out:  # to the master's endpoint (routes): the other replicas never see it
                     for topic, endpoint in routes(self.name, msg):
-                        await self.ep.send_node(Kind.COMMAND, topic, msg,
+                        await self.endpoint.send_node(Kind.COMMAND, topic, msg,
                                                 receivers=None if endpoint is None else (endpoint,))
         finally:
             self._draining = False
