@@ -200,7 +200,7 @@ class Client:
         return self.ended
 
     async def publish_confirmed(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> int:
-        packet_id = self.conn.publish(topic, payload, qos, retain)
+        packet_id: int = self.conn.publish(topic, payload, qos, retain)
         await self.wait_for(lambda: packet_id in self.confirmed)
         return packet_id
 
@@ -338,7 +338,7 @@ async def test_disconnect_ending_session_sends_no_will_and_forgets_the_session(w
     t = world.topic
     async with client(world, "s") as s, client(world, "p") as p:
         await s.conn.subscribe(t("e/#"), sub_id=1, no_local=False)
-        session = {"clean_start": False, "session_expiry": 60}
+        session: dict[str, Any] = {"clean_start": False, "session_expiry": 60}
         async with client(world, "e", will=Will(t("e/will"), b"will"), **session) as e:
             await e.conn.subscribe(t("e/data"), sub_id=1, no_local=False)
             await e.conn.disconnect_ending_session()
@@ -355,7 +355,7 @@ async def test_disconnect_ending_session_sends_no_will_and_forgets_the_session(w
 async def test_the_session_keeps_qos1_messages_until_the_reconnect(world: World, leave: str) -> None:
     """Subscriptions and QoS 1 messages outlive the connection, and come in order on reconnecting."""
     t = world.topic
-    session = {"clean_start": False, "session_expiry": 60}
+    session: dict[str, Any] = {"clean_start": False, "session_expiry": 60}
     async with client(world, "p") as p:
         async with client(world, "a", **session) as a:
             await a.conn.subscribe(t("s/#"), sub_id=5, no_local=False)
@@ -428,7 +428,7 @@ async def test_a_broker_restart_keeps_retained_messages_and_sessions(restartable
     CONNECT asked for a clean start (mosquitto 2.0 with persistence)."""
     world = restartable_world
     t = world.topic
-    session = {"session_expiry": 60}
+    session: dict[str, Any] = {"session_expiry": 60}
     async with client(world, "p") as p:
         await p.publish_confirmed(t("ret"), b"retained", retain=True)
     async with (
@@ -463,7 +463,7 @@ async def test_a_broker_restart_keeps_retained_messages_and_sessions(restartable
 
 # -- the Endpoint on top ---------------------------------------------------------------------------
 
-FAST = {"reconnect_delay": (0.01, 0.05)}
+FAST: dict[str, Any] = {"reconnect_delay": (0.01, 0.05)}
 
 
 def endpoint(world: World, name: str, connector: Connector | None = None) -> Endpoint:
