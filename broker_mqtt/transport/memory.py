@@ -40,9 +40,9 @@ For tests, the connector also plays the network and the broker's process:
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from weakref import WeakKeyDictionary
 
 import anyio
 import anyio.lowlevel
@@ -61,12 +61,18 @@ class _Network:
     """What the connectors of one broker share: its open connections, whether it runs, its clock."""
 
     def __init__(self, broker: MemoryBroker) -> None:
-        self.broker = broker
+        self._broker = weakref.ref(broker)  # not a strong one: it is this value's key in _networks
         self.running = True
         self.connections: set[MemoryConnection] = set()
         #: client ids whose last CONNECT asked for a clean start (their sessions do not survive stop)
         self.clean_started: set[str] = set()
         self._last_time: float | None = None
+
+    @property
+    def broker(self) -> MemoryBroker:
+        broker = self._broker()
+        assert broker is not None, "its connectors hold the broker"
+        return broker
 
     def tick(self) -> None:
         """Move the broker's clock forward by the anyio time elapsed since the last tick."""
@@ -93,7 +99,7 @@ def _discard(delivery: Delivery) -> None:
     pass
 
 
-_networks: WeakKeyDictionary[MemoryBroker, _Network] = WeakKeyDictionary()
+_networks: weakref.WeakKeyDictionary[MemoryBroker, _Network] = weakref.WeakKeyDictionary()
 
 
 def _network(broker: MemoryBroker) -> _Network:
@@ -155,6 +161,9 @@ class MemoryConnector:
         on_confirmed: Callable[[int], None],
         on_rejected: Callable[[int, str], None],
     ) -> AsyncIterator[MemoryConnection]:
+        """See :meth:`~broker_mqtt.transport.base.Connector.connect`. Raises
+        :class:`~broker_mqtt.transport.base.ConnectionClosed` while the broker is stopped, and
+        ValueError for a malformed will topic or session expiry (nothing is opened then)."""
         await anyio.lowlevel.checkpoint()
         network = self._network
         if not network.running:
