@@ -1,0 +1,111 @@
+"""A TCP relay in front of mosquitto whose links the test can cut: a network cut, for real.
+
+:class:`CuttableRelay` listens on a loopback port and relays every connection to the broker's
+port, in one thread. :meth:`CuttableRelay.cut` shuts down both sockets of every link it carries:
+the client sees the connection end and mosquitto sees a client vanish without DISCONNECT (so it
+publishes the will), just as when a cable is pulled. New connections are relayed as before.
+"""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import threading
+
+
+class CuttableRelay:
+    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
+        self._target = (host, target_port)
+        self._listener = socket.create_server((host, 0))
+        self._listener.setblocking(False)
+        self.port: int = self._listener.getsockname()[1]
+        self._peer: dict[socket.socket, socket.socket] = {}  # each side of a link -> the other
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._stopping = False
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, name=f"relay:{self.port}", daemon=True)
+        self._thread.start()
+
+    def cut(self) -> int:
+        """Break every link now open; returns how many."""
+        with self._lock:
+            sides = list(self._peer)
+        for sock in sides:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return len(sides) // 2
+
+    def close(self) -> None:
+        self._stopping = True
+        self._wake_w.send(b"x")
+        self._thread.join(10)
+        self.cut()
+        with self._lock:
+            for sock in self._peer:
+                sock.close()
+            self._peer.clear()
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            sock.close()
+
+    def _run(self) -> None:
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(self._listener, selectors.EVENT_READ)
+                sel.register(self._wake_r, selectors.EVENT_READ)
+                while not self._stopping:
+                    for key, _ in sel.select():
+                        sock = key.fileobj
+                        assert isinstance(sock, socket.socket)
+                        if sock is self._wake_r:
+                            sock.recv(64)
+                        elif sock is self._listener:
+                            self._accept(sel)
+                        else:
+                            self._relay(sel, sock)
+        except BaseException as exc:  # noqa: BLE001 - reported by the fixture, not lost in a thread
+            self.errors.append(exc)
+
+    def _accept(self, sel: selectors.BaseSelector) -> None:
+        try:
+            client, _ = self._listener.accept()
+        except BlockingIOError:
+            return
+        try:
+            upstream = socket.create_connection(self._target, timeout=5)
+        except OSError:
+            client.close()  # the broker is down: the client sees its connection refused/closed
+            return
+        for sock in (client, upstream):
+            sock.setblocking(True)
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            self._peer[client], self._peer[upstream] = upstream, client
+        sel.register(client, selectors.EVENT_READ)
+        sel.register(upstream, selectors.EVENT_READ)
+
+    def _relay(self, sel: selectors.BaseSelector, sock: socket.socket) -> None:
+        with self._lock:
+            other = self._peer.get(sock)
+        if other is None:
+            return
+        try:
+            data = sock.recv(1 << 16)
+            if data:
+                other.sendall(data)
+                return
+        except OSError:
+            pass
+        with self._lock:  # one side ended or failed: end the link
+            self._peer.pop(sock, None)
+            self._peer.pop(other, None)
+        for s in (sock, other):
+            sel.unregister(s)
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
