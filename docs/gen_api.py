@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ["broker_mqtt", "broker_mqtt.election", "broker_mqtt.store", "broker_mqtt.queue", "broker_mqtt.spark", "asyncactor"]
+PACKAGES = ["broker_mqtt", "broker_mqtt.transport", "broker_mqtt.election", "broker_mqtt.store", "broker_mqtt.queue", "broker_mqtt.spark", "asyncactor"]
 OUT = Path(__file__).resolve().parent / "api.md"
 
 

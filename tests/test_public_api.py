@@ -7,6 +7,10 @@ import broker_mqtt
 #: every package's user API (``__all__``): wire and protocol types stay in their modules
 PACKAGES = {
     "broker_mqtt.election": ["MQTTTransport"],
+    "broker_mqtt.transport": [
+        "MemoryBroker", "MemoryConnector", "Connector", "Connection", "ConnectOptions", "ConnAck", "Received",
+        "Will", "ConnectionClosed", "ConnectRefused", "TLSVerificationFailed",
+    ],
     "broker_mqtt.store": [
         "attach_master", "attach_clone", "attach_store", "MasterStore", "CloneStore", "ElectedStore",
         "StoreWriter", "Backend", "MemoryBackend", "SQLiteBackend", "Entry", "Inserted", "Updated", "Erased",

@@ -21,14 +21,14 @@ import math
 import anyio
 
 from ..errors import PayloadTooLarge, PublishQueueFull
-from ..transport.base import MAX_PACKET_DEFAULT, Connection, ConnectionClosed
+from ..transport.base import MAX_PACKET_DEFAULT, ORDERED_WINDOW, Connection, ConnectionClosed
 from .outbox import Batch, InFlight, Outbox
 from .statistics import EndpointStatistics
 
 __all__ = ["Sender", "Signal", "PUBLISH_OVERHEAD"]
 
 PUBLISH_OVERHEAD = 512  #: PUBLISH fixed header + topic + properties, generously
-_MAX_INFLIGHT = 16  # unconfirmed PUBLISHes per connection (paho queues beyond its own limit of 20)
+_MAX_INFLIGHT = ORDERED_WINDOW  # unconfirmed PUBLISHes per connection: beyond it a transport may reorder
 
 
 class Signal:

@@ -5,7 +5,24 @@ is a broker in this process, for tests and simulations without mosquitto
 (``Endpoint(connector=MemoryConnector(MemoryBroker()))``).
 """
 
+from .base import (
+    ConnAck,
+    Connection,
+    ConnectionClosed,
+    ConnectOptions,
+    Connector,
+    ConnectRefused,
+    Received,
+    TLSVerificationFailed,
+    Will,
+)
 from .memory import MemoryConnector
 from .memory_broker import MemoryBroker
 
-__all__ = ["MemoryBroker", "MemoryConnector"]
+__all__ = [
+    # an MQTT broker in this process, for tests and simulations
+    "MemoryBroker", "MemoryConnector",
+    # the interface a transport implements (docs/architecture.md, "Adding a transport")
+    "Connector", "Connection", "ConnectOptions", "ConnAck", "Received", "Will",
+    "ConnectionClosed", "ConnectRefused", "TLSVerificationFailed",
+]

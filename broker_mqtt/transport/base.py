@@ -11,7 +11,9 @@ transport does not retry, redeliver or reconnect on its own.
 While a connection is open:
 
 * :meth:`Connection.publish` queues one PUBLISH without waiting and returns its packet id.
-  PUBLISHes leave in call order. The transport later calls ``on_confirmed(packet_id)`` once per
+  PUBLISHes leave in call order while at most :data:`ORDERED_WINDOW` of them are unconfirmed (the
+  aiomqtt transport: paho holds back QoS 1 PUBLISHes past 20 unconfirmed and lets QoS 0 ones
+  overtake them; the endpoint keeps at most 16 in flight). The transport later calls ``on_confirmed(packet_id)`` once per
   PUBLISH: for QoS 1 when the PUBACK arrives, for QoS 0 when the packet was written. A PUBACK with
   a failure reason (>= 0x80) calls ``on_rejected(packet_id, reason)`` first, then
   ``on_confirmed(packet_id)`` (the broker has decided: it is not sent again). Confirmations may
@@ -39,8 +41,12 @@ from typing import Protocol
 
 from ..errors import TransportError
 
+#: unconfirmed PUBLISHes up to which every transport keeps call order (see the module docstring)
+ORDERED_WINDOW = 16
+
 __all__ = [
     "MAX_PACKET_DEFAULT",
+    "ORDERED_WINDOW",
     "PERMANENT_REFUSALS",
     "Will",
     "ConnectOptions",
