@@ -17,7 +17,7 @@ configuration, resolvers, custom commands and errors. Wire and protocol types st
   :mod:`.writer` (:class:`StoreWriter`, writing without a replica).
 """
 
-from .backend import Backend, Entry, MemoryBackend, SQLiteBackend
+from .backend import Backend, Entry, MemoryBackend
 from .clone_handle import CloneStore, attach_clone
 from .commands import ComputedCommand, register_command
 from .elected import ElectedStore, attach_store
@@ -54,6 +54,7 @@ from .handle import DEFAULT_CHANNEL
 from .master import CloneAttached, CloneLost, RemoteWriteFailed, WritesLost
 from .master_handle import MasterStore, attach_master
 from .replication import Durability, NoMaster, ReplicaConfig, ReplicaStatistics
+from .sqlite_backend import SQLiteBackend
 from .versioned import Version, last_writer_wins
 from .writer import StoreWriter
 

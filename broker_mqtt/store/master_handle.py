@@ -20,7 +20,7 @@ import anyio
 from .. import channel as ch
 from ..endpoint.attaching import attaching
 from ..wire.message import Kind
-from .backend import Backend, MemoryBackend, SQLiteBackend
+from .backend import Backend, MemoryBackend
 from .clock import clock
 from .commands import Put, PutUnique, WriteCommand
 from .discovery import MasterIs, Query, decode_store_message
@@ -31,6 +31,7 @@ from .handle import DEFAULT_EVENT_BUFFER, SCALARS, StoreHandle, channel_config
 from .master import Envelope, Master
 from .node_ids import endpoint_or_none
 from .observed import ObservedBackend
+from .sqlite_backend import SQLiteBackend
 
 if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint

@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..endpoint.event_stream import EventStream
-from .backend import Backend, Entry, _pack
+from .backend import Backend, Entry
 from .clone import Clone
 from .commands import Expire
 from .events import Erased, Expired, Inserted, Updated
 from .node_ids import endpoint_or_none
+from .packing import pack
 
 __all__ = ["ObservedBackend"]
 
@@ -132,10 +133,10 @@ class ObservedBackend:
         if not self.streams:
             self.inner.replace_all(entries, seq=seq)
             return
-        old = {_pack(e.key): e for e in self.inner.snapshot()}
+        old = {pack(e.key): e for e in self.inner.snapshot()}
         self.inner.replace_all(entries, seq=seq)
         for e in entries:
-            prev = old.pop(_pack(e.key), None)
+            prev = old.pop(pack(e.key), None)
             if prev is None:
                 self._emit(Inserted(self.store, e.key, e.value, None))
             elif prev.value != e.value:

@@ -10,7 +10,7 @@ its own); several that diverged (a healed split) are fetched as snapshots and me
 
 from __future__ import annotations
 
-from .backend import _pack
+from .packing import pack
 from .replica_base import CONFLICTS_KEPT, ReplicaBase, _Claim
 from .replica_events import ConflictsFound, DataChanged, Role
 from .replica_messages import Active, Claim, Fetch, Promise
@@ -110,7 +110,7 @@ class ClaimSide(ReplicaBase):
         seen = self._conflicts_reported
         fresh = []
         for c in conflicts:
-            ident = (_pack(c.key), frozenset({(c.chosen.hlc, c.chosen.origin), (c.other.hlc, c.other.origin)}))
+            ident = (pack(c.key), frozenset({(c.chosen.hlc, c.chosen.origin), (c.other.hlc, c.other.origin)}))
             if ident not in seen:
                 seen[ident] = None
                 fresh.append(c)

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backend import _pack, _pack_array, _Packed, _unpack
 from .commands import Clear, ComputedCommand, Erase, Put, PutUnique, WriteCommand
 from .errors import NoSuchKey, StoreDecodeError
 from .history import (
@@ -64,6 +63,7 @@ from .history import (
     position_to_wire,
 )
 from .master import _new_value
+from .packing import Packed, pack, pack_array, unpack
 from .versioned_sqlite import StateFile
 
 __all__ = [
@@ -106,7 +106,7 @@ class _Applied:
     # commit()'s cache: n -> (results[n], the encoding of [n, results[n]]); see packed_results
     packed: dict[int, tuple[Any, bytes]] = field(default_factory=dict, compare=False, repr=False)
 
-    def packed_results(self) -> _Packed:
+    def packed_results(self) -> Packed:
         """The encoding of ``[[n, result], ...]`` as the persisted header holds it. Each answer is
         encoded once, at the first commit that writes it: re-encoding the up to RESULTS_KEPT answers of
         every writer at every commit was most of the cost of a commit (a queue's acquire answers
@@ -116,11 +116,11 @@ class _Applied:
         for n, result in self.results.items():
             hit = cache.get(n)
             if hit is None or hit[0] is not result:
-                hit = cache[n] = (result, _pack([n, result]))
+                hit = cache[n] = (result, pack([n, result]))
             parts.append(hit[1])
         if len(cache) > len(parts):  # answers dropped from results
             self.packed = {n: cache[n] for n in self.results}
-        return _Packed(_pack_array(parts))
+        return Packed(pack_array(parts))
 
 
 class VersionedState:
@@ -170,17 +170,17 @@ class VersionedState:
         return len(self._tombstones)
 
     def version(self, key: Any) -> Version | None:
-        item = self._versions.get(_pack(key))
+        item = self._versions.get(pack(key))
         return None if item is None else item[1]
 
     def get(self, key: Any) -> Any:
-        item = self._versions.get(_pack(key))
+        item = self._versions.get(pack(key))
         if item is None or item[1].deleted:
             raise NoSuchKey(key)
         return item[1].value
 
     def exists(self, key: Any) -> bool:
-        item = self._versions.get(_pack(key))
+        item = self._versions.get(pack(key))
         return item is not None and not item[1].deleted
 
     def keys(self) -> list[Any]:
@@ -220,7 +220,7 @@ class VersionedState:
         for one in (op[1] if op[0] == "many" else (op,)):
             if one[0] == "put":  # the usual op: applied here, a call less per op
                 key = one[1]
-                self._set(_pack(key), key, Version(one[2], hlc, origin, seq, False, one[3]), changes)
+                self._set(pack(key), key, Version(one[2], hlc, origin, seq, False, one[3]), changes)
             else:
                 self._apply_op(one, record, changes)
         if not self.lineage or self.lineage[-1][0] != record.epoch:
@@ -247,13 +247,13 @@ class VersionedState:
         kind = op[0]
         if kind == "erase" or kind == "expire":
             key = op[1]
-            self._tombstone(_pack(key), key, record, changes, kind == "expire")
+            self._tombstone(pack(key), key, record, changes, kind == "expire")
         elif kind == "clear":
             for k, (key, v) in list(self._versions.items()):
                 if not v.deleted:
                     self._tombstone(k, key, record, changes, False)
         elif kind == "forget":
-            k = _pack(op[1])
+            k = pack(op[1])
             item = self._versions.get(k)
             if item is not None and item[1].deleted:
                 del self._versions[k]
@@ -292,7 +292,7 @@ class VersionedState:
     def replace(self, versions: Iterable[tuple[Any, Version]], *, last_seq: int, lineage: Lineage,
                 applied: dict[str, _Applied], max_hlc: int) -> list[Change]:
         """Replace everything (a snapshot or a merge); return the visible changes."""
-        new = {_pack(k): (k, v) for k, v in versions}
+        new = {pack(k): (k, v) for k, v in versions}
         changes: list[Change] = []
         for k, (key, v) in self._versions.items():
             if v.deleted:
@@ -354,8 +354,8 @@ class VersionedState:
     def _load(self, rows: Iterator[tuple[bytes, bytes]], meta: Callable[[], dict[str, Any]]) -> None:
         """Read a state file's versions and header into this (empty) state (:meth:`StateFile.open`)."""
         for k, v in rows:
-            key = _unpack(k)
-            self._versions[k] = (key, Version.from_wire(_unpack(v)))
+            key = unpack(k)
+            self._versions[k] = (key, Version.from_wire(unpack(v)))
             if self._versions[k][1].expiry is not None:
                 self._expiring.add(k)
         header = meta()
@@ -382,10 +382,10 @@ class VersionedState:
             "applied": [[w, a.n, a.seq, a.packed_results()] for w, a in self.applied.items()],
         }
         if self._rewrite_all:
-            rows = [(k, _pack(v.to_wire())) for k, (_, v) in self._versions.items()]
+            rows = [(k, pack(v.to_wire())) for k, (_, v) in self._versions.items()]
             gone: list[tuple[bytes]] = []
         else:
-            rows = [(k, _pack(item[1].to_wire())) for k, item in self._dirty.items() if item is not None]
+            rows = [(k, pack(item[1].to_wire())) for k, item in self._dirty.items() if item is not None]
             gone = [(k,) for k, item in self._dirty.items() if item is None]
         self._file.write(header, rows, gone, replace_all=self._rewrite_all)
         self._dirty.clear()

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .backend import _pack, _unpack, open_sqlite, sqlite_transaction
 from .errors import BackendError, StoreDecodeError
+from .packing import pack, unpack
+from .sqlite_backend import open_sqlite, sqlite_transaction
 
 __all__ = ["StateFile"]
 
@@ -51,7 +52,7 @@ class StateFile:
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(_SCHEMA)
             rows = ((bytes(k), v) for k, v in db.execute("SELECT k, v FROM versions"))
-            load(rows, lambda: {name: _unpack(v) for name, v in db.execute("SELECT name, v FROM meta")})
+            load(rows, lambda: {name: unpack(v) for name, v in db.execute("SELECT name, v FROM meta")})
         except BaseException as exc:
             db.close()
             if isinstance(exc, (sqlite3.Error, StoreDecodeError, KeyError, TypeError, ValueError)):
@@ -71,7 +72,7 @@ class StateFile:
             elif gone:
                 db.executemany("DELETE FROM versions WHERE k = ?", gone)
             db.executemany("INSERT OR REPLACE INTO versions (k, v) VALUES (?, ?)", rows)
-            db.execute("INSERT OR REPLACE INTO meta (name, v) VALUES ('state', ?)", (_pack(header),))
+            db.execute("INSERT OR REPLACE INTO meta (name, v) VALUES ('state', ?)", (pack(header),))
 
     @property
     def closed(self) -> bool:

@@ -17,7 +17,7 @@ import pytest
 from _sqlite_tracking import is_closed, track_connections
 
 from broker_mqtt.store import Backend, BackendError, Entry, MemoryBackend, NoSuchKey, SQLiteBackend
-from broker_mqtt.store.backend import _pack
+from broker_mqtt.store.packing import pack as _pack
 from broker_mqtt.store.versioned import VersionedState
 
 

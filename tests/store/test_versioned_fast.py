@@ -1,4 +1,4 @@
-"""The fast paths of ``store/versioned.py`` (and ``backend._pack_array``) against plain reference forms.
+"""The fast paths of ``store/versioned.py`` (and ``packing.pack_array``) against plain reference forms.
 
 The per-op code of :class:`VersionedState` builds its dataclasses through written-out ``__init__``s,
 checks received ops in one flat pass, and persists the writers' answers from a cache of their
@@ -18,8 +18,10 @@ from typing import Any
 import cbor2
 import pytest
 
-from broker_mqtt.store.backend import _pack, _pack_array, _unpack
 from broker_mqtt.store.errors import StoreDecodeError
+from broker_mqtt.store.packing import pack as _pack
+from broker_mqtt.store.packing import pack_array as _pack_array
+from broker_mqtt.store.packing import unpack as _unpack
 from broker_mqtt.store.versioned import (
     RESULTS_KEPT,
     Change,

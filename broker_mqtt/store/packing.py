@@ -1,0 +1,82 @@
+"""How a store packs keys and values into bytes: the canonical CBOR encoding, and back.
+
+Keys compare by their encoding (``1`` and ``1.0`` are different keys, a list and a tuple the same),
+so every backend and the elected store's state key their maps by what :func:`pack` returns. The
+encoding is ``broker_mqtt.wire.codec``'s, in canonical form; a :class:`Packed` stands for an item
+encoded earlier. Pure functions: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import cbor2
+
+from ..wire import codec
+from .errors import BackendError
+
+__all__ = ["Packed", "pack", "pack_array", "unpack"]
+
+
+@functools.lru_cache(maxsize=65_536)
+def _pack_scalar(obj: int | str) -> bytes:
+    return cbor2.dumps(obj, canonical=True)
+
+
+def pack(obj: Any) -> bytes:
+    """Encode a key or value: ``broker_mqtt.wire.codec``'s encoding, in canonical form (so that equal
+    keys, e.g. sets built in another order, get equal bytes). Plain ints and strings, the usual
+    keys, come from a cache (``type(...) is``: a bool, an int subclass, never shares 1's bytes).
+    A :class:`Packed` inside ``obj`` stands for the item it holds the encoding of."""
+    t = type(obj)
+    if t is int or t is str:
+        return _pack_scalar(obj)
+    try:
+        return cbor2.dumps(obj, canonical=True, default=_default)
+    except (cbor2.CBOREncodeError, codec.EncodeError, TypeError, ValueError) as exc:
+        raise BackendError(f"cannot encode {obj!r}: {exc}") from exc
+
+
+def _default(encoder: cbor2.CBOREncoder, obj: Any) -> None:
+    """``pack``'s hook for what cbor2 does not encode itself: a :class:`Packed` is written as the
+    encoding it holds (a part encoded earlier), anything else goes to the codec."""
+    if type(obj) is Packed:
+        encoder.write(obj.data)
+    else:
+        codec._default(encoder, obj)
+
+
+def pack_array(parts: list[bytes]) -> bytes:
+    """``pack`` of a list whose items ``pack`` to ``parts``: a canonical array is its head (the
+    length in the fewest bytes) followed by its items' encodings."""
+    n = len(parts)
+    if n < 24:
+        head = bytes((0x80 + n,))
+    elif n < 0x100:
+        head = bytes((0x98, n))
+    elif n < 0x1_0000:
+        head = b"\x99" + n.to_bytes(2, "big")
+    elif n < 0x1_0000_0000:
+        head = b"\x9a" + n.to_bytes(4, "big")
+    else:
+        head = b"\x9b" + n.to_bytes(8, "big")
+    return head + b"".join(parts)
+
+
+def unpack(data: bytes) -> Any:
+    """Decode a key or value (``broker_mqtt.wire.codec.decode``)."""
+    try:
+        return codec.decode(data)
+    except codec.DecodeError as exc:
+        raise BackendError(f"cannot decode stored data: {exc}") from exc
+
+
+class Packed:
+    """A value kept as its CBOR encoding: a MemoryBackend's stored value (every mutable or composite
+    value: a fresh copy on every read), or a part of what ``pack`` encodes, encoded earlier."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
