@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from broker_mqtt.store.commands import ComputedCommand  # noqa: E402 - after the sys.path line
 from broker_mqtt.store.versioned import Clock, Record, VersionedState, compute_op  # noqa: E402
+from broker_mqtt.store.versioned_sqlite import open_state  # noqa: E402
 
 OWNER = "c" * 32 + "/worker-1"  # 41 characters, like "<endpoint hex>/<name>"
 assert len(OWNER) == 41
@@ -184,7 +185,7 @@ def state_factory(backend: str, tmp: Path) -> Callable[[], VersionedState]:
     def make() -> VersionedState:
         if backend == "memory":
             return VersionedState()
-        return VersionedState(tmp / f"state-{next(_files)}.db")
+        return open_state(tmp / f"state-{next(_files)}.db")
     return make
 
 

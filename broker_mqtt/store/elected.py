@@ -69,6 +69,7 @@ from .replication import MasterChanged as ReplicaMasterChanged
 from .replication import StaleChanged as ReplicaStaleChanged
 from .routes import answers_topic, replication_topic, routes, writes_topic
 from .versioned import Clock, Epoch, Resolver, VersionedState, last_writer_wins
+from .versioned_sqlite import open_state
 
 if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint
@@ -490,7 +491,7 @@ async def attach_store(
         hb = min(0.25, gap / 2)
         config = ReplicaConfig(heartbeat=hb, member_timeout=4 * hb, claim_timeout=max(4 * hb, gap),
                                write_timeout=write_timeout)
-    state = VersionedState(path if backend == "sqlite" else None)
+    state = open_state(path) if backend == "sqlite" and path is not None else VersionedState()
     held.add(name)
     try:
         node_id = f"{ep.id.hex}.{secrets.token_hex(4)}"

@@ -23,9 +23,10 @@ Theory of operation (``docs/elected-stores.md``):
 * A write command may compute its own effect (:class:`~.commands.ComputedCommand`, e.g. the queue
   operations of :mod:`broker_mqtt.queue`); an effect that changes several keys at once is one
   ``["many", [op, ...]]`` op, applied atomically in one record.
-* Persistence: with a ``path``, every applied batch is written to SQLite in one transaction
-  (WAL, ``synchronous=FULL``) before the replica acknowledges it, and a reopened state continues where
-  it stopped. The file is :class:`~.versioned_sqlite.StateFile`'s; this module only says what to write.
+* Persistence: a state with a :class:`Persistence` attached (``versioned_sqlite.open_state(path)``:
+  an SQLite file, WAL, ``synchronous=FULL``) writes every applied batch to it in one transaction
+  before the replica acknowledges it, and a reopened state continues where it stopped. This module
+  only says what to write; it opens no file.
 
 The types the state is made of (epochs, lineages, versions, records, the clock) are :mod:`.history`'s,
 re-exported here.
@@ -37,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .commands import Clear, ComputedCommand, Erase, Put, PutUnique, WriteCommand
 from .errors import NoSuchKey, StoreDecodeError
@@ -64,7 +65,6 @@ from .history import (
 )
 from .master import _new_value
 from .packing import Packed, pack, pack_array, unpack
-from .versioned_sqlite import StateFile
 
 __all__ = [
     "Epoch",
@@ -75,6 +75,7 @@ __all__ = [
     "Change",
     "Conflict",
     "VersionedState",
+    "Persistence",
     "Resolver",
     "last_writer_wins",
     "merge",
@@ -97,6 +98,20 @@ WRITERS_KEPT = 100_000  # writers remembered; past it the 10 % least recently ap
 
 
 # -- the state -------------------------------------------------------------------------------------------
+
+class Persistence(Protocol):
+    """Where a state's committed batches go (:class:`~.versioned_sqlite.StateFile`: an SQLite file)."""
+
+    def write(self, header: dict[str, Any], rows: Iterable[tuple[bytes, bytes]], gone: list[tuple[bytes]],
+              *, replace_all: bool) -> None:
+        """Durably, atomically: drop the ``gone`` keys (or every row, ``replace_all``), store ``rows``
+        (packed key, packed version) and ``header``. Raises BackendError (nothing written)."""
+        ...
+
+    def close(self) -> None:
+        """Release it; idempotent."""
+        ...
+
 
 @dataclass(slots=True)
 class _Applied:
@@ -124,9 +139,10 @@ class _Applied:
 
 
 class VersionedState:
-    """One replica's copy; see the module docstring. ``path``: persist in this SQLite file."""
+    """One replica's copy; see the module docstring. In memory only until a :class:`Persistence` is
+    attached (:meth:`attach`; ``versioned_sqlite.open_state(path)`` opens a state from its file)."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self) -> None:
         self._versions: dict[bytes, tuple[Any, Version]] = {}
         self.last_seq = 0
         self.lineage: Lineage = []
@@ -137,10 +153,8 @@ class VersionedState:
         self._changed = False
         self._expiring: set[bytes] = set()  # keys whose version has an expiry
         self._tombstones: dict[bytes, int] = {}  # tombstone keys -> their hlc, oldest first (roughly)
-        self._file: StateFile | None = None
-        self.path = None if path is None else Path(path)
-        if self.path is not None:
-            self._file = StateFile.open(self.path, self._load)
+        self._file: Persistence | None = None
+        self.path: Path | None = None  # the file attached, if the opener says
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -351,8 +365,15 @@ class VersionedState:
 
     _rewrite_all = False
 
-    def _load(self, rows: Iterator[tuple[bytes, bytes]], meta: Callable[[], dict[str, Any]]) -> None:
-        """Read a state file's versions and header into this (empty) state (:meth:`StateFile.open`)."""
+    def attach(self, persistence: Persistence, path: Path | None = None) -> None:
+        """From now on :meth:`commit` writes to ``persistence`` (loaded into this state by :meth:`load`
+        first, if it holds anything); ``path``: the file it is, for ``self.path``."""
+        self._file = persistence
+        self.path = path
+
+    def load(self, rows: Iterator[tuple[bytes, bytes]], meta: Callable[[], dict[str, Any]]) -> None:
+        """Read persisted versions and header into this (empty) state: ``rows`` yields ``(packed key,
+        packed version)``, ``meta()`` the decoded header rows (:meth:`StateFile.open`'s loader)."""
         for k, v in rows:
             key = unpack(k)
             self._versions[k] = (key, Version.from_wire(unpack(v)))
@@ -372,7 +393,7 @@ class VersionedState:
         self._tombstones = {k: hlc for hlc, k in dead}
 
     def commit(self) -> None:
-        """Make everything applied so far durable (no-op without a path). Raises BackendError."""
+        """Make everything applied so far durable (no-op without a persistence). Raises BackendError."""
         if self._file is None or not self._changed:
             self._dirty.clear()
             self._changed = False
@@ -393,7 +414,7 @@ class VersionedState:
         self._changed = False
 
     def close(self) -> None:
-        """Close the SQLite file (if any); what was not committed is not written. Idempotent; the
+        """Close the persistence (if any); what was not committed is not written. Idempotent; the
         in-memory state stays readable, ``commit()`` becomes a no-op."""
         if self._file is not None:
             self._file.close()

@@ -7,7 +7,8 @@ included) and ``meta`` (one row ``state``: the header with ``seq``, ``lineage``,
 batch. SQLite errors become :class:`~.errors.BackendError` naming the file.
 
 The state decides what to write (the rows it changed since the last commit, or all of them after a
-snapshot or merge) and when; this module only knows the file.
+snapshot or merge) and when; this module only knows the file. :func:`open_state` opens a state from
+its file (the state itself opens nothing: a :class:`StateFile` is its :class:`~.versioned.Persistence`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any
 from .errors import BackendError, StoreDecodeError
 from .packing import pack, unpack
 from .sqlite_backend import open_sqlite, sqlite_transaction
+from .versioned import VersionedState
 
-__all__ = ["StateFile"]
+__all__ = ["StateFile", "open_state"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS versions (k BLOB PRIMARY KEY, v BLOB NOT NULL);
@@ -83,3 +85,13 @@ class StateFile:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def open_state(path: str | Path) -> VersionedState:
+    """A :class:`~.versioned.VersionedState` persisted in the SQLite file ``path`` (created if absent),
+    holding what the file holds. Raises :class:`BackendError` as :meth:`StateFile.open` does (nothing
+    is left open then)."""
+    state = VersionedState()
+    file = StateFile.open(Path(path), state.load)
+    state.attach(file, file.path)
+    return state

@@ -23,6 +23,7 @@ from broker_mqtt.store.replication import (
     WriteFailed,
 )
 from broker_mqtt.store.versioned import Clock, VersionedState
+from broker_mqtt.store.versioned_sqlite import open_state
 
 
 @dataclass
@@ -64,7 +65,7 @@ class SimNet:
         old = self.nodes.get(name)
         if old is not None:
             old.replica.state.close()
-        replica = Replica("s", f"{name}.0", VersionedState(path), self.now, durability=self.durability,
+        replica = Replica("s", f"{name}.0", VersionedState() if path is None else open_state(path), self.now, durability=self.durability,
                           config=self.config, clock=clock)
         node = self.nodes[name] = Node(replica)
         self.dead.discard(name)

@@ -20,6 +20,7 @@ from broker_mqtt.store.errors import StoreDecodeError, TypeClash
 from broker_mqtt.store.record_log import RecordLog, op_count
 from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig, StaleChanged
 from broker_mqtt.store.versioned import Clock, Record, VersionedState, fork_seq
+from broker_mqtt.store.versioned_sqlite import open_state
 
 
 class Load:
@@ -428,7 +429,7 @@ def test_writers_without_a_replica_are_answered_at_their_endpoint_and_replicas_o
 @pytest.mark.parametrize("persistent", [False, True])
 def test_forget_drops_old_tombstones_only_and_persists(tmp_path: Any, persistent: bool) -> None:
     path = tmp_path / "s.db" if persistent else None
-    with contextlib.closing(VersionedState(path)) as state:
+    with contextlib.closing(VersionedState() if path is None else open_state(path)) as state:
         seq = 0
 
         def apply(op: tuple[Any, ...], hlc: int) -> list[Any]:
@@ -454,7 +455,7 @@ def test_forget_drops_old_tombstones_only_and_persists(tmp_path: Any, persistent
         state.commit()
         if path is not None:
             state.close()
-            with contextlib.closing(VersionedState(path)) as again:
+            with contextlib.closing(open_state(path)) as again:
                 assert again.version(0) is None and again.version(3) is not None and again.version(3).deleted
                 assert again.tombstones == 1 and again.old_tombstones(100, 10) == [3]
                 assert again.version(1).value == "again"

@@ -18,7 +18,7 @@ from _sqlite_tracking import is_closed, track_connections
 
 from broker_mqtt.store import Backend, BackendError, Entry, MemoryBackend, NoSuchKey, SQLiteBackend
 from broker_mqtt.store.packing import pack as _pack
-from broker_mqtt.store.versioned import VersionedState
+from broker_mqtt.store.versioned_sqlite import open_state
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -166,7 +166,7 @@ def test_sqlite_is_wal_and_synchronous_full(tmp_path: Path) -> None:
         b.close()
 
 
-@pytest.mark.parametrize("opener", [SQLiteBackend, VersionedState], ids=["SQLiteBackend", "VersionedState"])
+@pytest.mark.parametrize("opener", [SQLiteBackend, open_state], ids=["SQLiteBackend", "VersionedState"])
 def test_corrupt_file_is_backend_error_and_leaves_no_connection_open(
         opener: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """VersionedState is the elected stores' (and queues') SQLite persistence: the same guarantee."""
@@ -192,14 +192,14 @@ def test_sqlite_backend_close_is_idempotent_and_closes_the_file(tmp_path: Path,
 def test_versioned_state_bad_header_is_backend_error_and_leaves_no_connection_open(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "s.db"
-    with contextlib.closing(VersionedState(path)):
+    with contextlib.closing(open_state(path)):
         pass  # creates the schema
     with contextlib.closing(sqlite3.connect(path)) as db:  # a valid SQLite file whose header is not one
         db.execute("INSERT INTO meta (name, v) VALUES ('state', ?)", (_pack({"seq": 1}),))
         db.commit()
     opened = track_connections(monkeypatch)
     with pytest.raises(BackendError, match="cannot open"):
-        VersionedState(path)
+        open_state(path)
     assert opened and all(is_closed(db) for db in opened)
 
 

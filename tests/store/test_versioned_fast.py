@@ -32,6 +32,7 @@ from broker_mqtt.store.versioned import (
     _op_from_wire,
     merge,
 )
+from broker_mqtt.store.versioned_sqlite import open_state
 from broker_mqtt.wire import codec
 
 EPOCH = (1, "n")
@@ -191,7 +192,7 @@ def test_pack_array_is_pack_of_the_list(n: int) -> None:
 
 def test_committed_header_is_byte_for_byte_the_plain_encoding(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    with contextlib.closing(VersionedState(path)) as s:
+    with contextlib.closing(open_state(path)) as s:
         rng = random.Random(3)
         for i in range(RESULTS_KEPT * 3):
             writer = f"w{rng.randrange(30)}" if i < RESULTS_KEPT * 2 else "busy"
@@ -208,13 +209,13 @@ def test_committed_header_is_byte_for_byte_the_plain_encoding(tmp_path: Path) ->
         _apply(s, ("put", 0, 0, None))
         s.commit()
         assert _stored_header(path) == _plain_header(s)
-    with contextlib.closing(VersionedState(path)) as again:
+    with contextlib.closing(open_state(path)) as again:
         assert {w: (a.n, a.seq, a.results) for w, a in again.applied.items()} == {
             w: (a.n, a.seq, {n: _unpack(_pack(r)) for n, r in a.results.items()}) for w, a in s.applied.items()}
 
 
 def test_header_with_many_writers_and_after_a_merge(tmp_path: Path) -> None:
-    with contextlib.closing(VersionedState(tmp_path / "a.db")) as a:
+    with contextlib.closing(open_state(tmp_path / "a.db")) as a:
         b = VersionedState()
         for i in range(300):
             _apply(a, ("put", i, i, None), writer=f"w{i}", result=[i])
