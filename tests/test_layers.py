@@ -1,6 +1,7 @@
 """The architecture, pinned (docs/architecture.md): layers import only downwards, no import cycles
 (imports inside functions and under TYPE_CHECKING included), `asyncactor` imports nothing from
-`broker_mqtt`, and no module holds more than 600 lines."""
+`broker_mqtt`, the sans-io cores import no I/O, clock or event loop, and no module holds more than
+600 lines."""
 
 from __future__ import annotations
 
@@ -48,8 +49,9 @@ def _resolve(name: str) -> str | None:
     return name or None
 
 
-def _imports(module: str) -> set[str]:
-    """The project modules ``module`` imports, anywhere in its body."""
+def _imports(module: str, external: set[str] | None = None) -> set[str]:
+    """The project modules ``module`` imports, anywhere in its body; the top-level names of the other
+    modules it imports (stdlib, third party) go to ``external``."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
@@ -68,10 +70,37 @@ def _imports(module: str) -> set[str]:
             resolved = _resolve(target)
             if resolved is not None and resolved != module:
                 found.add(resolved)
+            elif resolved is None and external is not None and not (isinstance(node, ast.ImportFrom)
+                                                                     and node.level):
+                external.add(target.partition(".")[0])
     return found
 
 
-GRAPH = {module: _imports(module) for module in MODULES}
+#: module -> the top-level names of the non-project modules it imports (anywhere in its body)
+EXTERNAL: dict[str, set[str]] = {module: set() for module in MODULES}
+GRAPH = {module: _imports(module, EXTERNAL[module]) for module in MODULES}
+
+#: What a sans-io core must not import, directly or through project modules: an event loop, the
+#: clock, a file or a socket (STYLE.md). The cores take time and persistence as arguments.
+IO_MODULES = frozenset({"anyio", "trio", "asyncio", "time", "sqlite3", "socket"})
+
+#: The sans-io cores. Left out, though free today: ``asyncactor.transport`` (the seam to an I/O
+#: transport, not a core). Implicit imports of parent packages (``broker_mqtt.store/__init__``
+#: re-exports the I/O layers) are not counted: only what the modules import themselves.
+SANS_IO = sorted({
+    *(m for m in MODULES if m == "broker_mqtt.wire" or m.startswith("broker_mqtt.wire.")),
+    *(m for m in MODULES if m == "broker_mqtt.channel" or m.startswith("broker_mqtt.channel.")),
+    *(f"broker_mqtt.store.{m}" for m in (
+        "master", "clone", "commands", "replication", "replica_base", "replica_claim", "replica_events",
+        "replica_follower", "replica_master", "replica_messages", "versioned", "history", "writer_core",
+        "record_log", "packing", "backend")),
+    "broker_mqtt.queue.model", "broker_mqtt.queue.commands",
+    "broker_mqtt.endpoint.dispatch", "broker_mqtt.endpoint.presence", "broker_mqtt.endpoint.outbox",
+    "broker_mqtt.transport.memory_broker",
+    *(f"asyncactor.{m}" for m in (
+        "protocol", "core_state", "pinging", "succession", "healing", "history", "messages", "collision",
+        "config", "events", "policy", "queue", "recovery", "state")),
+})
 
 
 def _layer(module: str) -> int | None:
@@ -141,6 +170,44 @@ def test_no_import_cycles() -> None:
         if module not in index:
             visit(module)
     assert cycles == []
+
+
+def _io_reached(module: str) -> list[str]:
+    """``"path -> ... -> module: name"`` for every I/O module ``module`` imports, directly or through
+    project modules (the first path found to each importing module)."""
+    paths = {module: [module]}
+    todo = [module]
+    while todo:
+        current = todo.pop(0)
+        for target in sorted(GRAPH[current]):
+            if target not in paths:
+                paths[target] = [*paths[current], target]
+                todo.append(target)
+    return [f"{' -> '.join(path)}: {name}" for m, path in paths.items() for name in sorted(EXTERNAL[m] & IO_MODULES)]
+
+
+@pytest.mark.parametrize("module", SANS_IO)
+def test_sans_io_core_imports_no_io(module: str) -> None:
+    assert module in MODULES
+    assert _io_reached(module) == []
+
+
+def test_the_sans_io_check_sees_direct_and_transitive_io() -> None:
+    """The check above can fail: a core importing ``time``, or a project module importing sqlite3."""
+    saved_graph, saved_external = dict(GRAPH), {m: set(names) for m, names in EXTERNAL.items()}
+    try:
+        EXTERNAL["broker_mqtt.store.history"].add("time")
+        assert _io_reached("broker_mqtt.store.history") == ["broker_mqtt.store.history: time"]
+        GRAPH["broker_mqtt.wire.codec"] = GRAPH["broker_mqtt.wire.codec"] | {"broker_mqtt.store.sqlite_backend"}
+        reached = _io_reached("broker_mqtt.store.replication")
+        assert any(line.endswith("broker_mqtt.store.sqlite_backend: sqlite3") for line in reached)
+        with pytest.raises(AssertionError):
+            test_sans_io_core_imports_no_io("broker_mqtt.store.history")
+    finally:
+        GRAPH.clear()
+        GRAPH.update(saved_graph)
+        EXTERNAL.clear()
+        EXTERNAL.update(saved_external)
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
