@@ -11,6 +11,7 @@ simulated time; ``random`` is seeded per test, so a failure replays.
 
 from __future__ import annotations
 
+import gc
 import random
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -105,6 +106,7 @@ class Sim:
 async def sim(request: pytest.FixtureRequest) -> AsyncIterator[Sim]:
     async with AsyncExitStack() as stack:
         yield Sim(stack)
+    gc.collect()  # the unclosed streams noted below are collected here, inside their test's filters
     request.node.user_properties.append(("simulated seconds", anyio.current_time()))
 
 
@@ -112,8 +114,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """With ``-v``: the simulated time each test covered (next to --durations' wall times)."""
     if terminalreporter.config.get_verbosity() < 1:
         return
-    rows = [(r.nodeid, v) for r in terminalreporter.stats.get("passed", []) if r.when == "call"
-            for k, v in r.user_properties if k == "simulated seconds"]
+    rows = {r.nodeid: v for reports in terminalreporter.stats.values() for r in reports
+            if getattr(r, "when", None) == "teardown"
+            for k, v in getattr(r, "user_properties", ()) if k == "simulated seconds"}.items()
     if rows:
         terminalreporter.section("simulated time")
         for nodeid, seconds in rows:
