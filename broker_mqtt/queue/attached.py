@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -35,6 +34,7 @@ import anyio.abc
 from ..endpoint.attaching import attaching
 from ..endpoint.events import PeerLost, PeerRemoved
 from ..errors import BrokerMQTTError
+from ..store.clock import clock
 from ..store.commands import WriteCommand
 from ..store.elected import ElectedStore, attach_store
 from ..store.errors import StoreError
@@ -380,10 +380,10 @@ class WorkQueue:
             await anyio.sleep(min(1.0, self.lease / 4))
             if self.store.is_master:
                 state = self.store.replica.state
-                for owner in index_for(state).expired_owners(time.time()):
+                for owner in index_for(state).expired_owners(clock()):
                     await self._release(owner, "lease expired", True)
                 forget = None if self.tombstone_ttl is None else Forget(self.tombstone_ttl)
-                if forget is not None and forget.keys(state, time.time(), limit=1):
+                if forget is not None and forget.keys(state, clock(), limit=1):
                     try:
                         await self.write(forget)
                     except StoreError as exc:  # e.g. mastership moved on: the next master does it

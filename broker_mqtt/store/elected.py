@@ -27,7 +27,6 @@ import functools
 import logging
 import math
 import secrets
-import time
 import uuid
 import weakref
 from pathlib import Path
@@ -41,6 +40,7 @@ from ..endpoint.event_stream import EventStream
 from ..endpoint.events import PeerLost, PeerRemoved
 from ..errors import UsageError
 from ..wire.message import Kind
+from .clock import clock
 from .commands import PutUnique, WriteCommand
 from .errors import StoreDecodeError, StoreError
 from .events import (
@@ -372,7 +372,7 @@ class ElectedStore(WriteOperations):
                     await self._wake.wait()
                 self._wake = anyio.Event()
             self._sleep_until = -math.inf
-            self.replica.tick(anyio.current_time(), time.time())
+            self.replica.tick(anyio.current_time(), clock())
             self._drain()
             await self._flush()
 
@@ -496,7 +496,7 @@ async def attach_store(
     try:
         node_id = f"{ep.id.hex}.{secrets.token_hex(4)}"
         replica = Replica(name, node_id, state, anyio.current_time(), durability=durability, config=config,
-                          resolver=resolver, clock=Clock(time.time))
+                          resolver=resolver, clock=Clock(clock))
         store = ElectedStore(ep, name, replica, mode=mode, election=election,
                              allow_short_cycle=allow_short_cycle, candidate=candidate)
         await ep.start_service(store._service)

@@ -27,7 +27,6 @@ What differs between master and clone (discovery, where messages go, the operati
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -90,7 +89,7 @@ class StoreHandle(WriteOperations):
         self._status_streams: list[EventStream[Any]] = []
         self._sendq: deque[Envelope] = deque()
         self._unsent = 0  # application writes in the core not drained yet
-        self._last_write = 0.0  # time.perf_counter() of the latest application write
+        self._last_write = -math.inf  # anyio.current_time() of the latest application write
         self._kick_event = anyio.Event()
         self._kicked = False
         self._draining = False
@@ -177,7 +176,7 @@ class StoreHandle(WriteOperations):
         as the writer yields, so a burst leaves as a few large messages (inline every
         ``_DRAIN_EVERY`` writes). Either way every write is sent, in order."""
         self._unsent += 1
-        now = time.perf_counter()
+        now = anyio.current_time()
         burst, self._last_write = now - self._last_write < _BURST_GAP, now
         if self._kicked:  # the sender task will drain
             if self._unsent >= _DRAIN_EVERY:

@@ -51,7 +51,7 @@ Lineage = list[tuple[Epoch, int]]  #: [(epoch, first seq it wrote), ...], epochs
 class Clock:
     """A hybrid logical clock: ``now()`` is >= ``wall()`` in microseconds and > every time seen.
 
-    ``wall`` (seconds since the epoch) is the caller's: the I/O layer passes ``time.time``, a
+    ``wall`` (seconds since the epoch) is the caller's: the I/O layer passes :func:`.clock.clock`, a
     simulation its own clock; nothing here reads a clock of its own."""
 
     def __init__(self, wall: Callable[[], float]) -> None:
