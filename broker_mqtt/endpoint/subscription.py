@@ -171,7 +171,11 @@ class Subscription(_Stream):
         self.kind = kind
 
     async def __aenter__(self) -> Self:
-        await self._endpoint._add_subscriber(self)
+        try:
+            await self._endpoint._add_subscriber(self)
+        except BaseException:
+            self._close()  # never entered: nobody else closes the streams
+            raise
         return self
 
     async def __anext__(self) -> Message:
@@ -205,7 +209,11 @@ class RawSubscription(_Stream):
         self.filters = filters
 
     async def __aenter__(self) -> Self:
-        await self._endpoint._add_raw_subscriber(self)
+        try:
+            await self._endpoint._add_raw_subscriber(self)
+        except BaseException:
+            self._close()  # never entered: nobody else closes the streams
+            raise
         return self
 
     async def __anext__(self) -> RawMessage:

@@ -66,8 +66,10 @@ class StoreWriter:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         self._tg.cancel_scope.cancel()
-        await self._tg.__aexit__(None, None, None)
-        await self._sub.__aexit__(None, None, None)
+        try:
+            await self._tg.__aexit__(None, None, None)
+        finally:  # also when cancelled: the subscription's streams are closed and it is detached
+            await self._sub.__aexit__(None, None, None)
 
     async def await_master(self, timeout: float | None = None) -> bool:
         with anyio.move_on_after(math.inf if timeout is None else timeout):
