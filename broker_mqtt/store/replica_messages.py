@@ -320,15 +320,22 @@ _DECODERS: dict[str, Callable[[list[Any]], ReplicationMessage]] = {
 }
 
 
-def decode(wire: Any) -> ReplicationMessage:
+def decode(wire: Any, *, me: str | None = None) -> ReplicationMessage:
     """The message ``wire`` holds. Raises :class:`StoreDecodeError` for anything malformed: not a
-    list with a known kind, the wrong number of fields, a field of the wrong type."""
+    list with a known kind, the wrong number of fields, a field of the wrong type.
+
+    ``me``: the receiving node. A :class:`Tail` addressed to another node comes back without its
+    records (every replica hears every tail; only its addressee reads them), so the others do not
+    decode up to a chunk of records each time."""
     if not isinstance(wire, (list, tuple)) or not wire or not isinstance(wire[0], str):
         raise StoreDecodeError(f"a replication message is a list with a kind, got {wire!r:.80}")
     decoder = _DECODERS.get(wire[0])
     if decoder is None:
         raise StoreDecodeError(f"unknown replication message kind {wire[0]!r}")
+    fields = list(wire[1:])
     try:
-        return decoder(list(wire[1:]))
+        if me is not None and decoder is _decode_tail and len(fields) == 5 and fields[1] != me:
+            fields[2] = []  # another node's records: not decoded
+        return decoder(fields)
     except (TypeError, ValueError, IndexError, KeyError) as exc:
         raise StoreDecodeError(f"bad {wire[0]} message: {exc}") from exc

@@ -178,7 +178,7 @@ class Replica(FollowerSide):
         """Process one replication message (from any node, own ones included). Raises
         StoreDecodeError for a malformed message (state unchanged)."""
         self._now = now
-        message = decode(msg)
+        message = decode(msg, me=self.id)
         try:
             _HANDLERS[type(message)](self, message, now)
         except (TypeError, ValueError, IndexError, KeyError) as exc:

@@ -85,3 +85,13 @@ def test_the_wire_form_is_the_documented_list() -> None:
     assert encode(Write("w", 7, "b", ["put", "k", 1, None], None)) == ["write", "w", 7, "b", ["put", "k", 1, None],
                                                                       None]
     assert encode(WriteAck(E2, "w", 8, {8: True})) == ["wack", [2, "b.0"], "w", 8, [[8, True]]]
+
+
+def test_a_tail_is_read_only_by_its_addressee() -> None:
+    wire = encode(Tail(E2, "c.0", [REC, MANY], 4, "b.0"))
+    assert decode(wire, me="c.0") == Tail(E2, "c.0", [REC, MANY], 4, "b.0")
+    assert decode(wire, me="d.0") == Tail(E2, "c.0", [], 4, "b.0")  # another node's records: not decoded
+    wire[3] = [["not", "a", "record"]]
+    with pytest.raises(StoreDecodeError):
+        decode(wire, me="c.0")
+    assert decode(wire, me="d.0").records == []
