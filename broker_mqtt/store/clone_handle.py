@@ -14,7 +14,6 @@ restart), then resyncs by snapshot. Errors: writes are checked against the local
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -260,14 +259,7 @@ class CloneStore(StoreHandle):
 
     async def await_synced(self, timeout: float | None = None) -> bool:
         """Wait until the clone holds a snapshot from a master (not stale); False on timeout."""
-        with anyio.move_on_after(math.inf if timeout is None else timeout):
-            while self.core.stale:
-                if self.closed:
-                    return False
-                self._changed = anyio.Event() if self._changed.is_set() else self._changed
-                await self._changed.wait()
-            return True
-        return False
+        return await self._wait_until(lambda: not self.core.stale, timeout)
 
     def __repr__(self) -> str:
         return f"<CloneStore {self.name!r} {self.id} master={self.core.master or None} stale={self.stale}>"

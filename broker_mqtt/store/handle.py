@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -122,8 +123,12 @@ class StoreHandle(WriteOperations):
         Cancelling it changes nothing. Idle is a moment: a later write makes it busy again.
         False at once once the handle is closed.
         """
+        return await self._wait_until(self._core_idle, timeout)
+
+    async def _wait_until(self, done: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait until ``done()`` holds (True), the handle is closed or ``timeout`` passes (False)."""
         with anyio.move_on_after(math.inf if timeout is None else timeout):
-            while not self._core_idle():
+            while not done():
                 if self.closed:
                     return False
                 self._changed = anyio.Event() if self._changed.is_set() else self._changed
