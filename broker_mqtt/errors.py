@@ -18,12 +18,20 @@ __all__ = [
     "PublishQueueFull",
     "MosquittoNotFound",
     "DecodeError",
+    "ForgedMessage",
     "EncodeError",
 ]
 
 
 class DecodeError(ValueError):
     """The input is not a well-formed encoding of a data-model value; the message says why."""
+
+
+class ForgedMessage(DecodeError):
+    """A message claims a sender (an endpoint, a store replica, an epoch's master) that the topic it
+    came on does not prove: every topic names its publisher's client id (docs/security.md), and a
+    broker ACL lets each client write only below its own. Dropped, counted and reported, like any
+    other malformed message."""
 
 
 class EncodeError(TypeError):

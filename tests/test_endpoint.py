@@ -79,11 +79,11 @@ async def test_mosquitto_sends_a_copy_per_subscription_and_ids_tell_them_apart(
 ) -> None:
     """The raw layer sees both copies (one per subscription id); subscribers see one each."""
     async with Endpoint(broker, namespace=namespace) as a:
-        async with a.subscribe_raw(f"{namespace}/d/#") as r1, a.subscribe_raw(f"{namespace}/d/k/#") as r2:
+        async with a.subscribe_raw(f"{namespace}/d/#") as r1, a.subscribe_raw(f"{namespace}/d/+/k/#") as r2:
             await a.publish("/k/1", 1)
             with anyio.fail_after(30):
                 m1, m2 = await r1.__anext__(), await r2.__anext__()
-            assert m1.topic == m2.topic == f"{namespace}/d/k/1"
+            assert m1.topic == m2.topic == f"{namespace}/d/{a.client_id}/k/1"  # the sender names itself
 
 
 async def test_unicast_reaches_one_endpoint(broker: EmbeddedBroker, namespace: str) -> None:
@@ -148,17 +148,18 @@ async def test_a_node_in_another_process_round_trips(broker: EmbeddedBroker, nam
 async def test_malformed_input_is_reported_and_never_stops_the_loop(broker: EmbeddedBroker, namespace: str) -> None:
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
         async with b.status() as events, b.subscribe("/in") as sub:
-            enc = NodeEncoder(uuid.uuid4().bytes)
+            enc = NodeEncoder(a.id.bytes)  # a's own sender id, on a's own topic: only the content is bad
             hostile = [
                 b"\xff\xfe not cbor",
                 cbor2.dumps({"t": "ping"}),
-                cbor2.dumps([99, 0, uuid.uuid4().bytes, None, 16, "/in", b""]),  # wrong version
+                cbor2.dumps([99, 0, a.id.bytes, None, 16, "/in", b""]),  # wrong version
                 enc.encode(Kind.DATA, "/in", b"\xff\xff"),  # payload that does not decode
                 enc.encode(Kind.DATA, "/elsewhere", cbor2.dumps(1)),  # topic lies about itself
+                NodeEncoder(uuid.uuid4().bytes).encode(Kind.DATA, "/in", cbor2.dumps(2)),  # sender lies: forged
             ]
             for payload in hostile:
-                await a.publish_raw(f"{namespace}/d/in", payload)
-            await a.publish_raw(f"{namespace}/p/not-a-uuid", b"x")
+                await a.publish_raw(f"{namespace}/d/{a.client_id}/in", payload)
+            await a.publish_raw(f"{namespace}/p/not-an-endpoint", b"x")
             await a.publish("/in", "still alive")
             assert [m.data for m in await take(sub, 1)] == ["still alive"]
             codes: Counter[ErrorCode] = Counter()
@@ -166,10 +167,12 @@ async def test_malformed_input_is_reported_and_never_stops_the_loop(broker: Embe
                 async for event in events:
                     if isinstance(event, ErrorEvent):
                         codes[event.code] += 1
-                    if sum(codes.values()) == 6:
+                    if sum(codes.values()) == 7:
                         break
-            assert codes == {ErrorCode.MALFORMED_MESSAGE: 5, ErrorCode.MALFORMED_PAYLOAD: 1}
+            assert codes == {ErrorCode.MALFORMED_MESSAGE: 5, ErrorCode.MALFORMED_PAYLOAD: 1,
+                             ErrorCode.FORGED_MESSAGE: 1}
             assert b.statistics().malformed >= 4
+            assert b.statistics().forged == 1
 
 
 async def test_bad_topics_and_values_fail_at_the_caller(broker: EmbeddedBroker, namespace: str) -> None:
@@ -234,7 +237,10 @@ async def test_a_burst_of_unicasts_arrives_in_order(broker: EmbeddedBroker, name
         async with b.subscribe("/u") as sub, b.subscribe("/u/odd") as odd:
             for i in range(2000):
                 await a.unicast(b.id, "/u/odd" if i % 2 else "/u/even", i)
-            assert [m.data for m in await take(sub, 2000)] == list(range(2000))
+            got = await take(sub, 2000)
+            # in order per topic (like publishes: each topic is its own MQTT topic), each exactly once
+            assert [m.data for m in got if m.topic == "/u/even"] == list(range(0, 2000, 2))
+            assert [m.data for m in got if m.topic == "/u/odd"] == list(range(1, 2000, 2))
             assert [m.data for m in await take(odd, 1000)] == list(range(1, 2000, 2))
             assert b.statistics().publishes_received < 2000  # coalesced, and still in order
 

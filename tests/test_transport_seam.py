@@ -21,6 +21,7 @@ from broker_mqtt import (
     ConnectionLost,
     ConnectionRestored,
     Endpoint,
+    ErrorCode,
     PeerAdded,
     PeerLost,
     PeerRemoved,
@@ -35,6 +36,7 @@ from broker_mqtt.transport.base import (
     Received,
     TLSVerificationFailed,
 )
+from broker_mqtt.wire.identity import default_client_id
 from broker_mqtt.wire.message import NodeEncoder
 from broker_mqtt.wire.topics import TopicLayout
 
@@ -188,7 +190,7 @@ def test_peer_table_hello_bye_and_lost() -> None:
     peer_id = uuid.uuid4()
     peer = NodeEncoder(peer_id.bytes)
     table = PeerTable(layout, uuid.uuid4())
-    topic = layout.presence(peer_id.hex)
+    topic = layout.presence(default_client_id(peer_id))
     added = table.receive(topic, presence_payload(peer, "hello", "p", ["/a"]))
     assert added.changed and len(added.events) == 1 and isinstance(added.events[0], PeerAdded)
     assert added.events[0].peer.topics == ("/a",) and peer_id in table
@@ -199,7 +201,10 @@ def test_peer_table_hello_bye_and_lost() -> None:
     assert table.receive(topic, b"") == PresenceUpdate()  # lost twice: nothing to report
     bad = table.receive(topic, b"\xff")
     assert bad.malformed and not bad.changed and bad.events
-    assert table.receive(layout.presence("not-hex"), b"x").events  # reported, not counted malformed
+    assert table.receive(layout.presence("bm-not-hex"), b"x").events  # names no endpoint: reported
+    forged = table.receive(layout.presence("gw7"), presence_payload(peer, "hello", "p", []))
+    assert forged.forged and not forged.changed and forged.events  # peer's hello on gw7's topic
+    assert forged.events[0].code is ErrorCode.FORGED_MESSAGE  # type: ignore[union-attr]
     table.receive(topic, presence_payload(peer, "hello", "p", []))
     removed = table.receive(topic, presence_payload(peer, "bye", "p", []))
     assert [type(e) for e in removed.events] == [PeerRemoved] and not table.peers()

@@ -1,9 +1,21 @@
 """The MQTT transport: the actor protocol over a broker_mqtt Endpoint, unwrapped.
 
-Each protocol message travels as a bare CBOR map, one per PUBLISH, at QoS 1 on the actor's MQTT
-topic, with no node-message envelope, so any other implementation of the asyncactor protocol on
-the same topic interoperates. The endpoint's raw subscription has its own MQTT subscription
-identifier, which is how our own messages come back exactly once (docs/wire-format.md §5).
+Each protocol message travels as a bare CBOR map, one per PUBLISH, at QoS 1 with no node-message
+envelope. The endpoint's raw subscription has its own MQTT subscription identifier, which is how
+our own messages come back exactly once (docs/wire-format.md §5).
+
+Two layouts:
+
+* **shared** (the default): every node publishes on the one MQTT topic ``topic``, so any other
+  implementation of the asyncactor protocol on the same topic interoperates. Nothing proves who
+  sent a message: anyone who may write the topic can bid, ping or claim the tag in any name
+  (docs/security.md).
+* **bound** (``bound=True``, what elected stores and queues use): each node publishes on
+  ``<topic>/<its endpoint's client id>`` and listens on ``<topic>/+``. A broker ACL that lets a
+  client write only below its own client id (and only members write below ``topic``) makes the
+  sender certain; a message whose node (``init``, ``vers``, ``ping``) is not of the endpoint that
+  topic level names (node names ``<endpoint id hex>`` or ``<endpoint id hex>.<anything>``) is
+  dropped and counted in :attr:`MQTTTransport.forged`.
 
 Payloads that are not a CBOR map are counted in :attr:`MQTTTransport.malformed` and skipped.
 """
@@ -18,6 +30,7 @@ from typing import Any
 from ..endpoint.endpoint import Endpoint
 from ..errors import TopicError
 from ..wire import codec
+from ..wire.identity import endpoint_id
 
 __all__ = ["MQTTTransport"]
 
@@ -25,22 +38,37 @@ log = logging.getLogger("broker_mqtt.election.transport")
 
 
 class MQTTTransport:
-    """A :class:`~asyncactor.transport.Transport` on MQTT topic ``topic`` of ``endpoint``."""
+    """A :class:`~asyncactor.transport.Transport` on MQTT topic ``topic`` of ``endpoint`` (see the
+    module docstring for ``bound``)."""
 
-    def __init__(self, endpoint: Endpoint, topic: str) -> None:
+    def __init__(self, endpoint: Endpoint, topic: str, *, bound: bool = False) -> None:
         if not topic or "+" in topic or "#" in topic or topic.startswith("$"):
             raise TopicError(f"actor topic {topic!r} must be a plain MQTT topic (no wildcards, no '$')")
         self.endpoint = endpoint
         self.topic = topic
+        self.bound = bound
+        self._send_topic = f"{topic}/{endpoint.client_id}" if bound else topic
+        self._filter = f"{topic}/+" if bound else topic
         self.malformed = 0
+        self.forged = 0
 
     async def send(self, msg: dict[str, Any]) -> None:
         # urgent: a ping must not wait behind the endpoint's other traffic (a late re-ping loses the tag)
-        await self.endpoint.publish_raw(self.topic, codec.encode(msg), qos=1, urgent=True)
+        await self.endpoint.publish_raw(self._send_topic, codec.encode(msg), qos=1, urgent=True)
+
+    def _is_forged(self, mqtt_topic: str, msg: dict[str, Any]) -> bool:
+        """Whether a bound message's node is not of the endpoint its topic names."""
+        sender = endpoint_id(mqtt_topic[len(self.topic) + 1:])
+        if sender is None:
+            return True
+        node = msg.get("node")
+        if node is None:  # "hist": a side's history, told by any member
+            return msg.get("t") != "hist"
+        return not isinstance(node, str) or node.partition(".")[0] != sender.hex
 
     @asynccontextmanager
     async def monitor(self) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
-        async with self.endpoint.subscribe_raw(self.topic) as sub:
+        async with self.endpoint.subscribe_raw(self._filter) as sub:
 
             async def messages() -> AsyncIterator[dict[str, Any]]:
                 async for raw in sub:
@@ -50,7 +78,11 @@ class MQTTTransport:
                         msg = exc
                     if not isinstance(msg, dict):
                         self.malformed += 1
-                        log.warning("skipping a payload on %s that is not a CBOR map: %s", self.topic, msg)
+                        log.warning("skipping a payload on %s that is not a CBOR map: %s", raw.topic, msg)
+                        continue
+                    if self.bound and self._is_forged(raw.topic, msg):
+                        self.forged += 1
+                        log.warning("dropping an election message on %s whose node is not its sender's", raw.topic)
                         continue
                     yield msg
 

@@ -54,6 +54,7 @@ from ..transport.broker_url import BrokerURL, TLSOptions
 from ..transport.embedded import EmbeddedBroker, acquire_shared_broker, release_shared_broker
 from ..transport.mqtt import MQTTConnector
 from ..wire import codec
+from ..wire.identity import default_client_id, endpoint_id, validate_client_id
 from ..wire.message import Kind, NodeEncoder
 from ..wire.topics import TopicLayout, covers, prefix_matches, validate_prefix, validate_topic
 from .dispatch import Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
@@ -80,6 +81,12 @@ class Endpoint:
     that: the endpoint then connects through it (any transport, see
     :mod:`broker_mqtt.transport.base`) and ``broker`` and ``tls`` are not used.
 
+    ``client_id`` is the MQTT client id, named in every topic the endpoint publishes to, so that
+    a broker ACL can let a principal write as itself only (``docs/security.md``): give it the
+    principal's name (``gateway-7``) and the endpoint's ``id`` is derived from it (the same after a
+    restart). Without one it is ``bm-<id hex>`` (``id`` given, or random). Raises
+    :class:`UsageError` for a client id that cannot be a topic level or starts with ``bm-``.
+
     Entering connects (raising :class:`BrokerUnavailable` after ``connect_timeout``); leaving
     says goodbye (PeerRemoved at the peers), flushes what is queued (up to ``close_timeout``),
     ends the MQTT session and cancels every task the endpoint started.
@@ -92,6 +99,7 @@ class Endpoint:
         name: str | None = None,
         namespace: str = "bm",
         id: uuid.UUID | None = None,  # noqa: A002 - the natural name
+        client_id: str | None = None,
         tls: TLSOptions | None = None,
         qos: int = 1,
         connect_timeout: float = 10.0,
@@ -108,7 +116,14 @@ class Endpoint:
     ) -> None:
         if qos not in (0, 1):
             raise UsageError("qos must be 0 or 1")
+        if client_id is not None:
+            derived = endpoint_id(validate_client_id(client_id))
+            if id is not None and id != derived:
+                raise UsageError(f"id {id} is not the id of client id {client_id!r} ({derived}); give one of them")
+            id = derived
         self.id = id or uuid.uuid4()
+        #: the MQTT client id, named in every topic this endpoint publishes to (docs/security.md)
+        self.client_id = client_id if client_id is not None else default_client_id(self.id)
         self.name = name or f"endpoint-{self.id.hex[:8]}"
         self.layout = TopicLayout(namespace)
         self.qos = qos
@@ -125,7 +140,6 @@ class Endpoint:
         self._status_buffer = status_buffer
         self._id_bytes = self.id.bytes
         self._encoder = NodeEncoder(self._id_bytes)
-        self._client_id = f"bm-{self.id.hex}"
         self._outbox = Outbox(
             max_batch_bytes=max_batch_bytes,
             max_pending_bytes=max_pending_bytes,
@@ -146,10 +160,9 @@ class Endpoint:
         self._tg: TaskGroup | None = None
         self._closing = False
         self._topic_cache: dict[str, str] = {}
-        self._unicast_topic = self.layout.unicast(self.id.hex)
-        self._presence_topic = self.layout.presence(self.id.hex)
+        self._presence_topic = self.layout.presence(self.client_id)
         self._receiver = Receiver(
-            name=self.name, layout=self.layout, me=self._id_bytes, unicast_topic=self._unicast_topic,
+            name=self.name, layout=self.layout, me=self._id_bytes,
             table=self._table, stats=self._stats, report=self._report, on_presence=self._on_presence,
         )
         #: hand one received PUBLISH (a transport.base.Received) to its subscribers
@@ -228,7 +241,7 @@ class Endpoint:
         # whose client never asked for a clean start, even with a session expiry set. A new
         # endpoint id has no old session, so this inherits nothing on the first connect.
         # The will clears our retained presence when the connection drops without a goodbye.
-        options = ConnectOptions(self._client_id, clean_start=False, session_expiry=self._session_expiry,
+        options = ConnectOptions(self.client_id, clean_start=False, session_expiry=self._session_expiry,
                                  keepalive=self._keepalive, will=Will(self._presence_topic, b"", qos=1, retain=True))
         while True:
             try:
@@ -272,7 +285,7 @@ class Endpoint:
         self._receiver.sub_ids_available = conn.connack.subscription_ids_available
         await self._mqtt_subscribe(conn, Subscribe(self.layout.presence_filter(), PRESENCE_SID, True))
         # No Local: unicasts to ourselves never go through the broker (send_node delivers them).
-        await self._mqtt_subscribe(conn, Subscribe(self._unicast_topic, UNICAST_SID, True))
+        await self._mqtt_subscribe(conn, Subscribe(self.layout.unicast_filter(self.id.hex), UNICAST_SID, True))
         for change in self._table.all_subscribes():
             await self._mqtt_subscribe(conn, change)
         self._outbox.max_batch_bytes = min(self._max_batch_bytes, conn.connack.max_packet - PUBLISH_OVERHEAD)
@@ -311,7 +324,7 @@ class Endpoint:
     def _data_topic(self, topic: str) -> str:
         mqtt_topic = self._topic_cache.get(topic)
         if mqtt_topic is None:
-            mqtt_topic = self.layout.data(topic)
+            mqtt_topic = self.layout.data(topic, self.client_id)
             if len(self._topic_cache) < 10_000:
                 self._topic_cache[topic] = mqtt_topic
         return mqtt_topic
@@ -399,7 +412,7 @@ class Endpoint:
                 self.check_payload_size(len(data))
                 self._stats.published += 1
             else:
-                await self._enqueue(self.layout.unicast(to[0].hex()), qos, data)
+                await self._enqueue(self.layout.unicast(to[0].hex(), self.client_id, topic), qos, data)
         else:
             await self._enqueue(self._data_topic(topic), qos, data)
         if self._locals and (to is None or self._id_bytes in to):
@@ -459,6 +472,8 @@ class Endpoint:
         update = self._presence.receive(topic, payload)
         if update.malformed:
             self._stats.malformed += 1
+        if update.forged:
+            self._stats.forged += 1
         for event in update.events:
             self._report(event)
         if update.changed:

@@ -51,6 +51,11 @@ class Message:
         return uuid.UUID(bytes=self._sender)
 
     @property
+    def sender_hex(self) -> str:
+        """``sender.hex`` without building a UUID: what store node ids begin with."""
+        return self._sender.hex()
+
+    @property
     def data(self) -> Any:
         """The decoded value; raises :class:`~broker_mqtt.wire.codec.DecodeError` if malformed."""
         if self._data is _MISSING:
@@ -122,6 +127,7 @@ class ConnectionRestored:
 class ErrorCode(enum.Enum):
     MALFORMED_MESSAGE = "malformed_message"  #: a PUBLISH on our topics that is not node messages
     MALFORMED_PAYLOAD = "malformed_payload"  #: a node message whose payload does not decode
+    FORGED_MESSAGE = "forged_message"  #: a message claims a sender its topic does not prove (dropped)
     PUBLISH_REJECTED = "publish_rejected"  #: the broker refused a PUBLISH (e.g. ACL)
     EVENTS_DROPPED = "events_dropped"  #: a status consumer fell too far behind
 

@@ -1,6 +1,6 @@
 """Presence: who else is on the network, sans-io (docs/wire-format.md, presence).
 
-Every endpoint keeps one retained message on its presence topic ``<ns>/p/<id>``: a single control
+Every endpoint keeps one retained message on its presence topic ``<ns>/p/<client id>``: a single control
 node message ``{"op": "hello", "name": ..., "topics": [prefixes it subscribes to]}``, sent again
 whenever its subscriptions change. Leaving, it publishes ``{"op": "bye"}`` (not retained) and then
 clears the retained message with an empty payload; its last will clears it too when its connection
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..wire import codec
+from ..wire.identity import endpoint_id
 from ..wire.message import Kind, NodeEncoder, decode_batch
 from ..wire.topics import TopicLayout
 from .dispatch import SubscriptionTable
@@ -41,6 +42,7 @@ class PresenceUpdate:
     events: tuple[StatusEvent, ...] = ()  #: to report, in order
     changed: bool = False  #: the table may have changed: wake whoever waits for a peer
     malformed: bool = False  #: an undecodable presence message (counted in statistics().malformed)
+    forged: bool = False  #: a presence message of another endpoint than its topic's (statistics().forged)
 
 
 _NOTHING = PresenceUpdate()
@@ -51,7 +53,7 @@ class PeerTable:
 
     def __init__(self, layout: TopicLayout, me: uuid.UUID) -> None:
         self._layout = layout
-        self._me = me.hex
+        self._me = me
         self._peers: dict[uuid.UUID, PeerInfo] = {}
 
     def __contains__(self, peer: uuid.UUID) -> bool:
@@ -63,15 +65,16 @@ class PeerTable:
 
     def receive(self, topic: str, payload: bytes) -> PresenceUpdate:
         """Take the PUBLISH ``payload`` received on presence topic ``topic``."""
-        hex_id = self._layout.presence_id(topic)
-        if hex_id is None or hex_id == self._me:
+        client = self._layout.presence_client(topic)
+        if client is None:
             return _NOTHING
-        try:
-            peer_id = uuid.UUID(hex=hex_id)
-        except ValueError:
+        peer_id = endpoint_id(client)
+        if peer_id is None:
             return PresenceUpdate(
-                (ErrorEvent(ErrorCode.MALFORMED_MESSAGE, "presence topic with a bad endpoint id", topic=topic),)
+                (ErrorEvent(ErrorCode.MALFORMED_MESSAGE, "presence topic with a bad client id", topic=topic),)
             )
+        if peer_id == self._me:
+            return _NOTHING
         if not payload:
             info = self._peers.pop(peer_id, None)
             if info is None:
@@ -82,7 +85,8 @@ class PeerTable:
             if error is not None or len(messages) != 1 or messages[0].kind is not Kind.CONTROL:
                 raise codec.DecodeError(str(error) if error else "presence must be one control message")
             if messages[0].sender != peer_id.bytes:
-                raise codec.DecodeError("presence sender does not match its topic")
+                return PresenceUpdate((ErrorEvent(ErrorCode.FORGED_MESSAGE, "presence sender does not match "
+                                                  "its topic", topic=topic),), forged=True)
             body = codec.decode(messages[0].payload)
             if not isinstance(body, dict) or body.get("op") not in ("hello", "bye"):
                 raise codec.DecodeError("presence body must be a map with op hello or bye")

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 
 from ..errors import UsageError
 from ..transport.base import Received
+from ..wire.identity import endpoint_id
 from ..wire.message import Kind, decode_batch
 from ..wire.topics import TopicLayout, validate_topic
 from .dispatch import Filter, SubscriptionTable
@@ -49,7 +50,6 @@ class Receiver:
         name: str,
         layout: TopicLayout,
         me: bytes,
-        unicast_topic: str,
         table: SubscriptionTable[_Stream],
         stats: EndpointStatistics,
         report: Callable[[StatusEvent], None],
@@ -58,8 +58,8 @@ class Receiver:
         self._name = name
         self._layout = layout
         self._me = me
-        self._unicast_topic = unicast_topic
         self._data_head = layout.namespace + "/d/"
+        self._unicast_head = layout.unicast_filter(me.hex())[:-1]  # ns/u/<me hex>/
         self._table = table
         self._stats = stats
         self._report = report
@@ -105,12 +105,14 @@ class Receiver:
         await self._on_node_messages(topic, payload, filters)
 
     async def _dispatch_by_topic(self, topic: str, payload: bytes, retain: bool) -> None:
-        if self._layout.presence_id(topic) is not None:
+        if self._layout.presence_client(topic) is not None:
             self._on_presence(topic, payload)
-        elif topic == self._unicast_topic:
+        elif topic.startswith(self._unicast_head):
             await self._on_node_messages(topic, payload, None)
         elif topic.startswith(self._data_head):
-            await self._on_node_messages(topic, payload, self._table.match(tuple(topic[len(self._data_head):].split("/"))))
+            split = self._layout.split_sender(topic, self._data_head)
+            levels = tuple(split[1].split("/")) if split is not None else ()
+            await self._on_node_messages(topic, payload, self._table.match(levels))
         else:
             item = RawMessage(topic, payload, retain)
             for f in self._table.by_filter.values():
@@ -132,42 +134,40 @@ class Receiver:
             self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, str(error), topic=topic))
         if not messages:
             return ()
+        split = self._layout.split_sender(topic, self._data_head if filters is not None else self._unicast_head)
+        sender_id = endpoint_id(split[0]) if split is not None else None
+        if split is None or sender_id is None:
+            self._stats.malformed += 1
+            self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, "node messages on an MQTT topic that names "
+                                    "no sender", topic=topic))
+            return ()
+        expected = split[1]
+        expected_slash = "/" + expected
+        sender_bytes = sender_id.bytes
+        if filters is None:
+            # Unicast: the MQTT topic names the broker topic, so every message matches the same subscribers.
+            try:
+                filters = self._table.match(validate_topic(expected))
+            except UsageError:
+                self._stats.malformed += 1
+                return ()
+        flat: list[tuple[_Stream, Kind, list[Message]]] = [
+            (sub, sub.kind, []) for f in filters for sub in f.subscribers  # type: ignore[attr-defined]  # node filters hold Subscriptions, which have .kind
+        ]
         me = self._me
-        if filters is not None:
-            # Every message of a data PUBLISH matched the same filters: flatten them once.
-            expected = topic[len(self._data_head):]
-            expected_slash = "/" + expected
-            flat: list[tuple[_Stream, Kind, list[Message]]] = [
-                (sub, sub.kind, []) for f in filters for sub in f.subscribers  # type: ignore[attr-defined]  # node filters hold Subscriptions, which have .kind
-            ]
-        else:
-            # Unicast: each message may match other subscribers; the lists are kept per topic
-            # and per subscriber, so the hand-over still happens once per PUBLISH.
-            by_topic: dict[str, list[tuple[_Stream, Kind, list[Message]]]] = {}
-            by_sub: dict[_Stream, list[Message]] = {}
-        received = 0
+        received = forged = 0
         for kind, sender, receivers, _ttl, node_topic, packed in messages:
             if receivers is not None and me not in receivers:
                 continue
-            if filters is None:
-                flat = by_topic.get(node_topic)  # type: ignore[assignment]  # None is replaced just below; no second variable on the hot path
-                if flat is None:
-                    try:
-                        levels = validate_topic(node_topic)
-                    except UsageError:
-                        self._stats.malformed += 1
-                        continue
-                    flat = by_topic[node_topic] = [
-                        (sub, sub.kind, by_sub.setdefault(sub, []))
-                        for f in self._table.match(levels)
-                        for sub in f.subscribers
-                    ]
-            elif node_topic != expected and node_topic != expected_slash:
+            if node_topic != expected and node_topic != expected_slash:
                 self._stats.malformed += 1
                 self._report(
                     ErrorEvent(ErrorCode.MALFORMED_MESSAGE, f"node message topic {node_topic!r} "
                                f"does not match its MQTT topic {topic!r}", topic=topic)
                 )
+                continue
+            if sender != sender_bytes:
+                forged += 1
                 continue
             received += 1
             if sender == me:
@@ -179,8 +179,10 @@ class Receiver:
                 if sub_kind is kind:
                     batch.append(msg)
         self._stats.received += received
-        if filters is None:
-            return by_sub.items()
+        if forged:
+            self._stats.forged += forged
+            self._report(ErrorEvent(ErrorCode.FORGED_MESSAGE, f"{forged} node message(s) claim a sender other "
+                                    f"than {split[0]!r}, whose topic they came on", topic=topic))
         return [(sub, batch) for sub, _kind, batch in flat]
 
     async def _hand_over(self, batches: Iterable[tuple[_Stream, list[Message]]]) -> None:

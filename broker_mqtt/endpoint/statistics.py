@@ -17,6 +17,7 @@ class EndpointStatistics:
     publishes_received: int = 0  #: PUBLISH packets received
     delivered: int = 0  #: messages handed to subscribers
     malformed: int = 0  #: undecodable PUBLISHes or node messages
+    forged: int = 0  #: node messages dropped: their sender is not the one their topic names
     rejected: int = 0  #: PUBLISHes the broker refused (PUBACK reason >= 0x80)
     qos0_lost: int = 0  #: QoS 0 messages on the wire when a connection dropped
     reconnects: int = 0

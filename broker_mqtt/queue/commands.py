@@ -179,6 +179,9 @@ class Acquire(ComputedCommand):
     n: int
     lease: float
 
+    def acts_for(self) -> str:
+        return self.owner
+
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         ops: list[tuple[Any, ...]] = []
         got: list[list[Any]] = []
@@ -212,6 +215,9 @@ class Settle(ComputedCommand):
 
     owner: str
     items: list[list[Any]]
+
+    def acts_for(self) -> str:
+        return self.owner
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         ops: list[tuple[Any, ...]] = []
@@ -258,6 +264,9 @@ class ReleaseOwner(ComputedCommand):
     reason: str
     if_expired: bool = False
 
+    def acts_for(self) -> str:
+        return self.owner
+
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         idx = index_for(state)
         lease = idx.leases.get(self.owner)
@@ -281,6 +290,9 @@ class Renew(ComputedCommand):
 
     owner: str
     lease: float
+
+    def acts_for(self) -> str:
+        return self.owner
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         held = len(index_for(state).owned.get(self.owner, ()))

@@ -363,6 +363,13 @@ class ComputedCommand(_Wire):
         Raise StoreError to fail the write (nothing changes; the writer gets the error)."""
         raise NotImplementedError
 
+    def acts_for(self) -> str | None:
+        """The node id (``<endpoint id hex>.<anything>``) this write acts for, if any (a queue
+        consumer's owner id): the master applies it only when it comes from that node's endpoint or
+        from a replica of the store, so a writer cannot settle what another holds. None: anyone
+        allowed to write the store may send it."""
+        return None
+
 
 #: The writes plain master/clone stores accept: all but the elected stores' computed commands.
 PlainWriteCommand = Put | PutUnique | Erase | Clear | Increment | Decrement | Append | InsertInto | RemoveFrom \

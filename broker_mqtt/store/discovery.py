@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import channel as ch
-from .commands import decode_control
+from .commands import AttachClone, decode_control
 from .errors import StoreDecodeError
 
-__all__ = ["Query", "MasterIs", "decode_store_message"]
+__all__ = ["Query", "MasterIs", "decode_store_message", "claimed_node"]
 
 _CHANNEL_KINDS = frozenset(k.value for k in ch.MessageKind)
 
@@ -52,3 +52,19 @@ def decode_store_message(wire: Any) -> Any:
                 raise StoreDecodeError(f"malformed {head}: {wire!r:.200}")
             return Query(wire[1]) if head == "store_query" else MasterIs(wire[1])
     return decode_control(wire)
+
+
+def claimed_node(msg: Any) -> str | None:
+    """The node id a decoded store message speaks for (the producer of channel traffic, the consumer
+    of its acknowledgements, the asker, the master, the attaching clone); its first 32 characters
+    are its endpoint's id in hex, which the topic the message came on must name. None for a
+    message that names none."""
+    match msg:
+        case ch.Event(producer=node) | ch.EventBatch(producer=node) | ch.Handshake(producer=node) \
+                | ch.Heartbeat(producer=node) | ch.RetransmitFailed(producer=node):
+            return node
+        case ch.CumulativeAck(consumer=node) | ch.Nack(consumer=node):
+            return node
+        case Query(asker=node) | MasterIs(master=node) | AttachClone(clone=node):
+            return node
+    return None

@@ -3,7 +3,7 @@
 Theory of operation:
 
 * :func:`attach_store` starts, as a service of the endpoint, one :class:`~.replication.Replica` and one
-  :class:`asyncactor.Actor` over MQTT on the store's election topic ``<namespace>/actor/store/<name>``.
+  :class:`asyncactor.Actor` over MQTT on the store's election topic ``<namespace>/actor/store/<name>/<client id>`` (each node on its own; ``MQTTTransport(bound=True)``).
   The actor's tag makes the replica master (``TagEvent`` → ``tagged``; ``UntagEvent``/``DetagEvent`` →
   ``untagged``). ``mode="sticky"`` keeps the master while it lives; ``mode="rotate"`` moves it every slot.
 * Replication messages are node messages of kind COMMAND on topic ``/$store/<name>/e``, broadcast
@@ -38,7 +38,7 @@ import anyio
 from ..endpoint.attaching import attaching
 from ..endpoint.event_stream import EventStream
 from ..endpoint.events import PeerLost, PeerRemoved
-from ..errors import UsageError
+from ..errors import ForgedMessage, UsageError
 from ..wire.message import Kind
 from .clock import clock
 from .commands import PutUnique, WriteCommand
@@ -110,7 +110,7 @@ class ElectedStore(WriteOperations):
         self._election = election
         self._allow_short_cycle = allow_short_cycle
         self.topic = replication_topic(name)
-        self.actor_topic = f"{ep.layout.namespace}/actor/store/{name}"
+        self.actor_topic = ep.layout.election(name)
         self._waiters: dict[int, tuple[anyio.Event, list[tuple[str, Any]]]] = {}
         self._streams: list[EventStream[ElectedEvent]] = []
         self._sendq: list[list[Any]] = []
@@ -122,6 +122,8 @@ class ElectedStore(WriteOperations):
         self._done = anyio.Event()
         self._actor: Any = None
         self.malformed = 0
+        #: messages dropped because they claim another endpoint than the one their topic names
+        self.forged = 0
         self.closed = False
 
     # -- state ----------------------------------------------------------------------------------------
@@ -299,7 +301,7 @@ class ElectedStore(WriteOperations):
                                              kind=Kind.COMMAND, buffer=4096) as sub, \
                         self.endpoint.status() as status, contextlib.AsyncExitStack() as stack:
                     if self.candidate:  # only candidates take part in the election
-                        transport = MQTTTransport(self.endpoint, self.actor_topic)
+                        transport = MQTTTransport(self.endpoint, self.actor_topic, bound=True)
                         self._actor = await stack.enter_async_context(Actor(
                             transport, name=self.replica.id, cfg=self._election, value=0,
                             sticky=self.mode == "sticky", allow_short_cycle=self._allow_short_cycle))
@@ -325,7 +327,10 @@ class ElectedStore(WriteOperations):
     async def _receive_loop(self, sub: Any) -> None:
         async for msg in sub:
             try:
-                self.replica.handle(msg.data, anyio.current_time())
+                self.replica.handle(msg.data, anyio.current_time(), sender=msg.sender_hex)
+            except ForgedMessage as exc:
+                self.forged += 1
+                log.warning("store %s: dropped a forged message: %s", self.name, exc)
             except StoreDecodeError:
                 self.malformed += 1
             if sub.buffered:

@@ -42,7 +42,7 @@ from ..wire import codec
 from ..wire.message import Kind
 from .clock import clock
 from .commands import WriteCommand
-from .discovery import decode_store_message
+from .discovery import claimed_node, decode_store_message
 from .errors import StoreDecodeError, StoreError
 from .events import EventsDropped, StoreStatistics
 from .faults import FaultInjector, Faults
@@ -100,6 +100,8 @@ class StoreHandle(WriteOperations):
         self._done = anyio.Event()
         self.closed = False
         self.malformed = 0
+        #: messages dropped because they speak for a node of another endpoint than their topic names
+        self.forged = 0
         self.observed: ObservedBackend  # set by subclasses
 
     # -- public ----------------------------------------------------------------------------------
@@ -278,6 +280,10 @@ class StoreHandle(WriteOperations):
                 decoded = decode_store_message(msg.data)
             except (StoreDecodeError, ch.ChannelDecodeError):
                 self.malformed += 1
+                continue
+            claimed = claimed_node(decoded)
+            if claimed is not None and claimed[:32] != msg.sender_hex:
+                self.forged += 1  # it speaks for a node of another endpoint than the topic proves
                 continue
             now = clock()
             if self._injector is None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .commands import decode_command
-from .errors import StoreError
+from .commands import ComputedCommand, decode_command
+from .errors import StoreError, StoreProtocolError
 from .replica_base import MAX_ORIGINS, _Member
 from .replica_claim import ClaimSide
 from .replica_events import DataChanged, Durability, Role, WriteDone, WriteFailed
@@ -86,11 +86,22 @@ class MasterSide(ClaimSide):
             return  # sent to another mastership (a late arrival after a split): its writer re-sends
         self._on_write(msg.writer, msg.n, msg.origin, msg.command, now)
 
+    def _check_acting(self, cmd: Any, origin: str) -> None:
+        """Raise StoreError unless a write that acts for a node (``acts_for``) comes from that node's
+        endpoint or from a replica's (``origin`` is proven by the topic the write came on)."""
+        node = cmd.acts_for() if isinstance(cmd, ComputedCommand) else None
+        if node is None or node.partition(".")[0] == origin or origin == self.origin:
+            return
+        if any(member.partition(".")[0] == origin for member in self._members):
+            return
+        raise StoreProtocolError(f"endpoint {origin} may not act for {node} (neither its endpoint nor a replica's)")
+
     def _apply_write(self, writer: str, n: int, origin: str, cmd_wire: list[Any]) -> None:
         wall = self.clock.now() / 1_000_000
         result: Any = None
         try:
             cmd = decode_command(cmd_wire)
+            self._check_acting(cmd, origin)
             op, result = compute_op(self.state, cmd, wall)  # type: ignore[arg-type]  # decode_command gives a write here: writers send nothing else
         except StoreError as exc:
             op, result = ("noop",), ["error", *exc.to_wire()]

@@ -53,6 +53,7 @@ __all__ = [
     "ReplicationMessage",
     "encode",
     "decode",
+    "sender_of",
 ]
 
 
@@ -339,3 +340,24 @@ def decode(wire: Any, *, me: str | None = None) -> ReplicationMessage:
         return decoder(fields)
     except (TypeError, ValueError, IndexError, KeyError) as exc:
         raise StoreDecodeError(f"bad {wire[0]} message: {exc}") from exc
+
+
+def _endpoint_of(node: str) -> str:
+    return node.partition(".")[0]
+
+
+def sender_of(msg: ReplicationMessage) -> str:
+    """The endpoint (id in hex) that ``msg`` claims to come from: the node it speaks for (node ids are
+    ``<endpoint id hex>.<incarnation>``), the master of its epoch for the master's messages, the
+    origin of a write. A receiver believes ``msg`` only if this is the endpoint the topic it came
+    on names (docs/security.md)."""
+    match msg:
+        case Heartbeat(node=node) | Promise(node=node) | Ack(node=node):
+            return _endpoint_of(node)
+        case Fetch(requester=node) | Tail(source=node) | Snap(source=node):
+            return _endpoint_of(node)
+        case Write(origin=origin):
+            return origin
+        case Claim(epoch=epoch) | Active(epoch=epoch) | Log(epoch=epoch) | WriteAck(epoch=epoch) | Resign(epoch=epoch):
+            return _endpoint_of(epoch[1])
+    raise TypeError(f"not a replication message: {msg!r}")

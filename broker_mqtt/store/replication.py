@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import ForgedMessage
 from .commands import WriteCommand
 from .errors import StoreDecodeError
 from .replica_events import (
@@ -70,6 +71,7 @@ from .replica_messages import (
     Write,
     WriteAck,
     decode,
+    sender_of,
 )
 from .writer_core import NoMaster
 
@@ -174,11 +176,16 @@ class Replica(FollowerSide):
 
     # -- inputs: messages ------------------------------------------------------------------------------
 
-    def handle(self, msg: Any, now: float) -> None:
+    def handle(self, msg: Any, now: float, *, sender: str | None = None) -> None:
         """Process one replication message (from any node, own ones included). Raises
-        StoreDecodeError for a malformed message (state unchanged)."""
+        StoreDecodeError for a malformed message, and :class:`~broker_mqtt.errors.ForgedMessage`
+        when ``sender`` (the endpoint id in hex that the message's topic proves) is given and is not
+        the endpoint the message claims to come from (:func:`.replica_messages.sender_of`); the
+        state is unchanged either way."""
         self._now = now
         message = decode(msg, me=self.id)
+        if sender is not None and sender_of(message) != sender:
+            raise ForgedMessage(f"a {msg[0]} message from endpoint {sender} claims to be from {sender_of(message)}")
         try:
             _HANDLERS[type(message)](self, message, now)
         except (TypeError, ValueError, IndexError, KeyError) as exc:

@@ -10,12 +10,14 @@ gateway with no disk can write into a store this way:
 
 from __future__ import annotations
 
+import logging
 import math
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
+from ..errors import ForgedMessage
 from ..wire.message import Kind
 from .commands import Put, WriteCommand
 from .errors import StoreDecodeError, StoreError
@@ -24,6 +26,8 @@ from .writer_core import NoMaster, WriterCore
 
 if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint
+
+log = logging.getLogger("broker_mqtt.store")
 
 __all__ = ["NoMaster", "WriterCore", "StoreWriter"]
 
@@ -44,6 +48,8 @@ class StoreWriter:
         self.name = name
         self.core = WriterCore(writer_id, ep.id.hex, anyio.current_time(), write_timeout=write_timeout)
         self.max_pending = max_pending
+        #: messages dropped because they claim another endpoint than the one their topic names
+        self.forged = 0
         self._results: dict[int, Any] = {}
         self._errors: list[tuple[int, StoreError]] = []
         self._changed = anyio.Event()
@@ -115,7 +121,11 @@ class StoreWriter:
     async def _receive(self) -> None:
         async for msg in self._sub:
             try:
-                self.core.handle(msg.data, anyio.current_time())
+                self.core.handle(msg.data, anyio.current_time(), sender=msg.sender_hex)
+            except ForgedMessage as exc:
+                self.forged += 1
+                log.warning("store %s: dropped a forged message: %s", self.name, exc)
+                continue
             except StoreDecodeError:
                 continue
             self._collect()

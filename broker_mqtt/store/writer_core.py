@@ -24,11 +24,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ForgedMessage
 from .commands import WriteCommand
 from .errors import Timeout, error_from_wire
 from .history import Epoch
 from .replica_events import Role
-from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode
+from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode, sender_of
 
 __all__ = ["NoMaster", "WriterCore"]
 
@@ -81,10 +82,15 @@ class WriterCore:
             self._outbox.append(self._message(n, p))
         return n
 
-    def handle(self, msg: Any, now: float) -> None:
+    def handle(self, msg: Any, now: float, *, sender: str | None = None) -> None:
         """Look at one store message (a wire list): the master's identity, and answers to this
-        writer. Raises StoreDecodeError for a malformed message (state unchanged)."""
-        match decode(msg):
+        writer. Raises StoreDecodeError for a malformed message, and
+        :class:`~broker_mqtt.errors.ForgedMessage` when ``sender`` (the endpoint id in hex that the
+        message's topic proves) is given and is not the one the message claims (state unchanged)."""
+        message = decode(msg)
+        if sender is not None and sender_of(message) != sender:
+            raise ForgedMessage(f"a {msg[0]} message from endpoint {sender} claims to be from {sender_of(message)}")
+        match message:
             case Heartbeat(node=node, epoch=epoch, role=Role.MASTER) if epoch is not None:
                 self.set_master(epoch, node, now)
             case Active(epoch=epoch):

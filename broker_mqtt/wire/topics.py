@@ -11,11 +11,17 @@ receives ``/sensors`` and ``/sensors/temp/1`` but not ``/sensorsX``. The MQTT fi
 ``P`` is ``<ns>/d/P/#`` (``#`` also matches the parent level itself), and the prefix ``/`` (or
 the empty string) subscribes to every data topic.
 
-Layout under a namespace ``ns`` (default ``bm``)::
+Layout under a namespace ``ns`` (default ``bm``). Every topic an endpoint publishes to names its
+own MQTT client id ``S`` (:mod:`.identity`), so that a broker ACL can let it write as itself only,
+and receivers drop what claims another sender (docs/security.md)::
 
-    ns/d/<topic>        data: batches of node messages published on <topic>
-    ns/u/<endpoint-id>  unicast: node messages for one endpoint
-    ns/p/<endpoint-id>  presence: retained announcement; empty retained payload = lost
+    ns/d/S/<topic>          data: batches of node messages that S published on <topic>
+    ns/u/<D hex>/S/<topic>  unicast: node messages from S on <topic> for endpoint D only
+    ns/p/S                  presence of S: retained announcement; empty retained payload = lost
+    ns/actor/store/<name>/S election messages of S for elected store <name>
+
+A subscription to prefix ``P`` is ``ns/d/+/P/#``; an endpoint receives its unicasts on
+``ns/u/<own id hex>/#``.
 """
 
 from __future__ import annotations
@@ -88,25 +94,50 @@ class TopicLayout:
         if self.namespace.startswith(("/", "$")):
             raise TopicError("namespace must not start with '/' or '$'")
 
-    def data(self, topic: str) -> str:
-        """MQTT topic that carries messages published on broker ``topic``."""
-        return self.namespace + "/d/" + "/".join(validate_topic(topic))
+    def data(self, topic: str, sender: str) -> str:
+        """MQTT topic that carries messages client ``sender`` publishes on broker ``topic``."""
+        return f"{self.namespace}/d/{sender}/" + "/".join(validate_topic(topic))
 
     def data_filter(self, prefix: str) -> str:
-        """MQTT filter that receives every topic under broker ``prefix``."""
+        """MQTT filter that receives every topic under broker ``prefix``, from every sender."""
         levels = validate_prefix(prefix)
-        return self.namespace + "/d/" + "".join(level + "/" for level in levels) + "#"
+        if not levels:
+            return self.namespace + "/d/#"
+        return self.namespace + "/d/+/" + "".join(level + "/" for level in levels) + "#"
 
-    def unicast(self, endpoint_id: str) -> str:
-        return f"{self.namespace}/u/{endpoint_id}"
+    def unicast(self, endpoint_hex: str, sender: str, topic: str) -> str:
+        """MQTT topic of a unicast from client ``sender`` on broker ``topic`` to the endpoint whose
+        id in hex is ``endpoint_hex``."""
+        return f"{self.namespace}/u/{endpoint_hex}/{sender}/" + "/".join(validate_topic(topic))
 
-    def presence(self, endpoint_id: str) -> str:
-        return f"{self.namespace}/p/{endpoint_id}"
+    def unicast_filter(self, endpoint_hex: str) -> str:
+        """MQTT filter of every unicast to the endpoint whose id in hex is ``endpoint_hex``."""
+        return f"{self.namespace}/u/{endpoint_hex}/#"
+
+    def presence(self, client_id: str) -> str:
+        return f"{self.namespace}/p/{client_id}"
 
     def presence_filter(self) -> str:
         return f"{self.namespace}/p/+"
 
-    def presence_id(self, mqtt_topic: str) -> str | None:
-        """The endpoint id of a presence topic, or None if ``mqtt_topic`` is not one."""
+    def presence_client(self, mqtt_topic: str) -> str | None:
+        """The client id of a presence topic, or None if ``mqtt_topic`` is not one."""
         head = f"{self.namespace}/p/"
-        return mqtt_topic[len(head):] if mqtt_topic.startswith(head) else None
+        if not mqtt_topic.startswith(head):
+            return None
+        client = mqtt_topic[len(head):]
+        return client if client and "/" not in client else None
+
+    def election(self, store: str) -> str:
+        """Base of elected store ``store``'s election topics: each node publishes on
+        ``<base>/<its client id>`` (``MQTTTransport(..., bound=True)``)."""
+        return f"{self.namespace}/actor/store/{store}"
+
+    def split_sender(self, mqtt_topic: str, head: str) -> tuple[str, str] | None:
+        """``(sender, broker topic)`` of an MQTT topic ``head + S + "/" + topic``; None if not one."""
+        if not mqtt_topic.startswith(head):
+            return None
+        sender, slash, topic = mqtt_topic[len(head):].partition("/")
+        if not sender or not slash or not topic:
+            return None
+        return sender, topic

@@ -197,7 +197,9 @@ async def test_only_the_master_receives_writes_and_they_travel_on_its_unicast_to
                 while len([x for x in seen if x[2] == "write"]) < 102:
                     await anyio.sleep(0.05)
             writes = [(t, nt) for t, nt, kind in seen if kind == "write"]
-            assert set(writes) == {(f"{namespace}/u/{a.id.hex}", writes_topic("w"))}
+            # on the master's unicast topics, each naming its writer's endpoint (w, and replicas c and b)
+            assert set(writes) == {(f"{namespace}/u/{a.id.hex}/{e.client_id}/$store/w/ew", writes_topic("w"))
+                                   for e in (w, b, c)}
             assert not [x for x in seen if x[1] == replication_topic("w") and x[2] == "write"]
             for s in (sa, sb, sc):
                 await s.close()
