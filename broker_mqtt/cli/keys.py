@@ -38,7 +38,7 @@ def keys() -> None:
               help="The new key file (PEM PKCS#8, mode 0600).")
 @click.option("--force", is_flag=True, help="Replace an existing key file.")
 def generate(out: Path, force: bool) -> None:
-    """Generate a private key into KEYFILE; print its public key (base64)."""
+    """Generate a private key into the --out file; print its public key (base64)."""
     key = generate_private_key()
     try:
         save_private_key(out, key, overwrite=force)
