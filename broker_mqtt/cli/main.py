@@ -11,6 +11,7 @@ import click
 from .._version import __version__
 from .bench import bench
 from .demo import demo, demo_node, demo_spark
+from .keys import keys
 from .node import node
 from .pubsub import pub, sub
 from .queue import queue
@@ -24,7 +25,7 @@ def main() -> None:
     """Zeek Broker's model over MQTT 5: endpoints, topics, peers."""
 
 
-for _command in (pub, sub, peers, status, store, queue, node, demo, demo_node, demo_spark, bench):
+for _command in (pub, sub, peers, status, store, queue, node, demo, demo_node, demo_spark, bench, keys):
     main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover
