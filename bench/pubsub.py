@@ -10,7 +10,10 @@ Every publisher and subscriber is its own OS process; the orchestrator (this scr
   timestamp, the row id), pre-encoded and flooded with ``publish_encoded`` as the bridge does, so
   the subscriber's receive and decode path is the bottleneck (``--rows-only`` runs just this);
 - publish -> receive latency at low load (500 msg/s), p50 / p99;
-- the baseline: raw aiomqtt, one PUBLISH per message, QoS 0 (its fastest mode), same payload.
+- the baseline: raw aiomqtt, one PUBLISH per message, QoS 0 (its fastest mode), same payload;
+- signed twins of the broker_mqtt cases (``--signed-only`` runs just those and their unsigned
+  rows): every endpoint seals each PUBLISH with its Ed25519 key and requires its peers' seals
+  (docs/signing.md); the ``x unsigned`` column is the ratio to the same case unsigned, same run.
 
 Throughput is counted from the publisher's first publish to the subscriber's last receive (wall
 clock, one host). It prints a table and writes bench/results/pubsub.json. Run: ``make bench`` or
@@ -37,13 +40,38 @@ from quantile import nearest_rank  # noqa: E402 - bench/ is this script's own di
 
 
 # -- roles (each runs in its own process) ---------------------------------------------------------
+def _identity(args: argparse.Namespace, client_id: str) -> dict[str, object]:
+    """Endpoint keyword arguments: signing with the keys in ``--signed DIR`` (see _make_keys)."""
+    if not args.signed:
+        return {}
+    from broker_mqtt.transport.keyfiles import load_private_key
+    from broker_mqtt.wire.signing import TrustStore
+
+    keys = Path(args.signed)
+    return {"client_id": client_id, "signing_key": load_private_key(keys / f"{client_id}.pem"),
+            "trust": TrustStore.from_toml((keys / "trust.toml").read_text())}
+
+
+def _make_keys(directory: Path, names: list[str]) -> None:
+    from broker_mqtt.transport.keyfiles import save_private_key
+    from broker_mqtt.wire.signing import TrustStore, generate_private_key
+
+    trust = TrustStore()
+    for name in names:
+        key = generate_private_key()
+        save_private_key(directory / f"{name}.pem", key)
+        trust.add(name, key.public_key())
+    (directory / "trust.toml").write_text(trust.to_toml())
+
+
 async def _sub_role(args: argparse.Namespace) -> dict[str, object]:
     from broker_mqtt import Endpoint
 
     latencies: list[int] = []
     received = 0
     first = last = 0.0
-    async with Endpoint(args.broker, id=uuid.UUID(args.id), name=args.id[:8]) as ep:
+    ident = _identity(args, args.client)
+    async with Endpoint(args.broker, id=uuid.UUID(args.id), name=args.id[:8], **ident) as ep:  # type: ignore[arg-type]
         async with ep.subscribe(args.topic) as sub:
             print("READY", flush=True)
             import anyio
@@ -69,7 +97,7 @@ async def _pub_role(args: argparse.Namespace) -> dict[str, object]:
     from broker_mqtt import Endpoint
 
     payload_tail: object = "test" if args.size == 0 else "x" * args.size
-    async with Endpoint(args.broker, name="publisher", qos=args.qos) as ep:
+    async with Endpoint(args.broker, name="publisher", qos=args.qos, **_identity(args, "pub")) as ep:  # type: ignore[arg-type]
         for peer in args.peers.split(","):
             if not await ep.await_peer(uuid.UUID(peer), timeout=10):
                 raise SystemExit(f"subscriber {peer} never appeared")
@@ -165,15 +193,18 @@ def _result(proc: subprocess.Popen[str], timeout: float) -> dict[str, object]:
 
 def run_case(
     broker: str, *, subs: int, count: int, size: int = 0, qos: int = 1, raw: bool = False,
-    latency: bool = False, rate: int = 500, rows: bool = False,
+    latency: bool = False, rate: int = 500, rows: bool = False, signed: str | None = None,
 ) -> dict[str, object]:
+    from broker_mqtt.wire.identity import endpoint_id
+
     topic = f"/bench/{uuid.uuid4().hex[:8]}" if not raw else f"rawbench/{uuid.uuid4().hex[:8]}"
-    ids = [str(uuid.uuid4()) for _ in range(subs)]
+    clients = [f"sub{i}" for i in range(subs)]
+    ids = [str(endpoint_id(c)) if signed else str(uuid.uuid4()) for c in clients]
     timeout = 120
     procs = [
-        _spawn("raw-sub" if raw else "sub", broker=broker, topic=topic, id=i, count=count,
-               timeout=timeout, latency=latency)
-        for i in ids
+        _spawn("raw-sub" if raw else "sub", broker=broker, topic=topic, id=i, client=c, count=count,
+               timeout=timeout, latency=latency, signed=signed)
+        for i, c in zip(ids, clients, strict=True)
     ]
     for p in procs:
         assert p.stdout is not None
@@ -181,7 +212,7 @@ def run_case(
         if line.strip() != "READY":
             raise RuntimeError(f"subscriber did not start: {line!r}")
     pub = _spawn("raw-pub" if raw else "pub", broker=broker, topic=topic, count=count, size=size, qos=qos,
-                 peers=",".join(ids), latency=latency, rate=rate, rows=rows)
+                 peers=",".join(ids), latency=latency, rate=rate, rows=rows, signed=signed)
     p_res = _result(pub, timeout + 30)
     s_res = [_result(p, timeout + 30) for p in procs]
     received = sum(int(r["received"]) for r in s_res)  # type: ignore[call-overload]
@@ -214,6 +245,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60)
     parser.add_argument("--latency", action="store_true")
     parser.add_argument("--rows", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--client", help=argparse.SUPPRESS)
+    parser.add_argument("--signed", help=argparse.SUPPRESS)  # a role: the key directory
+    parser.add_argument("--signed-only", action="store_true", help="only the signed cases and their unsigned twins")
     parser.add_argument("--rows-only", action="store_true", help="only the Spark-like rows case")
     parser.add_argument("--quick", action="store_true", help="fewer messages (a smoke run)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "pubsub.json"))
@@ -226,10 +260,14 @@ def main() -> None:
         print(json.dumps(result), flush=True)
         return
 
+    import tempfile
+
     from broker_mqtt import EmbeddedBroker
 
     scale = 10 if args.quick else 1
     rows: dict[str, dict[str, object]] = {}
+    keydir = tempfile.mkdtemp(prefix="bench-keys-")
+    _make_keys(Path(keydir), ["pub", "sub0", "sub1", "sub2", "sub3"])
     with EmbeddedBroker() as broker:
         url = broker.url
         cases: list[tuple[str, dict[str, object]]] = [
@@ -241,22 +279,32 @@ def main() -> None:
             ("broker_mqtt 1->1 Spark-like rows (QoS 1)", {"subs": 1, "count": 300_000 // scale, "rows": True}),
             ("broker_mqtt latency 500 msg/s (QoS 1)", {"subs": 1, "count": 2_000 // scale, "latency": True}),
         ]
+        signed = [(label.replace(" (QoS 1)", " (QoS 1, signed)"), {**kw, "signed": keydir})
+                  for label, kw in cases[1:] if kw.get("qos", 1) == 1]
         if args.rows_only:
             cases = [cases[0], *(c for c in cases if c[1].get("rows"))]
+        elif args.signed_only:
+            cases = [cases[0], *(c for c in cases[1:] if c[1].get("qos", 1) == 1), *signed]
+        else:
+            cases += signed
         for label, kw in cases:
             rows[label] = run_case(url, **kw)  # type: ignore[arg-type]
             print(f"  done: {label}", file=sys.stderr, flush=True)
     base = float(rows[cases[0][0]]["msgs_per_s"])  # type: ignore[arg-type]
     for row in rows.values():
         row["x_baseline"] = round(float(row["msgs_per_s"]) / base, 1) if base else None  # type: ignore[arg-type]
+    for label, row in rows.items():
+        twin = rows.get(label.replace(" (QoS 1, signed)", " (QoS 1)"))
+        if twin is not None and twin is not row and float(twin["msgs_per_s"]):  # type: ignore[arg-type]
+            row["x_unsigned"] = round(float(row["msgs_per_s"]) / float(twin["msgs_per_s"]), 2)  # type: ignore[arg-type]
 
     print(f"\nbroker_mqtt pub/sub benchmark ({os.cpu_count()} cores, embedded mosquitto, separate processes)")
-    print(f"{'case':44} {'received':>17} {'msg/s':>10} {'x raw':>7} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'case':52} {'received':>17} {'msg/s':>10} {'x raw':>7} {'x unsigned':>10} {'p50 ms':>8} {'p99 ms':>8}")
     for label, row in rows.items():
         got = f"{row['received']}/{row['expected']}"
         print(
-            f"{label:44} {got:>17} {row['msgs_per_s']:>10} {row['x_baseline'] or '':>7} "
-            f"{row.get('p50_ms', ''):>8} {row.get('p99_ms', ''):>8}"
+            f"{label:52} {got:>17} {row['msgs_per_s']:>10} {row['x_baseline'] or '':>7} "
+            f"{row.get('x_unsigned', ''):>10} {row.get('p50_ms', ''):>8} {row.get('p99_ms', ''):>8}"
         )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import pytest
 from subscriber_helpers import nothing_more, take
 
 from broker_mqtt import EmbeddedBroker, Endpoint, UsageError
-from broker_mqtt.endpoint.endpoint import _local_prefixes
+from broker_mqtt.endpoint.subscription import local_prefixes as _local_prefixes
 from broker_mqtt.transport.base import Received
 from broker_mqtt.wire import codec
 from broker_mqtt.wire.message import Kind, NodeEncoder

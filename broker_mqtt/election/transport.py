@@ -15,7 +15,9 @@ Two layouts:
   client write only below its own client id (and only members write below ``topic``) makes the
   sender certain; a message whose node (``init``, ``vers``, ``ping``) is not of the endpoint that
   topic level names (node names ``<endpoint id hex>`` or ``<endpoint id hex>.<anything>``) is
-  dropped and counted in :attr:`MQTTTransport.forged`.
+  dropped and counted in :attr:`MQTTTransport.forged`. When the endpoint has a trust store, every
+  message must also be sealed by that client's key (``Endpoint.verify``): one that is not is dropped
+  and counted in :attr:`MQTTTransport.forged` too.
 
 Payloads that are not a CBOR map are counted in :attr:`MQTTTransport.malformed` and skipped.
 """
@@ -72,8 +74,17 @@ class MQTTTransport:
 
             async def messages() -> AsyncIterator[dict[str, Any]]:
                 async for raw in sub:
+                    payload = raw.payload
+                    if self.bound:
+                        try:
+                            payload = self.endpoint.verify(raw.topic, payload, sender=raw.topic[len(self.topic) + 1:],
+                                                           retained=raw.retain)
+                        except codec.DecodeError as exc:  # a SignatureError
+                            self.forged += 1
+                            log.warning("dropping an election message on %s: %s", raw.topic, exc)
+                            continue
                     try:
-                        msg = codec.decode(raw.payload)
+                        msg = codec.decode(payload)
                     except codec.DecodeError as exc:
                         msg = exc
                     if not isinstance(msg, dict):

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import random
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -39,6 +39,7 @@ from typing import Any, Self
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..errors import BrokerUnavailable, UsageError
 from ..transport.base import (
@@ -51,12 +52,13 @@ from ..transport.base import (
     Will,
 )
 from ..transport.broker_url import BrokerURL, TLSOptions
-from ..transport.embedded import EmbeddedBroker, acquire_shared_broker, release_shared_broker
+from ..transport.embedded import EmbeddedBroker, release_shared_broker, resolve_broker
 from ..transport.mqtt import MQTTConnector
 from ..wire import codec
-from ..wire.identity import default_client_id, endpoint_id, validate_client_id
+from ..wire.identity import resolve_identity
 from ..wire.message import Kind, NodeEncoder
-from ..wire.topics import TopicLayout, covers, prefix_matches, validate_prefix, validate_topic
+from ..wire.signing import SignatureError, Signer, TrustStore, Verifier
+from ..wire.topics import TopicLayout, prefix_matches, validate_prefix, validate_topic
 from .dispatch import Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
 from .event_stream import EventStream
 from .events import ConnectionLost, ConnectionRestored, ErrorCode, ErrorEvent, Message, PeerInfo, StatusEvent
@@ -65,7 +67,7 @@ from .presence import PeerTable, announced_prefixes, presence_payload
 from .receive import PRESENCE_SID, UNICAST_SID, Receiver
 from .send import PUBLISH_OVERHEAD, Sender, Signal
 from .statistics import EndpointStatistics
-from .subscription import RawMessage, RawSubscription, Subscription, _Stream
+from .subscription import RawMessage, RawSubscription, Subscription, _Stream, local_prefixes
 
 __all__ = ["Endpoint", "Subscription", "RawSubscription", "RawMessage", "EndpointStatistics"]
 
@@ -87,6 +89,11 @@ class Endpoint:
     restart). Without one it is ``bm-<id hex>`` (``id`` given, or random). Raises
     :class:`UsageError` for a client id that cannot be a topic level or starts with ``bm-``.
 
+    ``signing_key`` (Ed25519) seals every PUBLISH the endpoint sends on the namespace's topics, one
+    signature per batch; ``trust`` (public keys by client id) makes it drop, count and report
+    (:attr:`ErrorCode.BAD_SIGNATURE`) whatever arrives there not sealed by its sender's key, or
+    replayed (``docs/signing.md``, ``docs/security.md``).
+
     Entering connects (raising :class:`BrokerUnavailable` after ``connect_timeout``); leaving
     says goodbye (PeerRemoved at the peers), flushes what is queued (up to ``close_timeout``),
     ends the MQTT session and cancels every task the endpoint started.
@@ -100,6 +107,8 @@ class Endpoint:
         namespace: str = "bm",
         id: uuid.UUID | None = None,  # noqa: A002 - the natural name
         client_id: str | None = None,
+        signing_key: Ed25519PrivateKey | None = None,
+        trust: TrustStore | None = None,
         tls: TLSOptions | None = None,
         qos: int = 1,
         connect_timeout: float = 10.0,
@@ -116,14 +125,7 @@ class Endpoint:
     ) -> None:
         if qos not in (0, 1):
             raise UsageError("qos must be 0 or 1")
-        if client_id is not None:
-            derived = endpoint_id(validate_client_id(client_id))
-            if id is not None and id != derived:
-                raise UsageError(f"id {id} is not the id of client id {client_id!r} ({derived}); give one of them")
-            id = derived
-        self.id = id or uuid.uuid4()
-        #: the MQTT client id, named in every topic this endpoint publishes to (docs/security.md)
-        self.client_id = client_id if client_id is not None else default_client_id(self.id)
+        self.id, self.client_id = resolve_identity(id, client_id)  # client_id: named in every topic it publishes
         self.name = name or f"endpoint-{self.id.hex[:8]}"
         self.layout = TopicLayout(namespace)
         self.qos = qos
@@ -161,10 +163,14 @@ class Endpoint:
         self._closing = False
         self._topic_cache: dict[str, str] = {}
         self._presence_topic = self.layout.presence(self.client_id)
+        if signing_key is not None:
+            sender.signer = Signer(signing_key, self.client_id, clock=lambda: time.time_ns() // 1000)
+            sender.signed_prefixes = self.layout.signed_prefixes()
         self._receiver = Receiver(
             name=self.name, layout=self.layout, me=self._id_bytes,
             table=self._table, stats=self._stats, report=self._report, on_presence=self._on_presence,
         )
+        self._receiver.verifier = Verifier(trust) if trust is not None else None
         #: hand one received PUBLISH (a transport.base.Received) to its subscribers
         self._dispatch = self._receiver.dispatch
 
@@ -209,18 +215,7 @@ class Endpoint:
     _last_error: str | None = None
 
     async def _resolve_broker(self) -> BrokerURL:
-        broker = self._broker_arg
-        if broker is None:
-            broker = os.environ.get("BROKER_MQTT_URL") or None
-        if broker is None:
-            self._uses_shared = True
-            shared = await acquire_shared_broker()
-            return BrokerURL.parse(shared.url)
-        if isinstance(broker, EmbeddedBroker):
-            if not broker.running:
-                await broker.astart()
-            return BrokerURL.parse(broker.url)
-        url = BrokerURL.parse(broker)
+        url, self._uses_shared = await resolve_broker(self._broker_arg)
         if url.tls and self._tls is None:
             self._tls = TLSOptions()
         return url
@@ -288,7 +283,8 @@ class Endpoint:
         await self._mqtt_subscribe(conn, Subscribe(self.layout.unicast_filter(self.id.hex), UNICAST_SID, True))
         for change in self._table.all_subscribes():
             await self._mqtt_subscribe(conn, change)
-        self._outbox.max_batch_bytes = min(self._max_batch_bytes, conn.connack.max_packet - PUBLISH_OVERHEAD)
+        seal = self._sender.signer.overhead if self._sender.signer is not None else 0
+        self._outbox.max_batch_bytes = min(self._max_batch_bytes, conn.connack.max_packet - PUBLISH_OVERHEAD - seal)
         self._sender.conn = conn
         self._announce()
         self._sender.progress.notify()
@@ -451,6 +447,20 @@ class Endpoint:
             return
         await self._enqueue(mqtt_topic, qos, bytes(payload), retain=retain, coalesce=False)
 
+    def verify(self, mqtt_topic: str, payload: bytes, *, sender: str, retained: bool = False) -> bytes:
+        """``payload`` received on ``mqtt_topic`` with its seal checked and removed, for layers that
+        receive raw PUBLISHes on the namespace's topics (bound elections); as is when the endpoint
+        has no ``trust``. ``sender``: the client id the topic names. Raises
+        :class:`~broker_mqtt.wire.signing.SignatureError` (a :class:`DecodeError`) and counts it."""
+        verifier = self._receiver.verifier
+        if verifier is None:
+            return payload
+        try:
+            return verifier.open(mqtt_topic, payload, sender=sender, retained=retained)
+        except SignatureError:
+            self._stats.bad_signatures += 1
+            raise
+
     def check_payload_size(self, size: int) -> None:
         """Raise :class:`PayloadTooLarge` if a node message or raw payload of ``size`` bytes would
         not fit in one PUBLISH the broker accepts (its maximum packet size, from the last
@@ -511,7 +521,7 @@ class Endpoint:
             raise UsageError("subscribe needs at least one topic prefix")
         for p in prefixes:
             validate_prefix(p)
-        return Subscription(self, prefixes, local=_local_prefixes(local, prefixes),
+        return Subscription(self, prefixes, local=local_prefixes(local, prefixes),
                             buffer=buffer or self._subscriber_buffer, kind=kind)
 
     def subscribe_raw(self, *mqtt_filters: str, buffer: int | None = None) -> RawSubscription:
@@ -587,18 +597,3 @@ class Endpoint:
     def __repr__(self) -> str:
         return f"<Endpoint {self.name} {self.id} {'connected' if self.connected else 'disconnected'}>"
 
-
-def _local_prefixes(local: Any, prefixes: tuple[str, ...]) -> tuple[str, ...]:
-    """``subscribe``'s ``local`` as the prefixes on which own messages are delivered; UsageError if bad."""
-    if local is True or local is False:
-        return prefixes if local else ()
-    if isinstance(local, (str, bytes)) or not isinstance(local, Iterable):
-        raise UsageError(f"local takes True, False or a collection of topic prefixes, not {local!r}")
-    own = tuple(local)
-    if not all(isinstance(p, str) for p in own):
-        raise UsageError(f"local takes topic prefixes (strings), not {own!r}")
-    subscribed = [validate_prefix(p) for p in prefixes]
-    for p in own:
-        if not any(covers(s, validate_prefix(p)) for s in subscribed):
-            raise UsageError(f"local prefix {p!r} is not under a subscribed prefix {list(prefixes)}")
-    return own

@@ -128,6 +128,7 @@ class ErrorCode(enum.Enum):
     MALFORMED_MESSAGE = "malformed_message"  #: a PUBLISH on our topics that is not node messages
     MALFORMED_PAYLOAD = "malformed_payload"  #: a node message whose payload does not decode
     FORGED_MESSAGE = "forged_message"  #: a message claims a sender its topic does not prove (dropped)
+    BAD_SIGNATURE = "bad_signature"  #: a PUBLISH not sealed by its sender's trusted key, or a replay (dropped)
     PUBLISH_REJECTED = "publish_rejected"  #: the broker refused a PUBLISH (e.g. ACL)
     EVENTS_DROPPED = "events_dropped"  #: a status consumer fell too far behind
 

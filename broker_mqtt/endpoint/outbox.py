@@ -31,6 +31,7 @@ class Batch:
     count: int = 0
     confirmed: bool = False
     urgent: bool = False
+    wire: bytes | None = None  #: the PUBLISH payload once first sent (sealed, if signing): resent as is
 
 
 class Outbox:

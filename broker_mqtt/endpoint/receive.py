@@ -11,6 +11,13 @@ messages coming back (a broker that ignores No Local) are dropped by sender id, 
 subscribers got them when they were sent. A node message whose topic does not match the MQTT topic
 it came on is malformed: reported, counted and skipped.
 
+With a :class:`~broker_mqtt.wire.signing.Verifier` (the endpoint was given a trust store), every
+PUBLISH on the layout's topics must be sealed by the key of the client its topic names, with a
+counter above the last one accepted from it on that topic: anything else (unsigned, unknown signer,
+bad signature, a replay) is dropped whole, counted (``bad_signatures``) and reported
+(:attr:`ErrorCode.BAD_SIGNATURE`). Only an empty presence payload (a clear, or a last will, which
+cannot carry a fresh signature) is taken unsigned: see docs/security.md.
+
 A broker that sends no subscription identifiers (the first such PUBLISH makes the endpoint warn) is
 served by matching topics against the filters instead (:meth:`Receiver._dispatch_by_topic`).
 """
@@ -24,6 +31,7 @@ from ..errors import UsageError
 from ..transport.base import Received
 from ..wire.identity import endpoint_id
 from ..wire.message import Kind, decode_batch
+from ..wire.signing import Rejection, SignatureError, Verifier
 from ..wire.topics import TopicLayout, validate_topic
 from .dispatch import Filter, SubscriptionTable
 from .events import ErrorCode, ErrorEvent, Message, StatusEvent
@@ -66,6 +74,8 @@ class Receiver:
         self._on_presence = on_presence
         #: whether PUBLISHes carry subscription identifiers (from the CONNACK; False once one came without)
         self.sub_ids_available = True
+        #: checks the seals of what arrives on the layout's topics (None: signatures not required)
+        self.verifier: Verifier | None = None
 
     async def run(self, messages: AsyncIterator[Received]) -> None:
         """Dispatch every PUBLISH of ``messages`` until it ends or raises."""
@@ -89,9 +99,11 @@ class Receiver:
             await self._dispatch_by_topic(topic, payload, message.retain)
             return
         if PRESENCE_SID in sub_ids:
-            self._on_presence(topic, payload)
+            self._presence_in(topic, payload, message.retain)
         if UNICAST_SID in sub_ids:
-            await self._on_node_messages(topic, payload, None)
+            opened = self._opened(topic, payload, self._unicast_head, message.retain)
+            if opened is not None:
+                await self._on_node_messages(topic, opened, None)
         filters = self._table.targets(sub_ids)
         if not filters:
             return
@@ -102,17 +114,51 @@ class Receiver:
                     if not sub._deliver_nowait([item]):
                         await sub._deliver([item])
             return
-        await self._on_node_messages(topic, payload, filters)
+        opened = self._opened(topic, payload, self._data_head, message.retain)
+        if opened is not None:
+            await self._on_node_messages(topic, opened, filters)
+
+    def _opened(self, topic: str, payload: bytes, head: str, retain: bool) -> bytes | None:
+        """``payload`` with its seal checked and removed (as is without a verifier); None: dropped.
+        ``head`` is the topic family's head (``ns/d/``, ``ns/u/<me>/``, or "" for presence)."""
+        verifier = self.verifier
+        if verifier is None:
+            return payload
+        if head:
+            split = self._layout.split_sender(topic, head)
+            sender = split[0] if split is not None else None
+        else:
+            sender = self._layout.presence_client(topic)
+        try:
+            if sender is None:
+                raise SignatureError(Rejection.SENDER_MISMATCH, "the topic names no sender")
+            return verifier.open(topic, payload, sender=sender, retained=retain)
+        except SignatureError as exc:
+            self._stats.bad_signatures += 1
+            self._report(ErrorEvent(ErrorCode.BAD_SIGNATURE, str(exc), topic=topic))
+            return None
+
+    def _presence_in(self, topic: str, payload: bytes, retain: bool) -> None:
+        if payload:  # a clear (or a last will) carries no signature
+            opened = self._opened(topic, payload, "", retain)
+            if opened is None:
+                return
+            payload = opened
+        self._on_presence(topic, payload)
 
     async def _dispatch_by_topic(self, topic: str, payload: bytes, retain: bool) -> None:
         if self._layout.presence_client(topic) is not None:
-            self._on_presence(topic, payload)
+            self._presence_in(topic, payload, retain)
         elif topic.startswith(self._unicast_head):
-            await self._on_node_messages(topic, payload, None)
+            opened = self._opened(topic, payload, self._unicast_head, retain)
+            if opened is not None:
+                await self._on_node_messages(topic, opened, None)
         elif topic.startswith(self._data_head):
             split = self._layout.split_sender(topic, self._data_head)
             levels = tuple(split[1].split("/")) if split is not None else ()
-            await self._on_node_messages(topic, payload, self._table.match(levels))
+            opened = self._opened(topic, payload, self._data_head, retain)
+            if opened is not None:
+                await self._on_node_messages(topic, opened, self._table.match(levels))
         else:
             item = RawMessage(topic, payload, retain)
             for f in self._table.by_filter.values():

@@ -8,6 +8,11 @@ keeps the release in send order). When the connection goes, unconfirmed QoS 1 ba
 the front of the outbox, in order, and are sent again after reconnecting (at-least-once);
 unconfirmed QoS 0 batches are lost and counted.
 
+With a :class:`~broker_mqtt.wire.signing.Signer`, every PUBLISH on the topics of the namespace's
+layout (``signed_prefixes``: data, unicast, presence, bound elections) is sealed once, when first
+sent, with one signature for the whole batch; a resent batch keeps its seal, so a receiver that got
+it already drops the copy as a replay. Empty payloads (presence clears, the last will) stay unsigned.
+
 Full means the outbox bounds: a publisher then waits while a connection is open and gets
 :class:`PublishQueueFull` while there is none (docs/guarantees.md: nothing accepted is dropped
 silently). A message larger than the broker's maximum packet size is refused at once with
@@ -22,6 +27,7 @@ import anyio
 
 from ..errors import PayloadTooLarge, PublishQueueFull
 from ..transport.base import MAX_PACKET_DEFAULT, ORDERED_WINDOW, Connection, ConnectionClosed
+from ..wire.signing import Signer
 from .outbox import Batch, InFlight, Outbox
 from .statistics import EndpointStatistics
 
@@ -67,10 +73,12 @@ class Sender:
         self._stats = stats
         self._max_inflight = max_inflight
         self._inflight: InFlight | None = None
+        self.signer: Signer | None = None  #: seals PUBLISHes on ``signed_prefixes`` (None: no signing)
+        self.signed_prefixes: tuple[str, ...] = ()
 
     def check_size(self, size: int) -> None:
         """Raise :class:`PayloadTooLarge` if ``size`` bytes do not fit in one PUBLISH."""
-        if size > self.max_packet - PUBLISH_OVERHEAD:
+        if size > self.max_packet - PUBLISH_OVERHEAD - (self.signer.overhead if self.signer else 0):
             raise PayloadTooLarge(size, self.max_packet)
 
     def _queue_full(self) -> PublishQueueFull:
@@ -134,8 +142,11 @@ class Sender:
         try:
             while True:
                 while not inflight.full and (batch := outbox.take()) is not None:
+                    payload = batch.wire
+                    if payload is None:
+                        payload = batch.wire = self._seal(batch.topic, bytes(batch.data))
                     try:
-                        packet_id = publish(batch.topic, bytes(batch.data), batch.qos, batch.retain)
+                        packet_id = publish(batch.topic, payload, batch.qos, batch.retain)
                     except ConnectionClosed:
                         outbox.retry(batch)
                         raise
@@ -151,6 +162,12 @@ class Sender:
                 else:
                     outbox.retry(batch)
             self.progress.notify()
+
+    def _seal(self, topic: str, payload: bytes) -> bytes:
+        signer = self.signer
+        if signer is None or not payload or not topic.startswith(self.signed_prefixes):
+            return payload
+        return signer.seal(topic, payload)
 
     def confirmed(self, packet_id: int) -> None:
         """The transport confirmed ``packet_id``: PUBACK (QoS 1) or written (QoS 0)."""

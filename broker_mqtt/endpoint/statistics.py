@@ -18,6 +18,7 @@ class EndpointStatistics:
     delivered: int = 0  #: messages handed to subscribers
     malformed: int = 0  #: undecodable PUBLISHes or node messages
     forged: int = 0  #: node messages dropped: their sender is not the one their topic names
+    bad_signatures: int = 0  #: PUBLISHes dropped: unsigned, unknown signer, bad signature or a replay
     rejected: int = 0  #: PUBLISHes the broker refused (PUBACK reason >= 0x80)
     qos0_lost: int = 0  #: QoS 0 messages on the wire when a connection dropped
     reconnects: int = 0

@@ -19,14 +19,17 @@ in arrival order.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol, Self
 
 import anyio
 
+from ..errors import UsageError
 from ..wire import codec
 from ..wire.message import Kind
+from ..wire.topics import covers, validate_prefix
 from .events import _MISSING, ErrorCode, ErrorEvent, Message, StatusEvent, _decode_all
 
 
@@ -219,3 +222,19 @@ class RawSubscription(_Stream):
     async def __anext__(self) -> RawMessage:
         item: RawMessage = await self._next_item()
         return item
+
+
+def local_prefixes(local: Any, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+    """``subscribe``'s ``local`` as the prefixes on which own messages are delivered; UsageError if bad."""
+    if local is True or local is False:
+        return prefixes if local else ()
+    if isinstance(local, (str, bytes)) or not isinstance(local, Iterable):
+        raise UsageError(f"local takes True, False or a collection of topic prefixes, not {local!r}")
+    own = tuple(local)
+    if not all(isinstance(p, str) for p in own):
+        raise UsageError(f"local takes topic prefixes (strings), not {own!r}")
+    subscribed = [validate_prefix(p) for p in prefixes]
+    for p in own:
+        if not any(covers(s, validate_prefix(p)) for s in subscribed):
+            raise UsageError(f"local prefix {p!r} is not under a subscribed prefix {list(prefixes)}")
+    return own

@@ -39,8 +39,9 @@ from types import TracebackType
 import anyio
 
 from ..errors import MosquittoNotFound, TransportError
+from .broker_url import BrokerURL
 
-__all__ = ["EmbeddedBroker", "acquire_shared_broker", "find_mosquitto", "release_shared_broker"]
+__all__ = ["EmbeddedBroker", "acquire_shared_broker", "find_mosquitto", "release_shared_broker", "resolve_broker"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -357,3 +358,20 @@ def release_shared_broker() -> None:
         if _shared_users == 0 and _shared is not None:
             _shared.cleanup()
             _shared = None
+
+
+async def resolve_broker(broker: str | EmbeddedBroker | None) -> tuple[BrokerURL, bool]:
+    """The URL an endpoint given ``broker`` connects to, and whether that is the process's shared
+    embedded broker (then acquired: call :func:`release_shared_broker` when done). ``None`` means
+    ``$BROKER_MQTT_URL`` if set, else the shared broker; an :class:`EmbeddedBroker` not running is
+    started. Raises :class:`UsageError` for a bad URL."""
+    if broker is None:
+        broker = os.environ.get("BROKER_MQTT_URL") or None
+    if broker is None:
+        shared = await acquire_shared_broker()
+        return BrokerURL.parse(shared.url), True
+    if isinstance(broker, EmbeddedBroker):
+        if not broker.running:
+            await broker.astart()
+        return BrokerURL.parse(broker.url), False
+    return BrokerURL.parse(broker), False

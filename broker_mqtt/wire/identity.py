@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from ..errors import UsageError
 
-__all__ = ["ENDPOINT_ID_NAMESPACE", "default_client_id", "endpoint_id", "validate_client_id"]
+__all__ = ["ENDPOINT_ID_NAMESPACE", "default_client_id", "endpoint_id", "validate_client_id", "resolve_identity"]
 
 #: the uuid5 namespace of endpoint ids derived from chosen client ids
 ENDPOINT_ID_NAMESPACE = uuid.UUID("5b1e6f1c-9d7e-4a5e-8c33-6d2f0b8e4a17")
@@ -75,3 +75,16 @@ def endpoint_id(client_id: str) -> uuid.UUID | None:
     if not client_id or any(c in client_id for c in "/+#\0"):
         return None
     return uuid.uuid5(ENDPOINT_ID_NAMESPACE, client_id)
+
+
+def resolve_identity(endpoint: uuid.UUID | None, client_id: str | None) -> tuple[uuid.UUID, str]:
+    """``(endpoint id, client id)`` of an endpoint given either, both or neither (then a random id);
+    :class:`UsageError` for a bad client id, or an id that is not the one ``client_id`` names."""
+    if client_id is None:
+        endpoint = endpoint or uuid.uuid4()
+        return endpoint, default_client_id(endpoint)
+    derived = endpoint_id(validate_client_id(client_id))
+    assert derived is not None  # a valid chosen client id always names one
+    if endpoint is not None and endpoint != derived:
+        raise UsageError(f"id {endpoint} is not the id of client id {client_id!r} ({derived}); give one of them")
+    return derived, client_id

@@ -133,6 +133,11 @@ class TopicLayout:
         ``<base>/<its client id>`` (``MQTTTransport(..., bound=True)``)."""
         return f"{self.namespace}/actor/store/{store}"
 
+    def signed_prefixes(self) -> tuple[str, ...]:
+        """Heads of the topics whose PUBLISHes a signing endpoint seals (all of the layout's)."""
+        ns = self.namespace
+        return (f"{ns}/d/", f"{ns}/u/", f"{ns}/p/", f"{ns}/actor/store/")
+
     def split_sender(self, mqtt_topic: str, head: str) -> tuple[str, str] | None:
         """``(sender, broker topic)`` of an MQTT topic ``head + S + "/" + topic``; None if not one."""
         if not mqtt_topic.startswith(head):
