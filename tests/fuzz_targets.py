@@ -106,8 +106,11 @@ _BIG = (_LEAVES[-5], _LEAVES[-4])  # never copied, never mutated in place
 _BIG_IDS = frozenset(map(id, _BIG))
 
 
+_NUMBERS = (math.inf, -math.inf, math.nan, 10**5000, -(10**5000), -1, 0, 2**64, 1.5, True, "1", None)
+
+
 def hostile_leaf(rng: random.Random) -> Any:
-    leaf = rng.choice(_LEAVES)
+    leaf = rng.choice(_NUMBERS if rng.random() < 0.3 else _LEAVES)
     return leaf if id(leaf) in _BIG_IDS else _copy(leaf)
 
 

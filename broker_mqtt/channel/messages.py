@@ -228,14 +228,15 @@ def decode_message(wire: Any) -> Message:
             return EventBatch(_str(wire[1], "producer"), _seq(wire[2], "first_seq", 1), tuple(payloads))
         case MessageKind.HANDSHAKE:
             interval = wire[4]
-            if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0:
-                raise ChannelDecodeError(f"heartbeat_interval must be a positive number, got {peer_repr(interval)}")
+            if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval < 1e15:
+                raise ChannelDecodeError(f"heartbeat_interval must be a positive number of seconds, got "
+                                         f"{peer_repr(interval)}")
             return Handshake(_str(wire[1], "producer"), _str(wire[2], "consumer"),
                              _seq(wire[3], "first_seq", 1), float(interval), wire[5])
         case MessageKind.RETRANSMIT_FAILED:
             first, last = _seq(wire[3], "first", 1), _seq(wire[4], "last", 1)
             if first > last:
-                raise ChannelDecodeError(f"retransmit_failed range {first}..{last} is empty")
+                raise ChannelDecodeError(f"retransmit_failed range {peer_repr(first)}..{peer_repr(last)} is empty")
             return RetransmitFailed(_str(wire[1], "producer"), _str(wire[2], "consumer"), first, last)
         case MessageKind.HEARTBEAT:
             return Heartbeat(_str(wire[1], "producer"), _seq(wire[2], "last_seq"))
@@ -251,7 +252,7 @@ def decode_message(wire: Any) -> Message:
                     raise ChannelDecodeError(f"a nack range is [first, last], got {peer_repr(item)}")
                 first, last = _seq(item[0], "first", 1), _seq(item[1], "last", 1)
                 if first > last:
-                    raise ChannelDecodeError(f"nack range {first}..{last} is empty")
+                    raise ChannelDecodeError(f"nack range {peer_repr(first)}..{peer_repr(last)} is empty")
                 ranges.append((first, last))
             return Nack(_str(wire[1], "consumer"), _str(wire[2], "producer"), tuple(ranges))
     raise AssertionError(kind)  # pragma: no cover

@@ -51,6 +51,8 @@ MAX_READER_NAME = 200  # characters
 START_OLDEST, START_NEXT = "oldest", "next"
 Action = str  # "accept" | "release" | "reject" | "return"
 _ACTIONS = ("accept", "release", "reject", "return")
+_FOREVER = 1e15  # seconds: durations and ages beyond any wall clock are refused (an overflow, not a time)
+_ID_LIMIT = 1 << 63  # message ids and delivery counts a settlement may name (the master counts from 1)
 
 
 def check_reader_name(name: Any) -> str | None:
@@ -106,13 +108,13 @@ def _max(value: Any) -> int | None:
 
 
 def _age(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < _FOREVER:
         raise StoreDecodeError(f"expected an age >= 0 s, got {peer_repr(value, 60)}")
     return value
 
 
 def _seconds(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < _FOREVER:
         raise StoreDecodeError(f"expected a duration > 0 s, got {peer_repr(value, 60)}")
     return value
 
@@ -121,8 +123,8 @@ def _settlements(value: Any) -> list[list[Any]]:
     items = _items(value)
     for item in items:
         if not (isinstance(item, (list, tuple)) and len(item) in (3, 4) and is_message_key(item[0])
-                and item[1] in _ACTIONS and (item[2] is None or isinstance(item[2], str))
-                and (len(item) == 3 or (is_message_key(item[3]) and item[3] >= 1))):
+                and 0 <= item[0] < _ID_LIMIT and item[1] in _ACTIONS and (item[2] is None or isinstance(item[2], str))
+                and (len(item) == 3 or (is_message_key(item[3]) and 1 <= item[3] < _ID_LIMIT))):
             raise StoreDecodeError(f"a settlement is [id, accept|release|reject|return, reason(, delivery count)], "
                                    f"got {peer_repr(item, 60)}")
     return [list(item) for item in items]

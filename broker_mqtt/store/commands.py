@@ -109,11 +109,14 @@ def _any(value: Any) -> Any:
     return value
 
 
+_FOREVER = 1e15  # seconds: past any wall clock plus any expiry (None means never)
+
+
 def _expiry(value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise StoreDecodeError(f"expiry must be None or a duration >= 0, got {peer_repr(value)}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < _FOREVER:
+        raise StoreDecodeError(f"expiry must be None or a finite duration >= 0, got {peer_repr(value)}")
     return value
 
 
@@ -144,6 +147,26 @@ def _bool(value: Any) -> bool:
 def _publisher(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise StoreDecodeError(f"publisher must be a non-empty string, got {peer_repr(value)}")
+    return value
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, set | frozenset):
+        return frozenset(value)  # (its members are hashable already)
+    if isinstance(value, dict):
+        raise StoreDecodeError("a set member or table key cannot be a table")
+    return value
+
+
+def _index(value: Any) -> Any:
+    """A set member or table key: hashable. An array arrives as a list (cbor2 gives a tuple only inside a
+    set or as a map key) and becomes the tuple it was sent as."""
+    try:
+        hash(value)
+    except TypeError:
+        return _freeze(value)
     return value
 
 
@@ -269,7 +292,7 @@ class Append(_Wire):
     expiry: float | None = None
 
 
-@_cmd(CommandKind.INSERT_INTO, _any, _any, _any, _expiry)
+@_cmd(CommandKind.INSERT_INTO, _any, _index, _any, _expiry)
 @dataclass(frozen=True, slots=True)
 class InsertInto(_Wire):
     """Add ``index`` to a set, or map ``index`` to ``value`` in a table (dict).
@@ -283,7 +306,7 @@ class InsertInto(_Wire):
     expiry: float | None = None
 
 
-@_cmd(CommandKind.REMOVE_FROM, _any, _any, _expiry)
+@_cmd(CommandKind.REMOVE_FROM, _any, _index, _expiry)
 @dataclass(frozen=True, slots=True)
 class RemoveFrom(_Wire):
     """Remove ``index`` from a set or table (absent index: no change); the key must exist."""

@@ -56,7 +56,7 @@ class NoSuchKey(StoreError):
     code = StoreErrorCode.NO_SUCH_KEY
 
     def __init__(self, key: Any, message: str | None = None) -> None:
-        super().__init__(message or f"no such key: {key!r}")
+        super().__init__(message or f"no such key: {peer_repr(key)}")
         self.key = key
 
 
