@@ -19,6 +19,7 @@ hist   value, history (history[0] is the node the value belongs to)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -87,17 +88,27 @@ def encode(msg: Message) -> dict[str, Any]:
     raise TypeError(f"not an asyncactor message: {msg!r}")
 
 
+def _show(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters; never raises (an int past Python's 4300-digit
+    ``repr`` limit, or anything holding one, is named by its type)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"<{type(value).__name__} that has no short form>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _node(raw: Mapping[str, Any], key: str = "node") -> str:
     node = raw.get(key)
     if not isinstance(node, str) or not node:
-        raise DecodeError(f"{key!r} must be a non-empty string, not {node!r}", raw)
+        raise DecodeError(f"{_show(key)} must be a non-empty string, not {_show(node)}", raw)
     return node
 
 
 def _history(raw: Mapping[str, Any]) -> tuple[str, ...]:
     hist = raw.get("history")
     if not isinstance(hist, list | tuple) or not hist:
-        raise DecodeError(f"'history' must be a non-empty list, not {hist!r}", raw)
+        raise DecodeError(f"'history' must be a non-empty list, not {_show(hist)}", raw)
     if not all(isinstance(n, str) and n for n in hist):
         raise DecodeError("'history' entries must be non-empty strings", raw)
     if len(set(hist)) != len(hist):
@@ -108,8 +119,20 @@ def _history(raw: Mapping[str, Any]) -> tuple[str, ...]:
 def _number(raw: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     val = raw.get(key)
     if isinstance(val, bool) or not isinstance(val, kind):
-        raise DecodeError(f"{key!r} must be {kind}, not {val!r}", raw)
+        raise DecodeError(f"{_show(key)} must be {kind}, not {_show(val)}", raw)
     return val
+
+
+def _seconds(raw: Mapping[str, Any], key: str) -> float:
+    """A duration: a finite number (an int too large for a float, or infinity, is no duration)."""
+    val = _number(raw, key, (int, float))
+    try:
+        seconds = float(val)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise DecodeError(f"{key!r} must be a finite number of seconds, not {_show(val)}", raw)
+    return seconds
 
 
 def decode(raw: Any) -> Message:
@@ -123,8 +146,8 @@ def decode(raw: Any) -> Message:
             try:
                 conf = Config(
                     version=_number(raw, "version", int),
-                    cycle=_number(raw, "cycle", (int, float)),
-                    gap=_number(raw, "gap", (int, float)),
+                    cycle=_seconds(raw, "cycle"),
+                    gap=_seconds(raw, "gap"),
                     nodes=_number(raw, "nodes", int),
                     splits=_number(raw, "splits", int),
                     n_hosts=_number(raw, "n_hosts", int),
@@ -138,9 +161,9 @@ def decode(raw: Any) -> Message:
         case "ping":
             node, history = _node(raw), _history(raw)
             if history[0] != node:
-                raise DecodeError(f"ping history must start with its sender {node!r}", raw)
+                raise DecodeError(f"ping history must start with its sender {_show(node)}", raw)
             return Ping(node, raw.get("value"), history)
         case "hist":
             return Hist(raw.get("value"), _history(raw))
         case other:
-            raise DecodeError(f"unknown message type {other!r}", raw)
+            raise DecodeError(f"unknown message type {_show(other)}", raw)

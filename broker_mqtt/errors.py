@@ -20,6 +20,7 @@ __all__ = [
     "DecodeError",
     "ForgedMessage",
     "EncodeError",
+    "peer_repr",
 ]
 
 
@@ -87,3 +88,16 @@ class MosquittoNotFound(BrokerMQTTError, FileNotFoundError):
             "Install it (Debian/Ubuntu: `sudo apt-get install mosquitto`; `make demo` and "
             "`make test` do this for you), or pass broker='mqtt://host:port' to use another broker."
         )
+
+
+def peer_repr(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for an error message about a peer's data.
+
+    Never raises: an int too large for ``repr`` (Python's 4300-digit limit), or anything holding
+    one, is named by its type instead.
+    """
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"<{type(value).__name__} that has no short form>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."

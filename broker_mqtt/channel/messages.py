@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..errors import peer_repr
 from .errors import ChannelDecodeError
 
 __all__ = [
@@ -188,13 +189,13 @@ Message = ProducerMessage | ConsumerMessage
 
 def _str(value: Any, what: str) -> str:
     if not isinstance(value, str):
-        raise ChannelDecodeError(f"{what} must be a string, got {value!r}")
+        raise ChannelDecodeError(f"{what} must be a string, got {peer_repr(value)}")
     return value
 
 
 def _seq(value: Any, what: str, minimum: int = 0) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ChannelDecodeError(f"{what} must be an integer >= {minimum}, got {value!r}")
+        raise ChannelDecodeError(f"{what} must be an integer >= {minimum}, got {peer_repr(value)}")
     return value
 
 
@@ -209,11 +210,11 @@ def decode_message(wire: Any) -> Message:
     ``Message.from_wire`` of every message class is this function followed by a type check.
     """
     if not isinstance(wire, (list, tuple)) or not wire:
-        raise ChannelDecodeError(f"a channel message is a non-empty list, got {wire!r}")
+        raise ChannelDecodeError(f"a channel message is a non-empty list, got {peer_repr(wire)}")
     head = wire[0]
     kind = _KINDS.get(head) if isinstance(head, str) else None
     if kind is None:
-        raise ChannelDecodeError(f"unknown channel message kind {head!r}")
+        raise ChannelDecodeError(f"unknown channel message kind {peer_repr(head)}")
     arity = _ARITY[kind]
     if len(wire) != arity:
         raise ChannelDecodeError(f"{kind.value} has {arity} elements, got {len(wire)}")
@@ -223,18 +224,19 @@ def decode_message(wire: Any) -> Message:
         case MessageKind.EVENTS:
             payloads = wire[3]
             if not isinstance(payloads, (list, tuple)) or not payloads:
-                raise ChannelDecodeError(f"events payloads must be a non-empty list, got {payloads!r:.200}")
+                raise ChannelDecodeError(f"events payloads must be a non-empty list, got {peer_repr(payloads, 200)}")
             return EventBatch(_str(wire[1], "producer"), _seq(wire[2], "first_seq", 1), tuple(payloads))
         case MessageKind.HANDSHAKE:
             interval = wire[4]
-            if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0:
-                raise ChannelDecodeError(f"heartbeat_interval must be a positive number, got {interval!r}")
+            if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval < 1e15:
+                raise ChannelDecodeError(f"heartbeat_interval must be a positive number of seconds, got "
+                                         f"{peer_repr(interval)}")
             return Handshake(_str(wire[1], "producer"), _str(wire[2], "consumer"),
                              _seq(wire[3], "first_seq", 1), float(interval), wire[5])
         case MessageKind.RETRANSMIT_FAILED:
             first, last = _seq(wire[3], "first", 1), _seq(wire[4], "last", 1)
             if first > last:
-                raise ChannelDecodeError(f"retransmit_failed range {first}..{last} is empty")
+                raise ChannelDecodeError(f"retransmit_failed range {peer_repr(first)}..{peer_repr(last)} is empty")
             return RetransmitFailed(_str(wire[1], "producer"), _str(wire[2], "consumer"), first, last)
         case MessageKind.HEARTBEAT:
             return Heartbeat(_str(wire[1], "producer"), _seq(wire[2], "last_seq"))
@@ -243,14 +245,14 @@ def decode_message(wire: Any) -> Message:
         case MessageKind.NACK:
             raw = wire[3]
             if not isinstance(raw, (list, tuple)) or not raw:
-                raise ChannelDecodeError(f"nack ranges must be a non-empty list, got {raw!r}")
+                raise ChannelDecodeError(f"nack ranges must be a non-empty list, got {peer_repr(raw)}")
             ranges = []
             for item in raw:
                 if not isinstance(item, (list, tuple)) or len(item) != 2:
-                    raise ChannelDecodeError(f"a nack range is [first, last], got {item!r}")
+                    raise ChannelDecodeError(f"a nack range is [first, last], got {peer_repr(item)}")
                 first, last = _seq(item[0], "first", 1), _seq(item[1], "last", 1)
                 if first > last:
-                    raise ChannelDecodeError(f"nack range {first}..{last} is empty")
+                    raise ChannelDecodeError(f"nack range {peer_repr(first)}..{peer_repr(last)} is empty")
                 ranges.append((first, last))
             return Nack(_str(wire[1], "consumer"), _str(wire[2], "producer"), tuple(ranges))
     raise AssertionError(kind)  # pragma: no cover

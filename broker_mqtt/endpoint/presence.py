@@ -90,7 +90,10 @@ class PeerTable:
             body = codec.decode(messages[0].payload)
             if not isinstance(body, dict) or body.get("op") not in ("hello", "bye"):
                 raise codec.DecodeError("presence body must be a map with op hello or bye")
-            info = PeerInfo(peer_id, str(body.get("name", "")), tuple(str(t) for t in body.get("topics", ())))
+            name, topics = body.get("name", ""), body.get("topics", [])
+            if not isinstance(name, str) or not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+                raise codec.DecodeError("presence name must be a string and topics a list of strings")
+            info = PeerInfo(peer_id, name, tuple(topics))
         except codec.DecodeError as exc:
             event = ErrorEvent(ErrorCode.MALFORMED_MESSAGE, f"bad presence: {exc}", topic=topic)
             return PresenceUpdate((event,), malformed=True)

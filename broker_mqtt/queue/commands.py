@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+from ..errors import peer_repr
 from ..store.commands import CommandKind, ComputedCommand, register_command
 from ..store.commands import _bool as _flag
 from ..store.commands import _str as _text
@@ -50,14 +51,16 @@ MAX_READER_NAME = 200  # characters
 START_OLDEST, START_NEXT = "oldest", "next"
 Action = str  # "accept" | "release" | "reject" | "return"
 _ACTIONS = ("accept", "release", "reject", "return")
+_FOREVER = 1e15  # seconds: durations and ages beyond any wall clock are refused (an overflow, not a time)
+_ID_LIMIT = 1 << 63  # message ids and delivery counts a settlement may name (the master counts from 1)
 
 
 def check_reader_name(name: Any) -> str | None:
     """Why ``name`` cannot name a log reader, or None if it can."""
     if not isinstance(name, str) or not name:
-        return f"a log reader's name is a non-empty string, not {name!r:.60}"
+        return f"a log reader's name is a non-empty string, not {peer_repr(name, 60)}"
     if "/" in name or len(name) > MAX_READER_NAME:
-        return f"a log reader's name has no '/' and at most {MAX_READER_NAME} characters, not {name!r:.60}"
+        return f"a log reader's name has no '/' and at most {MAX_READER_NAME} characters, not {peer_repr(name, 60)}"
     return None
 
 
@@ -70,49 +73,49 @@ def _reader(value: Any) -> str:
 
 def _start(value: Any) -> str:
     if value not in (START_OLDEST, START_NEXT):
-        raise StoreDecodeError(f"a log reader starts at {START_OLDEST!r} or {START_NEXT!r}, not {value!r:.60}")
+        raise StoreDecodeError(f"a log reader starts at {START_OLDEST!r} or {START_NEXT!r}, not {peer_repr(value, 60)}")
     return cast(str, value)
 
 
 def _position(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise StoreDecodeError(f"a log position is an id >= 0, got {value!r:.60}")
+        raise StoreDecodeError(f"a log position is an id >= 0, got {peer_repr(value, 60)}")
     return value
 
 
 def _owner(value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise StoreDecodeError(f"owner must be a non-empty string, got {value!r:.60}")
+        raise StoreDecodeError(f"owner must be a non-empty string, got {peer_repr(value, 60)}")
     return value
 
 
 def _items(value: Any) -> list[Any]:
     if not isinstance(value, (list, tuple)) or not 0 < len(value) <= MAX_BATCH:
-        raise StoreDecodeError(f"expected a list of 1..{MAX_BATCH} items, got {value!r:.60}")
+        raise StoreDecodeError(f"expected a list of 1..{MAX_BATCH} items, got {peer_repr(value, 60)}")
     return list(value)
 
 
 def _count(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_BATCH:
-        raise StoreDecodeError(f"expected a count in 1..{MAX_BATCH}, got {value!r:.60}")
+        raise StoreDecodeError(f"expected a count in 1..{MAX_BATCH}, got {peer_repr(value, 60)}")
     return value
 
 
 def _max(value: Any) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise StoreDecodeError(f"max_deliveries must be None or an integer >= 1, got {value!r:.60}")
+        raise StoreDecodeError(f"max_deliveries must be None or an integer >= 1, got {peer_repr(value, 60)}")
     return value
 
 
 def _age(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise StoreDecodeError(f"expected an age >= 0 s, got {value!r:.60}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < _FOREVER:
+        raise StoreDecodeError(f"expected an age >= 0 s, got {peer_repr(value, 60)}")
     return value
 
 
 def _seconds(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise StoreDecodeError(f"expected a duration > 0 s, got {value!r:.60}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < _FOREVER:
+        raise StoreDecodeError(f"expected a duration > 0 s, got {peer_repr(value, 60)}")
     return value
 
 
@@ -120,10 +123,10 @@ def _settlements(value: Any) -> list[list[Any]]:
     items = _items(value)
     for item in items:
         if not (isinstance(item, (list, tuple)) and len(item) in (3, 4) and is_message_key(item[0])
-                and item[1] in _ACTIONS and (item[2] is None or isinstance(item[2], str))
-                and (len(item) == 3 or (is_message_key(item[3]) and item[3] >= 1))):
+                and 0 <= item[0] < _ID_LIMIT and item[1] in _ACTIONS and (item[2] is None or isinstance(item[2], str))
+                and (len(item) == 3 or (is_message_key(item[3]) and 1 <= item[3] < _ID_LIMIT))):
             raise StoreDecodeError(f"a settlement is [id, accept|release|reject|return, reason(, delivery count)], "
-                                   f"got {item!r:.60}")
+                                   f"got {peer_repr(item, 60)}")
     return [list(item) for item in items]
 
 

@@ -86,7 +86,7 @@ class MessageRecord:
         try:
             return cls(wire["data"], _STATES[wire["state"]], wire["owner"], int(wire["count"]), wire["max"],
                        wire["reason"])
-        except (TypeError, KeyError, ValueError):
+        except (TypeError, KeyError, ValueError, OverflowError):  # (int() of an infinite count)
             return None
 
 
@@ -107,7 +107,7 @@ def record_state(value: Any) -> tuple[MessageState, Any] | None:
             return None
         state = _STATES[value["state"]]
         int(value["count"])
-    except (AttributeError, TypeError, KeyError, ValueError):
+    except (AttributeError, TypeError, KeyError, ValueError, OverflowError):
         return None
     return state, value["owner"]
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 if TYPE_CHECKING:
     from dataclasses import Field
 
+from ..errors import peer_repr
 from .backend import Entry
 from .errors import StoreDecodeError, StoreError, error_from_wire
 
@@ -108,41 +109,64 @@ def _any(value: Any) -> Any:
     return value
 
 
+_FOREVER = 1e15  # seconds: past any wall clock plus any expiry (None means never)
+
+
 def _expiry(value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise StoreDecodeError(f"expiry must be None or a duration >= 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < _FOREVER:
+        raise StoreDecodeError(f"expiry must be None or a finite duration >= 0, got {peer_repr(value)}")
     return value
 
 
 def _number(value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise StoreDecodeError(f"amount must be a number, got {value!r}")
+        raise StoreDecodeError(f"amount must be a number, got {peer_repr(value)}")
     return value
 
 
 def _str(value: Any) -> str:
     if not isinstance(value, str):
-        raise StoreDecodeError(f"expected a string, got {value!r:.60}")
+        raise StoreDecodeError(f"expected a string, got {peer_repr(value, 60)}")
     return value
 
 
 def _uint(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise StoreDecodeError(f"expected an integer >= 0, got {value!r}")
+        raise StoreDecodeError(f"expected an integer >= 0, got {peer_repr(value)}")
     return value
 
 
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise StoreDecodeError(f"expected a boolean, got {value!r:.60}")
+        raise StoreDecodeError(f"expected a boolean, got {peer_repr(value, 60)}")
     return value
 
 
 def _publisher(value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise StoreDecodeError(f"publisher must be a non-empty string, got {value!r}")
+        raise StoreDecodeError(f"publisher must be a non-empty string, got {peer_repr(value)}")
+    return value
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, set | frozenset):
+        return frozenset(value)  # (its members are hashable already)
+    if isinstance(value, dict):
+        raise StoreDecodeError("a set member or table key cannot be a table")
+    return value
+
+
+def _index(value: Any) -> Any:
+    """A set member or table key: hashable. An array arrives as a list (cbor2 gives a tuple only inside a
+    set or as a map key) and becomes the tuple it was sent as."""
+    try:
+        hash(value)
+    except TypeError:
+        return _freeze(value)
     return value
 
 
@@ -268,7 +292,7 @@ class Append(_Wire):
     expiry: float | None = None
 
 
-@_cmd(CommandKind.INSERT_INTO, _any, _any, _any, _expiry)
+@_cmd(CommandKind.INSERT_INTO, _any, _index, _any, _expiry)
 @dataclass(frozen=True, slots=True)
 class InsertInto(_Wire):
     """Add ``index`` to a set, or map ``index`` to ``value`` in a table (dict).
@@ -282,7 +306,7 @@ class InsertInto(_Wire):
     expiry: float | None = None
 
 
-@_cmd(CommandKind.REMOVE_FROM, _any, _any, _expiry)
+@_cmd(CommandKind.REMOVE_FROM, _any, _index, _expiry)
 @dataclass(frozen=True, slots=True)
 class RemoveFrom(_Wire):
     """Remove ``index`` from a set or table (absent index: no change); the key must exist."""
@@ -410,11 +434,11 @@ _STAMPED = (Put, Erase, Clear)  # the broadcasts that may name their publisher
 def _decode(wire: Any, table: Mapping[str, type[_Wire]], *, stamped: bool = False) -> Any:
     """Decode with ``table``; ``stamped``: allow the trailing publisher of a broadcast."""
     if not isinstance(wire, (list, tuple)) or not wire:
-        raise StoreDecodeError(f"a store message is a non-empty list, got {wire!r}")
+        raise StoreDecodeError(f"a store message is a non-empty list, got {peer_repr(wire)}")
     head = wire[0]
     cls = table.get(head) if isinstance(head, str) else None  # tables are keyed by CommandKind values
     if cls is None:
-        raise StoreDecodeError(f"unexpected store message kind {head!r}")
+        raise StoreDecodeError(f"unexpected store message kind {peer_repr(head)}")
     if cls is Put:  # the hot path
         if len(wire) == 4:
             return Put(wire[1], wire[2], _expiry(wire[3]))
@@ -455,5 +479,5 @@ def snapshot_to_wire(entries: list[Entry]) -> list[list[Any]]:
 def snapshot_from_wire(wire: Any) -> list[Entry]:
     if not isinstance(wire, (list, tuple)) or not all(
             isinstance(item, (list, tuple)) and len(item) == 2 for item in wire):
-        raise StoreDecodeError(f"a snapshot is a list of [key, value], got {wire!r:.200}")
+        raise StoreDecodeError(f"a snapshot is a list of [key, value], got {peer_repr(wire, 200)}")
     return [Entry(k, v) for k, v in wire]

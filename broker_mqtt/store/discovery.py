@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import channel as ch
+from ..errors import peer_repr
 from .commands import AttachClone, decode_control
 from .errors import StoreDecodeError
 
@@ -45,11 +46,11 @@ def decode_store_message(wire: Any) -> Any:
     """Any store message: channel, attach_clone, or discovery; raise StoreDecodeError/ChannelDecodeError."""
     if isinstance(wire, list) and wire:
         head = wire[0]
-        if head in _CHANNEL_KINDS:
+        if isinstance(head, str) and head in _CHANNEL_KINDS:  # (a list or map head is unhashable)
             return ch.decode_message(wire)
         if head in ("store_query", "store_master"):
             if len(wire) != 2 or not isinstance(wire[1], str) or len(wire[1]) < 32:
-                raise StoreDecodeError(f"malformed {head}: {wire!r:.200}")
+                raise StoreDecodeError(f"malformed {head}: {peer_repr(wire, 200)}")
             return Query(wire[1]) if head == "store_query" else MasterIs(wire[1])
     return decode_control(wire)
 

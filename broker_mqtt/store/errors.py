@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from ..errors import DecodeError
+from ..errors import DecodeError, peer_repr
 
 __all__ = [
     "StoreErrorCode",
@@ -56,7 +56,7 @@ class NoSuchKey(StoreError):
     code = StoreErrorCode.NO_SUCH_KEY
 
     def __init__(self, key: Any, message: str | None = None) -> None:
-        super().__init__(message or f"no such key: {key!r}")
+        super().__init__(message or f"no such key: {peer_repr(key)}")
         self.key = key
 
 
@@ -117,11 +117,11 @@ _BY_CODE: dict[StoreErrorCode, type[StoreError]] = {
 def error_from_wire(wire: Any) -> StoreError:
     """Rebuild an error from ``StoreError.to_wire()``; malformed input gives StoreProtocolError."""
     if not (isinstance(wire, (list, tuple)) and len(wire) == 2 and isinstance(wire[1], str)):
-        return StoreProtocolError(f"malformed error {wire!r}")
+        return StoreProtocolError(f"malformed error {peer_repr(wire)}")
     try:
         code = StoreErrorCode(wire[0])
     except ValueError:
-        return StoreProtocolError(f"unknown error code {wire[0]!r}: {wire[1]}")
+        return StoreProtocolError(f"unknown error code {peer_repr(wire[0])}: {wire[1]}")
     if code is StoreErrorCode.NO_SUCH_KEY:
         return NoSuchKey(None, wire[1])
     return _BY_CODE[code](wire[1])

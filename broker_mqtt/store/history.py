@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import peer_repr
 from .errors import StoreDecodeError
 
 __all__ = [
@@ -101,10 +102,10 @@ class Version:
         try:
             value, hlc, origin, seq, deleted, expiry = wire
         except (TypeError, ValueError) as exc:
-            raise StoreDecodeError(f"bad version {wire!r:.100}") from exc
+            raise StoreDecodeError(f"bad version {peer_repr(wire, 100)}") from exc
         if not (isinstance(hlc, int) and isinstance(origin, str) and isinstance(seq, int)
                 and isinstance(deleted, bool) and (expiry is None or isinstance(expiry, (int, float)))):
-            raise StoreDecodeError(f"bad version {wire!r:.100}")
+            raise StoreDecodeError(f"bad version {peer_repr(wire, 100)}")
         return cls(value, hlc, origin, seq, deleted, expiry)
 
 
@@ -157,24 +158,24 @@ class Record:
             seq, epoch, hlc, origin, writer, n, op, result = wire
             epoch = epoch_from_wire(epoch)
         except (TypeError, ValueError) as exc:
-            raise StoreDecodeError(f"bad log record {wire!r:.100}") from exc
+            raise StoreDecodeError(f"bad log record {peer_repr(wire, 100)}") from exc
         op = _op_from_wire(op)
         if not (isinstance(seq, int) and seq > 0 and isinstance(hlc, int) and isinstance(origin, str)
                 and isinstance(writer, str) and isinstance(n, int) and op is not None):
-            raise StoreDecodeError(f"bad log record {wire!r:.100}")
+            raise StoreDecodeError(f"bad log record {peer_repr(wire, 100)}")
         return cls(seq, epoch, hlc, origin, writer, n, op, result)
 
 
 def epoch_from_wire(wire: Any) -> Epoch:
     if not (isinstance(wire, (list, tuple)) and len(wire) == 2 and isinstance(wire[0], int)
             and not isinstance(wire[0], bool) and isinstance(wire[1], str)):
-        raise StoreDecodeError(f"bad epoch {wire!r:.60}")
+        raise StoreDecodeError(f"bad epoch {peer_repr(wire, 60)}")
     return (wire[0], wire[1])
 
 
 def position_from_wire(wire: Any) -> Position:
     if not (isinstance(wire, (list, tuple)) and len(wire) == 2 and isinstance(wire[0], int)):
-        raise StoreDecodeError(f"bad position {wire!r:.60}")
+        raise StoreDecodeError(f"bad position {peer_repr(wire, 60)}")
     return (wire[0], None if wire[1] is None else epoch_from_wire(wire[1]))
 
 
@@ -184,11 +185,11 @@ def position_to_wire(pos: Position) -> list[Any]:
 
 def lineage_from_wire(wire: Any) -> Lineage:
     if not isinstance(wire, (list, tuple)):
-        raise StoreDecodeError(f"bad lineage {wire!r:.60}")
+        raise StoreDecodeError(f"bad lineage {peer_repr(wire, 60)}")
     out: Lineage = []
     for item in wire:
         if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], int)):
-            raise StoreDecodeError(f"bad lineage entry {item!r:.60}")
+            raise StoreDecodeError(f"bad lineage entry {peer_repr(item, 60)}")
         out.append((epoch_from_wire(item[0]), item[1]))
     return out
 
@@ -272,7 +273,7 @@ class Conflict:
         try:
             key, chosen, other = wire
         except (TypeError, ValueError) as exc:
-            raise StoreDecodeError(f"bad conflict {wire!r:.100}") from exc
+            raise StoreDecodeError(f"bad conflict {peer_repr(wire, 100)}") from exc
         return cls(key, Version.from_wire(chosen), Version.from_wire(other))
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from .. import channel as ch
+from ..errors import peer_repr
 from .backend import Backend, Entry
 from .commands import (
     Append,
@@ -101,7 +102,7 @@ def _new_value(current: Any, exists: bool, cmd: WriteCommand) -> Any:
             if not exists:
                 return sign * amount
             if not _is_number(current) or type(current) is not type(amount):
-                raise TypeClash(f"cannot {cmd.KIND.value} {type(current).__name__} {cmd.key!r} "
+                raise TypeClash(f"cannot {cmd.KIND.value} {type(current).__name__} {peer_repr(cmd.key)} "
                                 f"by {type(amount).__name__}")
             return current + sign * amount
         case Append(value=value):
@@ -111,7 +112,7 @@ def _new_value(current: Any, exists: bool, cmd: WriteCommand) -> Any:
                 return value
             if type(current) is not type(value):
                 raise TypeClash(f"cannot append {type(value).__name__} to "
-                                f"{type(current).__name__} {cmd.key!r}")
+                                f"{type(current).__name__} {peer_repr(cmd.key)}")
             joined: Any = current
             return joined + value
         case InsertInto(index=index, value=value):
@@ -119,11 +120,11 @@ def _new_value(current: Any, exists: bool, cmd: WriteCommand) -> Any:
                 current = set() if value is None else {}
             if isinstance(current, (set, frozenset)):
                 if value is not None:
-                    raise TypeClash(f"{cmd.key!r} is a set: insert_into takes no value")
+                    raise TypeClash(f"{peer_repr(cmd.key)} is a set: insert_into takes no value")
                 return set(current) | {index}
             if isinstance(current, dict):
                 return {**current, index: value}
-            raise TypeClash(f"cannot insert_into {type(current).__name__} {cmd.key!r}")
+            raise TypeClash(f"cannot insert_into {type(current).__name__} {peer_repr(cmd.key)}")
         case RemoveFrom(index=index):
             if not exists:
                 raise NoSuchKey(cmd.key)
@@ -131,18 +132,18 @@ def _new_value(current: Any, exists: bool, cmd: WriteCommand) -> Any:
                 return set(current) - {index}
             if isinstance(current, dict):
                 return {k: v for k, v in current.items() if k != index}
-            raise TypeClash(f"cannot remove_from {type(current).__name__} {cmd.key!r}")
+            raise TypeClash(f"cannot remove_from {type(current).__name__} {peer_repr(cmd.key)}")
         case Push(value=value):
             if not exists:
                 return [value]
             if not isinstance(current, (list, tuple)):
-                raise TypeClash(f"cannot push to {type(current).__name__} {cmd.key!r}")
+                raise TypeClash(f"cannot push to {type(current).__name__} {peer_repr(cmd.key)}")
             return [*current, value]
         case Pop():
             if not exists:
                 raise NoSuchKey(cmd.key)
             if not isinstance(current, (list, tuple)):
-                raise TypeClash(f"cannot pop from {type(current).__name__} {cmd.key!r}")
+                raise TypeClash(f"cannot pop from {type(current).__name__} {peer_repr(cmd.key)}")
             return list(current[:-1])
     raise AssertionError(cmd)  # pragma: no cover
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import peer_repr
 from .errors import StoreDecodeError
 from .history import (
     Conflict,
@@ -225,13 +226,13 @@ def encode(msg: ReplicationMessage) -> list[Any]:
 
 def _str(value: Any) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {value!r:.40}")
+        raise TypeError(f"expected a string, got {peer_repr(value, 40)}")
     return value
 
 
 def _int(value: Any) -> int:
     if not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {value!r:.40}")
+        raise TypeError(f"expected an integer, got {peer_repr(value, 40)}")
     return value
 
 
@@ -329,16 +330,16 @@ def decode(wire: Any, *, me: str | None = None) -> ReplicationMessage:
     records (every replica hears every tail; only its addressee reads them), so the others do not
     decode up to a chunk of records each time."""
     if not isinstance(wire, (list, tuple)) or not wire or not isinstance(wire[0], str):
-        raise StoreDecodeError(f"a replication message is a list with a kind, got {wire!r:.80}")
+        raise StoreDecodeError(f"a replication message is a list with a kind, got {peer_repr(wire, 80)}")
     decoder = _DECODERS.get(wire[0])
     if decoder is None:
-        raise StoreDecodeError(f"unknown replication message kind {wire[0]!r}")
+        raise StoreDecodeError(f"unknown replication message kind {peer_repr(wire[0])}")
     fields = list(wire[1:])
     try:
         if me is not None and decoder is _decode_tail and len(fields) == 5 and fields[1] != me:
             fields[2] = []  # another node's records: not decoded
         return decoder(fields)
-    except (TypeError, ValueError, IndexError, KeyError) as exc:
+    except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:  # (int() of an infinity)
         raise StoreDecodeError(f"bad {wire[0]} message: {exc}") from exc
 
 

@@ -358,7 +358,7 @@ class VersionedState:
                 raise StoreDecodeError("bad snapshot header")
             return {"versions": versions, "last_seq": last_seq, "lineage": lineage_from_wire(wire["lineage"]),
                     "applied": applied, "max_hlc": hlc}
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # (int() of an infinity)
             raise StoreDecodeError(f"bad snapshot: {exc}") from exc
 
     # -- persistence ----------------------------------------------------------------------------------

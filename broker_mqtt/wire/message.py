@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import cbor2
 
+from ..errors import peer_repr
 from .codec import DecodeError
 
 __all__ = ["FORMAT_VERSION", "DEFAULT_TTL", "Kind", "NodeMessage", "NodeEncoder", "encode_node", "decode_batch"]
@@ -129,9 +130,9 @@ def _check(item: object, offset: int) -> NodeMessage:
         raise DecodeError(f"node message at byte {offset} is not a 7-item array")
     version, kind, sender, receivers, ttl, topic, payload = item
     if version != FORMAT_VERSION:
-        raise DecodeError(f"node message at byte {offset} has format version {version!r}, expected 1")
+        raise DecodeError(f"node message at byte {offset} has format version {peer_repr(version)}, expected 1")
     if type(kind) is not int or kind not in (0, 1, 2):
-        raise DecodeError(f"node message at byte {offset} has unknown kind {kind!r}")
+        raise DecodeError(f"node message at byte {offset} has unknown kind {peer_repr(kind)}")
     if type(sender) is not bytes or len(sender) != _UUID_LEN:
         raise DecodeError(f"node message at byte {offset} has a malformed sender id")
     if receivers is not None:
@@ -141,7 +142,7 @@ def _check(item: object, offset: int) -> NodeMessage:
             raise DecodeError(f"node message at byte {offset} has malformed receiver ids")
         receivers = tuple(receivers)
     if type(ttl) is not int or ttl < 0:
-        raise DecodeError(f"node message at byte {offset} has a malformed ttl {ttl!r}")
+        raise DecodeError(f"node message at byte {offset} has a malformed ttl {peer_repr(ttl)}")
     if type(topic) is not str:
         raise DecodeError(f"node message at byte {offset} has a non-string topic")
     if type(payload) is not bytes:
