@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from .._version import __version__
+from .acl import acl
 from .bench import bench
 from .demo import demo, demo_node, demo_spark
 from .keys import keys
@@ -25,7 +26,7 @@ def main() -> None:
     """Zeek Broker's model over MQTT 5: endpoints, topics, peers."""
 
 
-for _command in (pub, sub, peers, status, store, queue, node, demo, demo_node, demo_spark, bench, keys):
+for _command in (pub, sub, peers, status, store, queue, node, demo, demo_node, demo_spark, bench, keys, acl):
     main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover
