@@ -41,6 +41,28 @@ def test_config_and_clean_stop() -> None:
         pass
 
 
+def _reachable(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), 2):
+            return True
+    except OSError:
+        return False
+
+
+def test_listens_on_127_0_0_1_only_unless_asked_otherwise() -> None:
+    """127.0.0.2 is this host too (all of 127/8 is loopback), but not the address the broker binds."""
+    with EmbeddedBroker() as local:
+        assert f"listener {local.port} 127.0.0.1" in local.config_text()
+        assert _reachable("127.0.0.1", local.port)
+        assert not _reachable("127.0.0.2", local.port)
+    with EmbeddedBroker(host="0.0.0.0") as everywhere:  # noqa: S104 - asked for on purpose
+        assert f"listener {everywhere.port} 0.0.0.0" in everywhere.config_text()
+        assert everywhere.url == f"mqtt://127.0.0.1:{everywhere.port}"  # a wildcard is no address to reach
+        assert _reachable("127.0.0.2", everywhere.port)
+    with pytest.raises(ValueError, match="host"):
+        EmbeddedBroker(host="")
+
+
 def test_missing_mosquitto_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(embedded_module.shutil, "which", lambda name: None)
     monkeypatch.setattr(embedded_module.os, "access", lambda path, mode: False)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 import click
 
 from ..errors import BrokerUnavailable, MosquittoNotFound, UsageError
+from ..transport.broker_url import TLSOptions
 
 EXIT_CHECK_FAILED = 1
 EXIT_UNREACHABLE = 3
@@ -26,6 +28,42 @@ broker_option = click.option(
     "Required, except that demo then starts an embedded mosquitto and node may read it from --config.",
 )
 namespace_option = click.option("--namespace", default="bm", show_default=True, help="Topic namespace.")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_TLS_FILES = {  # option name: (environment variable, help)
+    "ca_file": ("BROKER_MQTT_CA_FILE", "CA certificate(s) to verify an mqtts:// broker with (default: the system's)."),
+    "cert_file": ("BROKER_MQTT_CERT_FILE", "Client certificate to present to an mqtts:// broker (PEM)."),
+    "key_file": ("BROKER_MQTT_KEY_FILE", "Private key of --cert-file (PEM; default: in --cert-file)."),
+}
+
+
+def _remember_tls(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    ctx.meta[f"broker_mqtt.tls.{param.name}"] = value
+
+
+def tls_options(command: _F) -> _F:
+    """Adds --ca-file, --cert-file and --key-file (env BROKER_MQTT_CA_FILE, ...); read them with
+    :func:`cli_tls` inside the command."""
+    for name, (env, text) in reversed(_TLS_FILES.items()):
+        command = click.option(f"--{name.replace('_', '-')}", name, envvar=env, expose_value=False,
+                               callback=_remember_tls, help=text + f" Env {env}.",
+                               type=click.Path(exists=True, dir_okay=False))(command)
+    return command
+
+
+def cli_tls(broker: str | None) -> TLSOptions | None:
+    """The :class:`TLSOptions` the command line gave for ``broker`` (None when it gave none: an
+    mqtts:// URL then verifies the broker against the system CAs). Raises :class:`click.UsageError`
+    (exit code 2) when files are given for a broker that is not mqtts://."""
+    meta = click.get_current_context().meta
+    files: dict[str, str | None] = {name: meta.get(f"broker_mqtt.tls.{name}") for name in _TLS_FILES}
+    if not any(files.values()):
+        return None
+    if not (broker or "").startswith("mqtts://"):
+        raise click.UsageError("--ca-file, --cert-file and --key-file need an mqtts:// broker URL")
+    if files["key_file"] and not files["cert_file"]:
+        raise click.UsageError("--key-file needs --cert-file")
+    return TLSOptions(ca_file=files["ca_file"], cert_file=files["cert_file"], key_file=files["key_file"])
 
 
 def fail(message: str, code: int) -> NoReturn:

@@ -43,7 +43,7 @@ from ..endpoint.events import PeerAdded, PeerLost, PeerRemoved
 from ..queue.attached import attach_queue
 from ..store.elected import attach_store
 from ..store.errors import BackendError
-from .common import broker_option, fail, run_command
+from .common import broker_option, cli_tls, fail, run_command, tls_options
 
 _STORE_KEYS = {"name", "backend", "path", "mode", "durability", "election", "candidate", "write_timeout"}
 _QUEUE_KEYS = _STORE_KEYS | {"max_deliveries", "lease"}
@@ -78,6 +78,7 @@ def _say(text: str) -> None:
 
 @click.command()
 @broker_option
+@tls_options
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="A TOML file (see below).")
 @click.option("--namespace", default=None, help="Topic namespace (default: the file's, else bm).")
 @click.option("--name", default=None, help="This node's name (default: the file's, else the host's).")
@@ -97,7 +98,7 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
               "in the config file)", 2)
 
     async def run() -> None:
-        async with Endpoint(url, namespace=namespace or config.get("namespace", "bm"),
+        async with Endpoint(url, namespace=namespace or config.get("namespace", "bm"), tls=cli_tls(url),
                             name=name or config.get("name")) as ep:
             _say(f"node {ep.name} ({ep.id}) connected to {url}")
 

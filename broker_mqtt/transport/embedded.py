@@ -4,7 +4,9 @@
 loopback port, starts ``mosquitto -c``, and waits until the port accepts connections. The
 config (see :meth:`EmbeddedBroker.config_text`):
 
-- one listener on 127.0.0.1, anonymous access (reachable from this host only);
+- one listener on 127.0.0.1, anonymous access (reachable from this host only); ``host=`` binds
+  another address, e.g. ``"0.0.0.0"`` for every IPv4 interface, which anyone who can reach the host
+  may then use: add a ``password_file`` or TLS in ``extra_config``;
 - ``set_tcp_nodelay true`` (without it a request/response costs 44-88 ms of Nagle delay);
 - ``max_queued_messages 0`` / ``max_queued_bytes 0`` (unlimited): mosquitto's default silently
   drops QoS 0 *and* QoS 1 messages past 1000 queued for a slow subscriber;
@@ -44,6 +46,7 @@ from .broker_url import BrokerURL
 __all__ = ["EmbeddedBroker", "acquire_shared_broker", "find_mosquitto", "release_shared_broker", "resolve_broker"]
 
 _PR_SET_PDEATHSIG = 1
+_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 - a bind address, named on purpose
 
 
 def find_mosquitto() -> str:
@@ -112,7 +115,10 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 class EmbeddedBroker:
     """A mosquitto child process on a free loopback port.
 
-    ``max_packet_size`` (bytes) is announced to clients in CONNACK; larger packets are refused.
+    ``host`` is the address the listener binds: 127.0.0.1 (this host only) unless asked otherwise;
+    a wildcard (``"0.0.0.0"``, ``"::"``) binds every interface, and :attr:`url` then names the
+    loopback address. ``max_packet_size`` (bytes) is announced to clients in CONNACK; larger
+    packets are refused.
     ``password_file`` (made with ``mosquitto_passwd``) turns anonymous access off.
     ``extra_config`` lines are appended verbatim (e.g. a TLS listener, a bridge for split tests).
     """
@@ -121,12 +127,15 @@ class EmbeddedBroker:
         self,
         *,
         port: int | None = None,
+        host: str = "127.0.0.1",
         max_packet_size: int = 16 * 1024 * 1024,
         extra_config: str = "",
         password_file: str | None = None,
         start_timeout: float = 10.0,
     ) -> None:
-        self.host = "127.0.0.1"
+        if not host:
+            raise ValueError("host must be an address to bind: 127.0.0.1, 0.0.0.0, ::, ...")
+        self.host = host
         self._own_port = not port  # chosen here: another may be tried when it is taken at the start
         self.port = port or _free_port()
         self.max_packet_size = max_packet_size
@@ -139,8 +148,14 @@ class EmbeddedBroker:
         self._log_mark = 0  # where this start's part of mosquitto.log begins
 
     @property
+    def connect_host(self) -> str:
+        """The address clients of this host reach the listener at (loopback for a wildcard ``host``)."""
+        return _WILDCARDS.get(self.host, self.host)
+
+    @property
     def url(self) -> str:
-        return f"mqtt://{self.host}:{self.port}"
+        host = self.connect_host
+        return f"mqtt://[{host}]:{self.port}" if ":" in host else f"mqtt://{host}:{self.port}"
 
     @property
     def running(self) -> bool:
@@ -236,7 +251,7 @@ class EmbeddedBroker:
         """Whether an MQTT broker answers on the port (a CONNACK to a bare CONNECT), not just any
         process that happens to listen there."""
         try:
-            with socket.create_connection((self.host, self.port), 0.5) as s:
+            with socket.create_connection((self.connect_host, self.port), 0.5) as s:
                 s.settimeout(0.5)
                 s.sendall(_PROBE_CONNECT)
                 return s.recv(1) == b"\x20"

@@ -7,21 +7,26 @@ a non-blocking publish that returns the packet id (aiomqtt's ``publish`` waits f
 and a DISCONNECT with Session Expiry 0. aiomqtt and paho errors (and OSError) become
 :class:`~broker_mqtt.transport.base.ConnectionClosed` and its subclasses at this boundary.
 
-Connections use MQTT 5 with TCP_NODELAY; a CONNECT that gets no CONNACK within 10 s fails.
+Connections use MQTT 5 with TCP_NODELAY; a CONNECT that gets no CONNACK within 10 s fails. A
+connection the broker closes before its CONNACK fails at once, with the error paho logged (aiomqtt
+would wait out those 10 s and say only "timed out"): that is how a broker that requires client
+certificates refuses a missing or untrusted one (a TLS alert such as ``certificate required`` or
+``unknown ca``, raised as :class:`~broker_mqtt.transport.base.ConnectionClosed`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, NoReturn
 
 import aiomqtt
 import anyio
 from aiomqtt.exceptions import MqttConnectError
-from paho.mqtt.client import MQTT_ERR_SUCCESS
+from paho.mqtt.client import MQTT_ERR_SUCCESS, MQTT_LOG_ERR
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
@@ -114,12 +119,41 @@ class MQTTConnector:
             on_publish(c, userdata, mid, reason, props)
             on_confirmed(mid)
 
+        # A connection lost before CONNACK: aiomqtt ignores it (and times out); we stop waiting.
+        loop = asyncio.get_running_loop()
+        errors: list[str] = []  # what paho logged as errors before CONNACK (the reason, if any)
+        on_disconnect: Any = paho.on_disconnect
+        waiting = anyio.CancelScope()
+
+        def _on_log(c: Any, userdata: Any, level: int, buf: str) -> None:
+            if level == MQTT_LOG_ERR and not connack:
+                errors.append(buf)
+
+        def _on_disconnect(c: Any, userdata: Any, *args: Any) -> None:
+            if not connack:
+                loop.call_soon_threadsafe(waiting.cancel)  # paho may call this from a worker thread
+            on_disconnect(c, userdata, *args)
+
         paho.on_connect, paho.on_publish = _on_connect, _on_publish
+        paho.on_log, paho.on_disconnect = _on_log, _on_disconnect
         try:
-            async with client:
+            async with AsyncExitStack() as stack:
+                with waiting:
+                    await stack.enter_async_context(client)
+                if waiting.cancelled_caught:
+                    raise _lost_before_connack(errors)
                 yield MQTTConnection(client, connack[0] if connack else ConnAck())
         except (aiomqtt.MqttError, OSError) as exc:
             _raise_closed(exc)
+
+
+def _lost_before_connack(errors: list[str]) -> ConnectionClosed:
+    reason = "; ".join(errors) or "no error reported"
+    message = f"the broker closed the connection before CONNACK ({reason})"
+    if "ALERT" in reason:  # e.g. [SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED], [SSL: TLSV1_ALERT_UNKNOWN_CA]
+        message += ": the broker refused the TLS handshake, usually our client certificate (missing, or " \
+                   "not signed by a CA it trusts): check TLSOptions.cert_file and key_file"
+    return ConnectionClosed(message)
 
 
 class MQTTConnection:
