@@ -34,6 +34,7 @@ from broker_mqtt.cli.acl_rules import (
     render_mosquitto,
 )
 from broker_mqtt.cli.main import main
+from broker_mqtt.wire.identity import endpoint_id
 
 EXAMPLE = """\
 namespace = "bm"
@@ -76,10 +77,10 @@ def test_grants_of_a_client_role_principal() -> None:
         "bm/d/gw7/$store/cfg/c", "bm/u/+/gw7/$store/cfg/c",                # clone
     }
     assert _of(g, "gw7", Access.READ) == {
-        "bm/p/+", "bm/u/gw7/#", "bm/d/+/commands/#",
-        "bm/d/+/$store/fleet/em",
-        "bm/d/+/$store/queue-jobs/em", "bm/d/+/$queue/jobs/#",
-        "bm/d/+/$store/cfg/m", "bm/d/+/$store/cfg/a",
+        "bm/p/+", f"bm/u/{_hex('gw7')}/#", "bm/d/+/commands/#",
+        "bm/d/+/$store/fleet/em/#", "bm/d/+/$store/fleet/ea/#",  # what a writer subscribes
+        "bm/d/+/$store/queue-jobs/em/#", "bm/d/+/$store/queue-jobs/ea/#", "bm/d/+/$queue/jobs/#",
+        "bm/d/+/$store/cfg/m/#", "bm/d/+/$store/cfg/a/#",
     }
     assert {g.client_id for g in g} == {"gw7", "core"}
 
@@ -96,7 +97,7 @@ def test_grants_of_a_member() -> None:
     assert not any(w.startswith(("bm/d/+", "bm/p/+", "bm/actor/store/fleet/+")) for w in writes)
     reads = _of(g, "core", Access.READ)
     assert {"bm/d/+/#", "bm/d/+/$store/fleet/#", "bm/actor/store/fleet/+",
-            "bm/actor/store/queue-jobs/+", "bm/d/+/$store/cfg/c"} <= reads
+            "bm/actor/store/queue-jobs/+", "bm/d/+/$store/cfg/c/#"} <= reads
 
 
 def test_reader_and_several_client_ids() -> None:
@@ -104,8 +105,8 @@ def test_reader_and_several_client_ids() -> None:
                  'stores = { s = "reader" }\n')
     g = grants(spec)
     assert {(x.client_id, x.access, x.filter) for x in g} >= {
-        ("r1", Access.READ, "x/d/+/$store/s/e"), ("r1", Access.READ, "x/d/+/$store/s/em"),
-        ("r2", Access.WRITE, "x/p/r2"), ("r2", Access.READ, "x/u/r2/#"),
+        ("r1", Access.READ, "x/d/+/$store/s/e/#"), ("r1", Access.READ, "x/d/+/$store/s/em/#"),
+        ("r2", Access.WRITE, "x/p/r2"), ("r2", Access.READ, f"x/u/{_hex('r2')}/#"),
     }
     assert _of(g, "r", Access.WRITE) == {"x/p/r1", "x/p/r2"}
     assert not spec.binds_username_to_client_id()
@@ -117,7 +118,7 @@ def test_mosquitto_rendering() -> None:
     spec = _spec('[[principal]]\nname = "a"\npublish = ["/t"]\nsubscribe = ["/t"]\n')
     text = render_mosquitto(spec, grants(spec))
     body = [line for line in text.splitlines() if line and not line.startswith("#")]
-    assert body == ["user a", "topic write bm/p/a", "topic read bm/p/+", "topic read bm/u/a/#",
+    assert body == ["user a", "topic write bm/p/a", "topic read bm/p/+", f"topic read bm/u/{_hex('a')}/#",
                     "topic write bm/d/a/t/#", "topic write bm/u/+/a/t/#", "topic read bm/d/+/t/#"]
     assert "use_username_as_clientid true" in text
     spec = _spec('[[principal]]\nname = "a"\npublish = ["/t"]\nsubscribe = ["/t"]\nclient_ids = ["a"]\n'
@@ -135,8 +136,8 @@ def test_dynsec_rendering_and_password_hash() -> None:
     assert "password" in gw7 and "password" not in config["clients"][1]
     role = config["roles"][0]
     assert {"acltype": "publishClientSend", "topic": "bm/p/gw7", "allow": True} in role["acls"]
-    assert {"acltype": "subscribePattern", "topic": "bm/u/gw7/#", "allow": True} in role["acls"]
-    assert {"acltype": "publishClientReceive", "topic": "bm/u/gw7/#", "allow": True} in role["acls"]
+    assert {"acltype": "subscribePattern", "topic": f"bm/u/{_hex('gw7')}/#", "allow": True} in role["acls"]
+    assert {"acltype": "publishClientReceive", "topic": f"bm/u/{_hex('gw7')}/#", "allow": True} in role["acls"]
     assert config["clients"][2]["username"] == "adm"
     # mosquitto_ctrl dynsec init's own output for admin/adminpw, salt and count as it wrote them
     known = dynsec_password("adminpw", salt=base64.b64decode("5573U7u5qsR3slrz"), iterations=101)
@@ -309,7 +310,7 @@ async def test_live_rules_are_enforced(secured: tuple[EmbeddedBroker, str], name
         watcher, device = _Inbox(core), _Inbox(gw7)
         tg.start_soon(watcher.run)
         tg.start_soon(device.run)
-        for f in (f"{ns}/d/+/#", f"{ns}/p/+", f"{ns}/actor/store/fleet/+", f"{ns}/u/core/#"):
+        for f in (f"{ns}/d/+/#", f"{ns}/p/+", f"{ns}/actor/store/fleet/+", f"{ns}/u/{_hex('core')}/#"):
             await core.subscribe(f, qos=1)
         await gw7.subscribe(f"{ns}/d/+/commands/#", qos=1)
         await gw7.subscribe(f"{ns}/d/+/secret/#", qos=1)  # not granted: refused or never delivered
@@ -326,7 +327,7 @@ async def test_live_rules_are_enforced(secured: tuple[EmbeddedBroker, str], name
 
         # what gw7 was given reaches the watcher
         for topic in (f"{ns}/d/gw7/sensors/gw7/t", f"{ns}/d/gw7/$store/fleet/ew", f"{ns}/p/gw7",
-                      f"{ns}/u/core/gw7/sensors/gw7/x", f"{ns}/u/core/gw7/$store/fleet/ew"):
+                      f"{ns}/u/{_hex('core')}/gw7/sensors/gw7/x", f"{ns}/u/{_hex('core')}/gw7/$store/fleet/ew"):
             await gw7.publish(topic, b"ok", qos=1)
             await watcher.wait_for(topic, b"ok")
         # and what it was not given does not
@@ -338,12 +339,12 @@ async def test_live_rules_are_enforced(secured: tuple[EmbeddedBroker, str], name
         await forbidden_then_marker(f"{ns}/p/core", retain=True)        # clearing another's presence
         await forbidden_then_marker(f"{ns}/actor/store/fleet/gw7")      # a non-member bidding
         await forbidden_then_marker(f"{ns}/actor/store/fleet/core")     # ... as a member
-        await forbidden_then_marker(f"{ns}/u/core/core/$store/fleet/ea")  # unicast as another sender
-        await forbidden_then_marker(f"{ns}/u/core/gw7/$store/fleet/ea")  # an answer only members send
+        await forbidden_then_marker(f"{ns}/u/{_hex('core')}/core/$store/fleet/ea")  # unicast as another sender
+        await forbidden_then_marker(f"{ns}/u/{_hex('core')}/gw7/$store/fleet/ea")  # an answer only members send
 
         # reads: gw7 receives /commands, not /secret; it cannot read another's unicast
         await core.publish(f"{ns}/d/core/secret/x", b"hidden", qos=1)
-        await core.publish(f"{ns}/u/gw8/core/commands/y", b"not yours", qos=1)
+        await core.publish(f"{ns}/u/{_hex('gw8')}/core/commands/y", b"not yours", qos=1)
         await core.publish(f"{ns}/d/core/commands/x", b"go", qos=1)
         await device.wait_for(f"{ns}/d/core/commands/x", b"go")
         assert [t for t, _ in device.seen] == [f"{ns}/d/core/commands/x"]
@@ -380,3 +381,10 @@ async def test_live_client_id_is_bound(secured: tuple[EmbeddedBroker, str], name
     with anyio.fail_after(20), pytest.raises(aiomqtt.MqttError):
         async with _client(broker, "gw7", password="wrong"):
             pass
+
+
+def _hex(client_id: str) -> str:
+    """The endpoint id (hex) that client id names: what its unicast topics carry."""
+    endpoint = endpoint_id(client_id)
+    assert endpoint is not None
+    return endpoint.hex

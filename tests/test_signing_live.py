@@ -14,13 +14,12 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
+from subscriber_helpers import take
 
 from broker_mqtt import EmbeddedBroker, Endpoint, ErrorCode, ErrorEvent, PeerAdded
 from broker_mqtt.store import attach_store
 from broker_mqtt.wire.message import Kind, NodeEncoder
 from broker_mqtt.wire.signing import Signer, TrustStore, generate_private_key
-
-from subscriber_helpers import take
 
 pytestmark = [pytest.mark.anyio, pytest.mark.mosquitto]
 

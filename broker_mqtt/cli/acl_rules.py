@@ -6,11 +6,12 @@ read or write, MQTT filter) -- and renders them for mosquitto's ``acl_file`` and
 security plugin. No I/O: the command (:mod:`.acl`) reads the file and writes the output.
 
 The grants follow the topic layout in which every topic an endpoint publishes to names its own
-MQTT client id ``C`` (docs/wire-format.md): ``<ns>/d/C/<topic>`` data, ``<ns>/u/D/C/<topic>``
+MQTT client id ``C`` (docs/wire-format.md): ``<ns>/d/C/<topic>`` data, ``<ns>/u/<E of D>/C/<topic>``
 unicast to ``D``, ``<ns>/p/C`` presence, ``<ns>/actor/store/<name>/C`` elections. So a write grant
 always names the writer's own client id and nobody can publish as another client. Every principal:
 
-- writes its presence ``<ns>/p/C``, reads every presence ``<ns>/p/+`` and its unicast ``<ns>/u/C/#``;
+- writes its presence ``<ns>/p/C``, reads every presence ``<ns>/p/+`` and its unicast ``<ns>/u/<E>/#``
+  (``E``: the endpoint id client id ``C`` names, in hex: :func:`broker_mqtt.wire.identity.endpoint_id`);
 - publish prefix ``T``: writes ``<ns>/d/C/T/#`` and ``<ns>/u/+/C/T/#``;
 - subscribe prefix ``T``: reads ``<ns>/d/+/T/#`` (``/`` = every data topic, stores' traffic included);
 - elected store ``N``, role ``member``: writes ``$store/N/{e,em,ew,ea}`` (data and unicast), reads
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TopicError
+from ..wire.identity import endpoint_id
 from ..wire.topics import TopicLayout, validate_prefix, validate_topic
 
 __all__ = [
@@ -231,7 +233,8 @@ def _client_grants(ns: str, p: Principal, c: str) -> Iterator[tuple[Access, str]
         yield R, f"{ns}/d/+/{_levels(prefix)}#"
 
     def read_exact(topic: str) -> Iterator[tuple[Access, str]]:
-        yield R, f"{ns}/d/+/{topic}"
+        # "/#": what an endpoint subscribes to receive a topic (prefix semantics; "#" matches the level itself)
+        yield R, f"{ns}/d/+/{topic}/#"
 
     def elected(store: str, role: str) -> Iterator[tuple[Access, str]]:
         base = f"$store/{store}"
@@ -244,13 +247,14 @@ def _client_grants(ns: str, p: Principal, c: str) -> Iterator[tuple[Access, str]
         elif role == "writer":
             yield from write_exact(f"{base}/ew")
             yield from read_exact(f"{base}/em")
+            yield from read_exact(f"{base}/ea")  # answers come by unicast, but the writer subscribes the topic
         else:  # reader
             yield from read_exact(f"{base}/e")
             yield from read_exact(f"{base}/em")
 
     yield W, f"{ns}/p/{c}"
     yield R, f"{ns}/p/+"
-    yield R, f"{ns}/u/{c}/#"
+    yield R, f"{ns}/u/{_endpoint_hex(c)}/#"  # unicast topics name the receiving endpoint's id
     for prefix in p.publish:
         yield from write_prefix(prefix)
     for prefix in p.subscribe:
@@ -393,3 +397,10 @@ def render_dynsec(
         "groups": [],
         "roles": roles,
     }
+
+
+def _endpoint_hex(client_id: str) -> str:
+    endpoint = endpoint_id(client_id)
+    if endpoint is None:  # the principal checks refuse such client ids first
+        raise AclSpecError(f"client id {client_id!r} names no endpoint")
+    return endpoint.hex
