@@ -9,8 +9,10 @@ MQTT keeps one publisher's order per topic, so once the marker arrived the dropp
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import pytest
@@ -140,3 +142,39 @@ async def test_an_elected_store_runs_signed_and_a_forger_changes_nothing(
         assert sb.epoch == epoch and sb.master == sa.node_id
         await sb.close()
         await sa.close()
+
+
+async def test_the_cli_signs_and_checks_with_key_and_trust_files(broker: EmbeddedBroker, namespace: str,
+                                                                 keys: dict[str, object], tmp_path: Path) -> None:
+    from broker_mqtt.transport.keyfiles import save_private_key
+    from broker_mqtt.wire.identity import endpoint_id
+
+    for name in ("beta", "gamma"):
+        save_private_key(tmp_path / f"{name}.pem", keys[name])  # type: ignore[arg-type]
+    (tmp_path / "trust.toml").write_text(trust_of(keys, *CLIENTS).to_toml())
+    cli = [sys.executable, "-m", "broker_mqtt"]
+    common = ["--broker", broker.url, "--namespace", namespace, "--trust", str(tmp_path / "trust.toml")]
+    sub = await anyio.open_process([*cli, "sub", *common, "--client-id", "beta", "--signing-key",
+                                    str(tmp_path / "beta.pem"), "--count", "1", "--json", "/t"])
+    try:
+        async with signed(broker, namespace, keys, "alpha") as a, \
+                Endpoint(broker, namespace=namespace, client_id="mallory") as m, a.subscribe("/t/cli") as mine:
+            beta = endpoint_id("beta")
+            assert beta is not None and await a.await_peer(beta, timeout=30)  # signed presence: beta is up
+            await m.publish("/t/x", "forged")  # unsigned: the CLI drops it
+            await a.publish("/t/x", "ok")
+            with anyio.fail_after(30):
+                await sub.wait()
+            assert sub.stdout is not None
+            out = (await sub.stdout.receive()).decode()
+            assert '"ok"' in out and "forged" not in out and sub.returncode == 0
+            done = await anyio.run_process([*cli, "pub", *common, "--client-id", "gamma", "--signing-key",
+                                            str(tmp_path / "gamma.pem"), "/t/cli", '"from the cli"'])
+            assert done.returncode == 0
+            assert [x.data for x in await take(mine, 1)] == ["from the cli"]
+            bad = await anyio.run_process([*cli, "pub", *common, "--client-id", "bm-x", "/t/cli", "1"], check=False)
+            assert bad.returncode == 2 and b"reserved" in bad.stderr
+    finally:
+        if sub.returncode is None:
+            sub.kill()
+        await sub.aclose()

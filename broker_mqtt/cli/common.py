@@ -16,6 +16,8 @@ import click
 
 from ..errors import BrokerUnavailable, MosquittoNotFound, UsageError
 from ..transport.broker_url import TLSOptions
+from ..transport.keyfiles import load_private_key, load_trust_file
+from ..wire.identity import validate_client_id
 
 EXIT_CHECK_FAILED = 1
 EXIT_UNREACHABLE = 3
@@ -41,14 +43,46 @@ def _remember_tls(ctx: click.Context, param: click.Parameter, value: str | None)
     ctx.meta[f"broker_mqtt.tls.{param.name}"] = value
 
 
-def tls_options(command: _F) -> _F:
-    """Adds --ca-file, --cert-file and --key-file (env BROKER_MQTT_CA_FILE, ...); read them with
-    :func:`cli_tls` inside the command."""
+_IDENTITY = {  # option name: (environment variable, help, a file?)
+    "client_id": ("BROKER_MQTT_CLIENT_ID", "MQTT client id, named in every topic this endpoint publishes to: "
+                  "the principal's name under a broker ACL (docs/security.md).", False),
+    "signing_key": ("BROKER_MQTT_SIGNING_KEY", "Ed25519 key file (broker-mqtt keys generate): seal every "
+                    "PUBLISH (docs/signing.md).", True),
+    "trust": ("BROKER_MQTT_TRUST", "Trust file of public keys by client id: drop what they did not seal.", True),
+}
+
+
+def connection_options(command: _F) -> _F:
+    """Adds --ca-file, --cert-file, --key-file, --client-id, --signing-key and --trust (env
+    BROKER_MQTT_CA_FILE, ...); read them with :func:`cli_endpoint` inside the command."""
+    for name, (env, text, is_file) in reversed(_IDENTITY.items()):
+        command = click.option(f"--{name.replace('_', '-')}", name, envvar=env, expose_value=False,
+                               callback=_remember_tls, help=text + f" Env {env}.",
+                               type=click.Path(exists=True, dir_okay=False) if is_file else str)(command)
     for name, (env, text) in reversed(_TLS_FILES.items()):
         command = click.option(f"--{name.replace('_', '-')}", name, envvar=env, expose_value=False,
                                callback=_remember_tls, help=text + f" Env {env}.",
                                type=click.Path(exists=True, dir_okay=False))(command)
     return command
+
+
+def cli_endpoint(broker: str | None) -> dict[str, Any]:
+    """The Endpoint keyword arguments the command line gave: ``tls`` (:func:`cli_tls`), and
+    ``client_id``, ``signing_key`` and ``trust`` when given. Exits with code 2 for a key or trust
+    file that does not load (the message says why)."""
+    meta = click.get_current_context().meta
+    out: dict[str, Any] = {"tls": cli_tls(broker)}
+    client_id, key_file, trust_file = (meta.get(f"broker_mqtt.tls.{n}") for n in _IDENTITY)
+    try:
+        if client_id:
+            out["client_id"] = validate_client_id(client_id)
+        if key_file:
+            out["signing_key"] = load_private_key(key_file)
+        if trust_file:
+            out["trust"] = load_trust_file(trust_file)
+    except UsageError as exc:
+        raise click.UsageError(str(exc)) from None
+    return out
 
 
 def cli_tls(broker: str | None) -> TLSOptions | None:

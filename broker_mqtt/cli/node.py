@@ -6,6 +6,9 @@ reads ``BROKER_MQTT_URL``)::
     broker = "mqtt://broker.local:1883"
     namespace = "bm"
     name = "gw-1"
+    client_id = "gw-1"          # under a broker ACL: the principal's name (docs/security.md)
+    signing_key = "gw-1.key"    # optional: seal every PUBLISH (docs/signing.md) ...
+    trust = "trust.toml"        # ... and drop what the trusted keys did not seal
 
     [[store]]
     name = "site-config"
@@ -40,10 +43,13 @@ import click
 from ..endpoint.attaching import Attaching, Closeable
 from ..endpoint.endpoint import Endpoint
 from ..endpoint.events import PeerAdded, PeerLost, PeerRemoved
+from ..errors import UsageError
 from ..queue.attached import attach_queue
 from ..store.elected import attach_store
 from ..store.errors import BackendError
-from .common import broker_option, cli_tls, fail, run_command, tls_options
+from ..transport.keyfiles import load_private_key, load_trust_file
+from ..wire.identity import validate_client_id
+from .common import broker_option, cli_endpoint, connection_options, fail, run_command
 
 _STORE_KEYS = {"name", "backend", "path", "mode", "durability", "election", "candidate", "write_timeout"}
 _QUEUE_KEYS = _STORE_KEYS | {"max_deliveries", "lease"}
@@ -78,7 +84,7 @@ def _say(text: str) -> None:
 
 @click.command()
 @broker_option
-@tls_options
+@connection_options
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="A TOML file (see below).")
 @click.option("--namespace", default=None, help="Topic namespace (default: the file's, else bm).")
 @click.option("--name", default=None, help="This node's name (default: the file's, else the host's).")
@@ -97,8 +103,18 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
         fail("node needs at least one store or queue (--store NAME, --queue NAME, or [[store]] / [[queue]] "
               "in the config file)", 2)
 
+    options = cli_endpoint(url)
+    loaders: dict[str, Callable[[str], Any]] = {"client_id": validate_client_id, "signing_key": load_private_key,
+                                                "trust": load_trust_file}
+    for key, load in loaders.items():
+        if key not in options and key in config:
+            try:
+                options[key] = load(str(config[key]))
+            except UsageError as exc:
+                fail(f"{key}: {exc}", 2)
+
     async def run() -> None:
-        async with Endpoint(url, namespace=namespace or config.get("namespace", "bm"), tls=cli_tls(url),
+        async with Endpoint(url, namespace=namespace or config.get("namespace", "bm"), **options,
                             name=name or config.get("name")) as ep:
             _say(f"node {ep.name} ({ep.id}) connected to {url}")
 

@@ -10,12 +10,20 @@ import click
 from ..endpoint.endpoint import Endpoint
 from ..errors import UsageError
 from ..wire.topics import validate_prefix, validate_topic
-from .common import broker_option, cli_tls, fail, jsonable, namespace_option, run_command, tls_options
+from .common import (
+    broker_option,
+    cli_endpoint,
+    connection_options,
+    fail,
+    jsonable,
+    namespace_option,
+    run_command,
+)
 
 
 @click.command()
 @broker_option
-@tls_options
+@connection_options
 @namespace_option
 @click.argument("topic")
 @click.argument("value")
@@ -36,7 +44,7 @@ def pub(broker: str | None, namespace: str, topic: str, value: str, raw: bool) -
             fail(f"VALUE is not JSON ({exc}); use --raw to send a string", 2)
 
     async def run() -> None:
-        async with Endpoint(broker, namespace=namespace, name="cli-pub", tls=cli_tls(broker)) as ep:
+        async with Endpoint(broker, namespace=namespace, name="cli-pub", **cli_endpoint(broker)) as ep:
             await ep.publish(topic, data)
             await ep.flush(10)
 
@@ -46,7 +54,7 @@ def pub(broker: str | None, namespace: str, topic: str, value: str, raw: bool) -
 
 @click.command()
 @broker_option
-@tls_options
+@connection_options
 @namespace_option
 @click.argument("prefixes", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
@@ -62,7 +70,7 @@ def sub(broker: str | None, namespace: str, prefixes: tuple[str, ...], as_json: 
         fail(str(exc), 2)
 
     async def run() -> None:
-        async with Endpoint(broker, namespace=namespace, name="cli-sub", tls=cli_tls(broker)) as ep, ep.subscribe(*prefixes) as s:
+        async with Endpoint(broker, namespace=namespace, name="cli-sub", **cli_endpoint(broker)) as ep, ep.subscribe(*prefixes) as s:
             n = 0
             async for msg in s:
                 if as_json:

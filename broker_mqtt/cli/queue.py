@@ -20,14 +20,14 @@ from ..queue.attached import attach_queue
 from .common import (
     EXIT_CHECK_FAILED,
     broker_option,
-    cli_tls,
+    cli_endpoint,
+    connection_options,
     fail,
     jsonable,
     namespace_option,
     need_broker,
     parse_value,
     run_command,
-    tls_options,
 )
 
 timeout_option = click.option("--timeout", type=float, default=15.0, show_default=True,
@@ -46,7 +46,7 @@ def queue() -> None:
 
 @queue.command("publish")
 @broker_option
-@tls_options
+@connection_options
 @namespace_option
 @timeout_option
 @click.argument("name")
@@ -57,7 +57,7 @@ def queue_publish(broker: str | None, namespace: str, timeout: float, name: str,
     from ..store.errors import StoreError
 
     async def run() -> tuple[bool, Any]:
-        async with Endpoint(url, namespace=namespace, name="cli-queue", tls=cli_tls(url)) as ep:
+        async with Endpoint(url, namespace=namespace, name="cli-queue", **cli_endpoint(url)) as ep:
             q = await attach_queue(ep, name, replica=False, write_timeout=timeout)
             try:
                 if not await q.await_master(timeout):
@@ -77,7 +77,7 @@ def queue_publish(broker: str | None, namespace: str, timeout: float, name: str,
 
 @queue.command("consume")
 @broker_option
-@tls_options
+@connection_options
 @namespace_option
 @timeout_option
 @click.option("--count", type=int, default=0, help="Stop after this many messages (0: until Ctrl-C).")
@@ -94,7 +94,7 @@ def queue_consume(broker: str | None, namespace: str, timeout: float, count: int
         fail("--prefetch must be at least 1", 2)
 
     async def run() -> str | None:
-        async with Endpoint(url, namespace=namespace, name="cli-queue", tls=cli_tls(url)) as ep:
+        async with Endpoint(url, namespace=namespace, name="cli-queue", **cli_endpoint(url)) as ep:
             q = await attach_queue(ep, name, replica=False, write_timeout=timeout)
             try:
                 if not await q.await_master(timeout):
@@ -128,7 +128,7 @@ def queue_consume(broker: str | None, namespace: str, timeout: float, count: int
 
 @queue.command("dead-letters")
 @broker_option
-@tls_options
+@connection_options
 @namespace_option
 @timeout_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
@@ -138,7 +138,7 @@ def queue_dead_letters(broker: str | None, namespace: str, timeout: float, as_js
     url = need_broker(broker, "dead-letters", "queue")
 
     async def run() -> tuple[bool, Any]:
-        async with Endpoint(url, namespace=namespace, name="cli-queue", tls=cli_tls(url)) as ep:
+        async with Endpoint(url, namespace=namespace, name="cli-queue", **cli_endpoint(url)) as ep:
             q = await attach_queue(ep, name, candidate=False)
             assert q.store is not None  # a replica (the default) has the queue's store
             try:

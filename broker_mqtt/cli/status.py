@@ -36,11 +36,11 @@ from ..wire.message import Kind
 from .common import (
     EXIT_CHECK_FAILED,
     broker_option,
-    cli_tls,
+    cli_endpoint,
+    connection_options,
     fail,
     namespace_option,
     run_command,
-    tls_options,
 )
 
 __all__ = ["Heartbeat", "observe", "build_report", "store_report", "format_report", "problems"]
@@ -217,7 +217,7 @@ def format_report(report: dict[str, Any]) -> list[str]:
 
 @click.command()
 @broker_option
-@tls_options
+@connection_options
 @namespace_option
 @click.option("--wait", type=click.FloatRange(min=0.1), default=1.5, show_default=True,
               help="Seconds to listen for presence and store heartbeats (replicas send one every 0.25 s).")
@@ -239,7 +239,7 @@ def status(broker: str | None, namespace: str, wait: float, stores: tuple[str, .
 
     async def run() -> dict[str, Any]:
         heard: dict[str, StoreSeen] = {}
-        async with Endpoint(broker, namespace=namespace, name="cli-status", tls=cli_tls(broker)) as ep:
+        async with Endpoint(broker, namespace=namespace, name="cli-status", **cli_endpoint(broker)) as ep:
             async with ep.subscribe(STORE_PREFIX, kind=Kind.COMMAND, buffer=4096) as sub:
                 with anyio.move_on_after(wait):
                     async for msg in sub:

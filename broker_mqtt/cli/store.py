@@ -21,14 +21,14 @@ from ..store.elected import attach_store
 from .common import (
     EXIT_CHECK_FAILED,
     broker_option,
-    cli_tls,
+    cli_endpoint,
+    connection_options,
     fail,
     jsonable,
     namespace_option,
     need_broker,
     parse_value,
     run_command,
-    tls_options,
 )
 
 timeout_option = click.option("--timeout", type=float, default=15.0, show_default=True,
@@ -46,7 +46,7 @@ def store() -> None:
 
 @store.command("get")
 @broker_option
-@tls_options
+@connection_options
 @namespace_option
 @timeout_option
 @click.argument("name")
@@ -56,7 +56,7 @@ def store_get(broker: str | None, namespace: str, timeout: float, name: str, key
     url = need_broker(broker, "get")
 
     async def run() -> tuple[bool, Any]:
-        async with Endpoint(url, namespace=namespace, name="cli-store", tls=cli_tls(url)) as ep:
+        async with Endpoint(url, namespace=namespace, name="cli-store", **cli_endpoint(url)) as ep:
             s = await attach_store(ep, name, candidate=False)
             try:
                 if not await s.await_master(timeout):
@@ -76,7 +76,7 @@ def store_get(broker: str | None, namespace: str, timeout: float, name: str, key
 
 @store.command("keys")
 @broker_option
-@tls_options
+@connection_options
 @namespace_option
 @timeout_option
 @click.argument("name")
@@ -85,7 +85,7 @@ def store_keys(broker: str | None, namespace: str, timeout: float, name: str) ->
     url = need_broker(broker, "keys")
 
     async def run() -> list[Any] | None:
-        async with Endpoint(url, namespace=namespace, name="cli-store", tls=cli_tls(url)) as ep:
+        async with Endpoint(url, namespace=namespace, name="cli-store", **cli_endpoint(url)) as ep:
             s = await attach_store(ep, name, candidate=False)
             try:
                 return await s.keys() if await s.await_master(timeout) else None
@@ -101,7 +101,7 @@ def store_keys(broker: str | None, namespace: str, timeout: float, name: str) ->
 
 @store.command("put")
 @broker_option
-@tls_options
+@connection_options
 @namespace_option
 @timeout_option
 @click.option("--expiry", type=float, default=None, help="Seconds until the key expires.")
@@ -116,7 +116,7 @@ def store_put(broker: str | None, namespace: str, timeout: float, expiry: float 
     from ..store.commands import Put
 
     async def run() -> str | None:
-        async with Endpoint(url, namespace=namespace, name="cli-store", tls=cli_tls(url)) as ep:
+        async with Endpoint(url, namespace=namespace, name="cli-store", **cli_endpoint(url)) as ep:
             async with StoreWriter(ep, name, f"cli-{uuid.uuid4().hex}", write_timeout=timeout) as writer:
                 if not await writer.await_master(timeout):
                     return f"no master of store {name!r} answered within {timeout} s"
@@ -133,7 +133,7 @@ def store_put(broker: str | None, namespace: str, timeout: float, expiry: float 
 
 @store.command("watch")
 @broker_option
-@tls_options
+@connection_options
 @namespace_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.option("--count", type=int, default=0, help="Stop after this many events (0: until Ctrl-C).")
@@ -143,7 +143,7 @@ def store_watch(broker: str | None, namespace: str, as_json: bool, count: int, n
     url = need_broker(broker, "watch")
 
     async def run() -> None:
-        async with Endpoint(url, namespace=namespace, name="cli-store", tls=cli_tls(url)) as ep:
+        async with Endpoint(url, namespace=namespace, name="cli-store", **cli_endpoint(url)) as ep:
             s = await attach_store(ep, name, candidate=False)
             seen = 0
             async with s.events() as events:
@@ -166,7 +166,7 @@ def store_watch(broker: str | None, namespace: str, as_json: bool, count: int, n
 
 @click.command()
 @broker_option
-@tls_options
+@connection_options
 @namespace_option
 @click.option("--wait", type=float, default=1.0, show_default=True, help="Seconds to collect announcements.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
@@ -176,7 +176,7 @@ def peers(broker: str | None, namespace: str, wait: float, as_json: bool) -> Non
         fail("peers needs --broker (or BROKER_MQTT_URL)", 2)
 
     async def run() -> list[Any]:
-        async with Endpoint(broker, namespace=namespace, name="cli-peers", tls=cli_tls(broker)) as ep:
+        async with Endpoint(broker, namespace=namespace, name="cli-peers", **cli_endpoint(broker)) as ep:
             await anyio.sleep(wait)
             return ep.peers()
 
