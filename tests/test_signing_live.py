@@ -178,3 +178,32 @@ async def test_the_cli_signs_and_checks_with_key_and_trust_files(broker: Embedde
         if sub.returncode is None:
             sub.kill()
         await sub.aclose()
+
+
+async def test_keys_learned_from_fleet_signed_key_records(broker: EmbeddedBroker, namespace: str,
+                                                          keys: dict[str, object]) -> None:
+    import time
+
+    from broker_mqtt.wire.signing import KeyRecord
+
+    fleet, rogue_fleet = generate_private_key(), generate_private_key()
+
+    def record(name: str, signer: object) -> bytes:
+        raw = keys[name].public_key().public_bytes_raw()  # type: ignore[attr-defined]
+        return KeyRecord(name, raw, int(time.time()), None).sign(signer)  # type: ignore[arg-type]
+
+    def endpoint(name: str, rec: bytes) -> Endpoint:
+        return Endpoint(broker, namespace=namespace, client_id=name, signing_key=keys[name],  # type: ignore[arg-type]
+                        trust=TrustStore(fleet_key=fleet.public_key()), key_record=rec)
+
+    async with endpoint("alpha", record("alpha", fleet)) as a, a.status() as events:
+        async with endpoint("beta", record("beta", fleet)) as b, b.subscribe("/t") as sub:
+            assert await a.await_peer(b.id, timeout=20) and await b.await_peer(a.id, timeout=20)
+            await a.publish("/t/x", "known by its record")
+            assert [x.data for x in await take(sub, 1)] == ["known by its record"]
+            # gamma's record is signed by another fleet key: nobody learns its key, its messages are dropped
+            async with endpoint("gamma", record("gamma", rogue_fleet)) as g:
+                bad = await errors_until(events, ErrorCode.BAD_SIGNATURE, 1)
+                assert "key record" in bad[0].message
+                assert g.id not in {p.id for p in a.peers()}
+        assert a.statistics().bad_signatures >= 1

@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import time
 import uuid
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -57,11 +56,12 @@ from ..transport.mqtt import MQTTConnector
 from ..wire import codec
 from ..wire.identity import resolve_identity
 from ..wire.message import Kind, NodeEncoder
-from ..wire.signing import SignatureError, Signer, TrustStore, Verifier
+from ..wire.signing import TrustStore
 from ..wire.topics import TopicLayout, prefix_matches, validate_prefix, validate_topic
 from .dispatch import Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
 from .event_stream import EventStream
 from .events import ConnectionLost, ConnectionRestored, ErrorCode, ErrorEvent, Message, PeerInfo, StatusEvent
+from .keys import EndpointKeys
 from .outbox import Outbox
 from .presence import PeerTable, announced_prefixes, presence_payload
 from .receive import PRESENCE_SID, UNICAST_SID, Receiver
@@ -92,7 +92,9 @@ class Endpoint:
     ``signing_key`` (Ed25519) seals every PUBLISH the endpoint sends on the namespace's topics, one
     signature per batch; ``trust`` (public keys by client id) makes it drop, count and report
     (:attr:`ErrorCode.BAD_SIGNATURE`) whatever arrives there not sealed by its sender's key, or
-    replayed (``docs/signing.md``, ``docs/security.md``).
+    replayed (``docs/signing.md``, ``docs/security.md``). With a fleet key in ``trust`` it also learns
+    keys from fleet-signed key records (retained on ``<ns>/k/<client id>``) and publishes its own
+    ``key_record`` there.
 
     Entering connects (raising :class:`BrokerUnavailable` after ``connect_timeout``); leaving
     says goodbye (PeerRemoved at the peers), flushes what is queued (up to ``close_timeout``),
@@ -109,6 +111,7 @@ class Endpoint:
         client_id: str | None = None,
         signing_key: Ed25519PrivateKey | None = None,
         trust: TrustStore | None = None,
+        key_record: bytes | None = None,
         tls: TLSOptions | None = None,
         qos: int = 1,
         connect_timeout: float = 10.0,
@@ -147,7 +150,7 @@ class Endpoint:
             max_pending_bytes=max_pending_bytes,
             max_pending_messages=max_pending_messages,
         )
-        self._table: SubscriptionTable[_Stream] = SubscriptionTable(first_id=3)
+        self._table: SubscriptionTable[_Stream] = SubscriptionTable(first_id=4)  # 1-3: PRESENCE_SID, UNICAST_SID, KEYS_SID
         #: subscribers with local prefixes, and their (minimal) levels: they get own messages at send time
         self._locals: dict[Subscription, list[tuple[str, ...]]] = {}
         self._presence = PeerTable(self.layout, self.id)
@@ -163,14 +166,13 @@ class Endpoint:
         self._closing = False
         self._topic_cache: dict[str, str] = {}
         self._presence_topic = self.layout.presence(self.client_id)
-        if signing_key is not None:
-            sender.signer = Signer(signing_key, self.client_id, clock=lambda: time.time_ns() // 1000)
-            sender.signed_prefixes = self.layout.signed_prefixes()
         self._receiver = Receiver(
             name=self.name, layout=self.layout, me=self._id_bytes,
             table=self._table, stats=self._stats, report=self._report, on_presence=self._on_presence,
         )
-        self._receiver.verifier = Verifier(trust) if trust is not None else None
+        self._keys = EndpointKeys(self.layout, self.client_id, signing_key=signing_key, trust=trust,
+                                  key_record=key_record, stats=self._stats, report=self._report)
+        self._keys.attach(sender, self._receiver)
         #: hand one received PUBLISH (a transport.base.Received) to its subscribers
         self._dispatch = self._receiver.dispatch
 
@@ -278,11 +280,15 @@ class Endpoint:
     async def _on_connected(self, conn: Connection) -> None:
         self._sender.max_packet = conn.connack.max_packet
         self._receiver.sub_ids_available = conn.connack.subscription_ids_available
+        for change in self._keys.subscriptions():  # first: peers' keys before their retained presence
+            await self._mqtt_subscribe(conn, change)
         await self._mqtt_subscribe(conn, Subscribe(self.layout.presence_filter(), PRESENCE_SID, True))
         # No Local: unicasts to ourselves never go through the broker (send_node delivers them).
         await self._mqtt_subscribe(conn, Subscribe(self.layout.unicast_filter(self.id.hex), UNICAST_SID, True))
         for change in self._table.all_subscribes():
             await self._mqtt_subscribe(conn, change)
+        if (record := self._keys.own_record()) is not None:
+            self._enqueue_nowait(record[0], 1, record[1], retain=True)
         seal = self._sender.signer.overhead if self._sender.signer is not None else 0
         self._outbox.max_batch_bytes = min(self._max_batch_bytes, conn.connack.max_packet - PUBLISH_OVERHEAD - seal)
         self._sender.conn = conn
@@ -452,14 +458,7 @@ class Endpoint:
         receive raw PUBLISHes on the namespace's topics (bound elections); as is when the endpoint
         has no ``trust``. ``sender``: the client id the topic names. Raises
         :class:`~broker_mqtt.wire.signing.SignatureError` (a :class:`DecodeError`) and counts it."""
-        verifier = self._receiver.verifier
-        if verifier is None:
-            return payload
-        try:
-            return verifier.open(mqtt_topic, payload, sender=sender, retained=retained)
-        except SignatureError:
-            self._stats.bad_signatures += 1
-            raise
+        return self._keys.verify(mqtt_topic, payload, sender=sender, retained=retained)
 
     def check_payload_size(self, size: int) -> None:
         """Raise :class:`PayloadTooLarge` if a node message or raw payload of ``size`` bytes would

@@ -38,12 +38,13 @@ from .events import ErrorCode, ErrorEvent, Message, StatusEvent
 from .statistics import EndpointStatistics
 from .subscription import RawMessage, _Stream
 
-__all__ = ["Receiver", "PRESENCE_SID", "UNICAST_SID", "mqtt_match"]
+__all__ = ["Receiver", "PRESENCE_SID", "UNICAST_SID", "KEYS_SID", "mqtt_match"]
 
 log = logging.getLogger("broker_mqtt")
 
 PRESENCE_SID = 1  #: subscription identifier of the presence filter
 UNICAST_SID = 2  #: subscription identifier of this endpoint's unicast topic
+KEYS_SID = 3  #: subscription identifier of the key records (``<ns>/k/+``; endpoint/keys.py)
 
 
 class Receiver:
@@ -76,6 +77,9 @@ class Receiver:
         self.sub_ids_available = True
         #: checks the seals of what arrives on the layout's topics (None: signatures not required)
         self.verifier: Verifier | None = None
+        #: takes key records (``topic``, ``payload``), when the endpoint learns keys from them
+        self.on_key_record: Callable[[str, bytes], None] | None = None
+        self._keys_head = layout.namespace + "/k/"
 
     async def run(self, messages: AsyncIterator[Received]) -> None:
         """Dispatch every PUBLISH of ``messages`` until it ends or raises."""
@@ -100,6 +104,8 @@ class Receiver:
             return
         if PRESENCE_SID in sub_ids:
             self._presence_in(topic, payload, message.retain)
+        if KEYS_SID in sub_ids and self.on_key_record is not None:
+            self.on_key_record(topic, payload)
         if UNICAST_SID in sub_ids:
             opened = self._opened(topic, payload, self._unicast_head, message.retain)
             if opened is not None:
@@ -149,6 +155,8 @@ class Receiver:
     async def _dispatch_by_topic(self, topic: str, payload: bytes, retain: bool) -> None:
         if self._layout.presence_client(topic) is not None:
             self._presence_in(topic, payload, retain)
+        elif topic.startswith(self._keys_head) and self.on_key_record is not None:
+            self.on_key_record(topic, payload)
         elif topic.startswith(self._unicast_head):
             opened = self._opened(topic, payload, self._unicast_head, retain)
             if opened is not None:
