@@ -41,6 +41,7 @@ from broker_mqtt.store.replica_events import Role
 from broker_mqtt.store.versioned import VersionedState, compute_op
 from broker_mqtt.wire import codec
 from broker_mqtt.wire.data import Count, EnumValue, Port, PortProtocol
+from broker_mqtt.wire.identity import default_client_id
 from broker_mqtt.wire.message import Kind, NodeEncoder, decode_batch, encode_node
 from broker_mqtt.wire.topics import TopicLayout
 
@@ -285,7 +286,7 @@ def _presence_wrap(body: Any) -> bytes:
 
 def _presence_run(data: bytes) -> bool:
     table = PeerTable(LAYOUT, ME)
-    update = table.receive(LAYOUT.presence(PEER.hex), data)
+    update = table.receive(LAYOUT.presence(default_client_id(PEER)), data)
     return not update.malformed
 
 

@@ -32,6 +32,7 @@ from broker_mqtt.store.discovery import decode_store_message
 from broker_mqtt.store.errors import StoreDecodeError
 from broker_mqtt.store.versioned import VersionedState, compute_op
 from broker_mqtt.wire import codec
+from broker_mqtt.wire.identity import default_client_id
 from broker_mqtt.wire.message import Kind, NodeEncoder, decode_batch
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -208,7 +209,7 @@ def test_queue_record_with_an_infinite_count_is_no_record(count: float) -> None:
 def test_presence_with_bad_fields_is_malformed(body: dict[str, Any]) -> None:
     """``topics: 1.5`` raised TypeError out of PeerTable.receive, a huge-int name ValueError."""
     payload = NodeEncoder(PEER.bytes).encode(Kind.CONTROL, "presence", codec.encode(body))
-    update = PeerTable(LAYOUT, ME).receive(LAYOUT.presence(PEER.hex), payload)
+    update = PeerTable(LAYOUT, ME).receive(LAYOUT.presence(default_client_id(PEER)), payload)
     assert update.malformed and not update.changed
 
 
@@ -216,7 +217,7 @@ def test_presence_that_is_well_formed_adds_the_peer() -> None:
     payload = NodeEncoder(PEER.bytes).encode(Kind.CONTROL, "presence", codec.encode({"op": "hello", "name": "n",
                                                                                       "topics": ["/a"]}))
     table = PeerTable(LAYOUT, ME)
-    update = table.receive(LAYOUT.presence(PEER.hex), payload)
+    update = table.receive(LAYOUT.presence(default_client_id(PEER)), payload)
     assert not update.malformed and PEER in table and table.peers()[0].topics == ("/a",)
     assert uuid.UUID(PEER.hex) == PEER
 

@@ -134,8 +134,26 @@ class MQTTConnector:
                 loop.call_soon_threadsafe(waiting.cancel)  # paho may call this from a worker thread
             on_disconnect(c, userdata, *args)
 
+        def _on_socket_register_write(c: Any, userdata: Any, sock: Any) -> None:
+            # aiomqtt's own schedules add_writer(fd) from paho's thread: when the socket closes
+            # before that runs (a TLS alert at connect), the loop raises on a dead fd. Check first.
+            def write() -> None:
+                try:
+                    c.loop_write()
+                except Exception as exc:  # a broken connection: aiomqtt's own handling
+                    if not client._disconnected.done():
+                        client._disconnected.set_exception(exc)
+
+            def add() -> None:
+                fd = sock.fileno()
+                if fd > -1:
+                    loop.add_writer(fd, write)
+
+            loop.call_soon_threadsafe(add)
+
         paho.on_connect, paho.on_publish = _on_connect, _on_publish
         paho.on_log, paho.on_disconnect = _on_log, _on_disconnect
+        paho.on_socket_register_write = _on_socket_register_write
         try:
             async with AsyncExitStack() as stack:
                 with waiting:
@@ -147,12 +165,16 @@ class MQTTConnector:
             _raise_closed(exc)
 
 
+_NOT_AUTHORIZED = 0x87
+
+
 def _lost_before_connack(errors: list[str]) -> ConnectionClosed:
     reason = "; ".join(errors) or "no error reported"
     message = f"the broker closed the connection before CONNACK ({reason})"
     if "ALERT" in reason:  # e.g. [SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED], [SSL: TLSV1_ALERT_UNKNOWN_CA]
         message += ": the broker refused the TLS handshake, usually our client certificate (missing, or " \
                    "not signed by a CA it trusts): check TLSOptions.cert_file and key_file"
+        return ConnectRefused(message, _NOT_AUTHORIZED)  # permanent: retrying the same certificate will not help
     return ConnectionClosed(message)
 
 

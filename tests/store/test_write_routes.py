@@ -141,10 +141,10 @@ def _count_received(store: Any) -> dict[str, int]:
     counts: dict[str, int] = {}
     handle = store.replica.handle
 
-    def counting(msg: Any, now: float) -> None:
+    def counting(msg: Any, now: float, **kw: Any) -> None:
         if isinstance(msg, list) and msg and isinstance(msg[0], str):
             counts[msg[0]] = counts.get(msg[0], 0) + 1
-        handle(msg, now)
+        handle(msg, now, **kw)
 
     store.replica.handle = counting
     return counts
