@@ -26,6 +26,7 @@ from .endpoint.subscription import RawMessage, RawSubscription, Subscription
 from .errors import (
     BrokerMQTTError,
     BrokerUnavailable,
+    ForgedMessage,
     MosquittoNotFound,
     PayloadTooLarge,
     PublishQueueFull,
@@ -35,12 +36,21 @@ from .errors import (
 )
 from .transport.broker_url import BrokerURL, TLSOptions
 from .transport.embedded import EmbeddedBroker
+from .transport.keyfiles import load_private_key, load_trust_file
 from .wire.codec import DecodeError, EncodeError, decode, encode
 from .wire.data import Count, EnumValue, Port, PortProtocol
 from .wire.message import Kind
+from .wire.signing import KeyRecord, SignatureError, TrustStore, generate_private_key
 
 __all__ = [
     "__version__",
+    "ForgedMessage",
+    "SignatureError",
+    "TrustStore",
+    "KeyRecord",
+    "generate_private_key",
+    "load_private_key",
+    "load_trust_file",
     "Attaching",
     "EventStream",
     "BrokerMQTTError",

@@ -48,6 +48,8 @@ def test_public_api_is_pinned() -> None:
             "PayloadTooLarge", "PeerAdded", "PeerInfo", "PeerLost", "PeerRemoved", "Port", "PortProtocol",
             "PublishQueueFull", "RawMessage", "RawSubscription", "StatusEvent", "Subscription",
             "TLSOptions", "TopicError", "TransportError", "UsageError", "decode", "encode",
+            "ForgedMessage", "SignatureError", "TrustStore", "KeyRecord", "generate_private_key",
+            "load_private_key", "load_trust_file",
         ]
     )
     for name in broker_mqtt.__all__:
