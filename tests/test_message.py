@@ -96,3 +96,15 @@ def test_encode_many_is_encode_for_each_payload() -> None:
             many = enc.encode_many(kind, "/a/b", payloads, receivers, ttl)
             assert many == [enc.encode(kind, "/a/b", p, receivers, ttl) for p in payloads]
     assert enc.encode_many(Kind.DATA, "/a", []) == []
+
+
+def test_a_version_that_only_equals_1_is_not_version_1() -> None:
+    import uuid
+
+    import cbor2
+
+    from broker_mqtt.wire.message import decode_batch
+
+    for version in (1.0, True):
+        messages, error = decode_batch(cbor2.dumps([version, 0, uuid.uuid4().bytes, None, 16, "/a", b"\x01"]))
+        assert messages == [] and error is not None and "format version" in str(error)

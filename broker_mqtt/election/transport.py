@@ -30,7 +30,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..endpoint.endpoint import Endpoint
-from ..errors import TopicError
+from ..errors import TopicError, peer_repr
 from ..wire import codec
 from ..wire.identity import endpoint_id
 
@@ -89,7 +89,7 @@ class MQTTTransport:
                         msg = exc
                     if not isinstance(msg, dict):
                         self.malformed += 1
-                        log.warning("skipping a payload on %s that is not a CBOR map: %s", raw.topic, msg)
+                        log.warning("skipping a payload on %s that is not a CBOR map: %s", raw.topic, peer_repr(msg))
                         continue
                     if self.bound and self._is_forged(raw.topic, msg):
                         self.forged += 1

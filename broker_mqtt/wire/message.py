@@ -129,7 +129,7 @@ def _check(item: object, offset: int) -> NodeMessage:
     if not isinstance(item, list) or len(item) != 7:
         raise DecodeError(f"node message at byte {offset} is not a 7-item array")
     version, kind, sender, receivers, ttl, topic, payload = item
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:  # not 1.0, not true
         raise DecodeError(f"node message at byte {offset} has format version {peer_repr(version)}, expected 1")
     if type(kind) is not int or kind not in (0, 1, 2):
         raise DecodeError(f"node message at byte {offset} has unknown kind {peer_repr(kind)}")
@@ -196,6 +196,7 @@ def _decode_fast(data: bytes) -> list[NodeMessage] | None:
         if (
             type(item) is list
             and len(item) == 7
+            and type(item[0]) is int
             and item[0] == FORMAT_VERSION
             and type(item[1]) is int
             and 0 <= item[1] <= 2
