@@ -38,7 +38,7 @@ from secure_broker import SecureBroker
 from broker_mqtt import EmbeddedBroker, Endpoint, PeerLost
 from broker_mqtt.cli.acl_rules import grants, parse_spec, render_mosquitto
 from broker_mqtt.endpoint.presence import presence_payload
-from broker_mqtt.queue import WorkQueue, attach_queue
+from broker_mqtt.queue import MessageState, WorkQueue, attach_queue
 from broker_mqtt.queue.commands import Settle
 from broker_mqtt.store import ElectedStore, StoreError, StoreWriter, attach_store
 from broker_mqtt.store.history import Record
@@ -465,3 +465,158 @@ async def test_forged_queue_accept_changes_nothing(protection: str, tmp_path: Pa
         assert fleet.lost() == []
         if protection == "acl":
             assert all(ep.statistics().rejected == 0 for ep in fleet.eps.values())
+
+
+# -- retained presence: cleared, or overwritten ------------------------------------------------------
+
+# Without a broker ACL nothing stops a client from writing another's retained presence topic: a clear
+# is taken unsigned (a last will cannot carry a fresh signature, docs/security.md), and a hello that
+# fails the receivers' checks still replaces the retained record, so endpoints that join later never
+# learn of the victim. The fix is the victim's (endpoint/, not this test's to make): see the report.
+_PRESENCE_GAP = pytest.mark.xfail(strict=True, reason=(
+    "known gap without an ACL: an endpoint does not restore its own retained presence when another "
+    "client clears or overwrites it (endpoint/endpoint.py _on_presence ignores its own topic)"))
+
+
+def _presence_params() -> list[Any]:
+    return [pytest.param(p, marks=() if p == "acl" else _PRESENCE_GAP) for p in PROTECTIONS]
+
+
+@asynccontextmanager
+async def _endpoints(protection: str, tmp_path: Path, ns: str, plain: EmbeddedBroker,
+                     *names: str) -> AsyncIterator[Fleet]:
+    keys = {n: generate_private_key() for n in NAMES} if protection == "signed" else {}
+    async with _brokers(protection, tmp_path, ns, plain) as connect, AsyncExitStack() as stack:
+        fleet = Fleet(protection, ns, connect, keys)
+        tg = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(tg.cancel_scope.cancel)
+        for name in names:
+            ep = fleet.eps[name] = await stack.enter_async_context(fleet.endpoint(name))
+            fleet.events[name] = []
+            tg.start_soon(_collect, await stack.enter_async_context(ep.status()), fleet.events[name])
+        for ep in fleet.eps.values():
+            for other in fleet.eps.values():
+                assert other is ep or await ep.await_peer(other.id, timeout=20)
+        yield fleet
+
+
+async def _marker(fleet: Fleet, watchers: list[str], n: int) -> None:
+    """gw7 publishes marker ``n`` on /sensors/gw7 after what it sent; each watcher receives it (so what
+    gw7 sent before it, on any topic, reached the watcher first: one connection, QoS 1, in order)."""
+    subs = [fleet.eps[w].subscribe("/sensors") for w in watchers]
+    async with AsyncExitStack() as stack:
+        streams = [await stack.enter_async_context(s) for s in subs]
+        for w in watchers:
+            assert await fleet.eps["gw7"].await_peer(fleet.eps[w].id, timeout=20)
+        with anyio.fail_after(20):  # the watchers' new subscriptions are announced: gw7 may publish
+            while not all(any(t == "/sensors" for t in p.topics) for p in fleet.eps["gw7"].peers()
+                          if p.id in {fleet.eps[w].id for w in watchers}):
+                await anyio.sleep(0.02)
+        await fleet.eps["gw7"].publish("/sensors/gw7/marker", n)
+        with anyio.fail_after(20):
+            for stream in streams:
+                async for m in stream:
+                    if m.data == n:
+                        break
+
+
+@pytest.mark.parametrize("protection", _presence_params())
+async def test_clearing_another_presence_changes_nothing(protection: str, tmp_path: Path, namespace: str,
+                                                         broker: EmbeddedBroker) -> None:
+    async with _endpoints(protection, tmp_path, namespace, broker, "core1", "core2", "gw7") as fleet:
+        before = fleet.counters()
+        await fleet.eps["gw7"].publish_raw(f"{namespace}/p/core1", b"", retain=True)
+        await fleet.eps["gw7"].publish_raw(f"{namespace}/p/core2", b"", retain=True)
+        await _marker(fleet, ["core1", "core2"], 1)
+        if protection == "acl":
+            await _rises(fleet, before, ["gw7.rejected"])
+        assert fleet.lost() == []
+        assert {p.id for p in fleet.eps["core2"].peers()} == {fleet.eps["core1"].id, fleet.eps["gw7"].id}
+        async with fleet.endpoint("obs") as obs:  # a late joiner learns of both from their retained hellos
+            assert await obs.await_peer(fleet.eps["core1"].id, timeout=20)
+            assert await obs.await_peer(fleet.eps["core2"].id, timeout=20)
+
+
+@pytest.mark.parametrize("protection", _presence_params())
+async def test_overwriting_another_presence_changes_nothing(protection: str, tmp_path: Path, namespace: str,
+                                                            broker: EmbeddedBroker) -> None:
+    async with _endpoints(protection, tmp_path, namespace, broker, "core1", "core2", "gw7") as fleet:
+        gw7, core1 = fleet.eps["gw7"], fleet.eps["core1"]
+        before = fleet.counters()
+        # a hello in gw7's own envelope, and (on a plain broker) one in core1's
+        await gw7.publish_raw(f"{namespace}/p/core1",
+                              presence_payload(NodeEncoder(gw7.id.bytes), "hello", "evil", ["/x"]), retain=True)
+        expected = {"acl": ["gw7.rejected"], "binding": ["core2.forged"], "signed": ["core2.bad_signatures"]}
+        await _rises(fleet, before, expected[protection])
+        await _marker(fleet, ["core2"], 1)
+        assert fleet.lost() == []
+        peer = next(p for p in fleet.eps["core2"].peers() if p.id == core1.id)
+        assert peer.name == "core1"
+        # the late joiner: it reads the retained records only, and must still learn of core1
+        async with fleet.endpoint("obs") as obs, obs.subscribe("/sensors") as sensors:
+            assert await obs.await_peer(fleet.eps["core2"].id, timeout=20)
+            with anyio.fail_after(20):  # gw7 sees obs's subscription: its marker goes to obs
+                while not any(p.id == obs.id and "/sensors" in p.topics for p in gw7.peers()):
+                    await anyio.sleep(0.02)
+            await gw7.publish("/sensors/gw7/marker", 2)
+            with anyio.fail_after(20):
+                async for m in sensors:
+                    if m.data == 2:
+                        break
+            # every retained presence came on obs's presence subscription before the marker
+            assert core1.id in {p.id for p in obs.peers()}, "core1's retained hello was replaced"
+
+
+# -- the generated ACL lets a normal workload through -------------------------------------------------
+
+
+async def test_a_full_deployment_works_under_the_generated_acl(tmp_path: Path, namespace: str,
+                                                               broker: EmbeddedBroker) -> None:
+    """Members and clients of the TOML above, under its generated acl_file: store writes from both
+    clients, queue publishing and consuming, data publishing; the broker refuses nothing."""
+    async with deployment("acl", tmp_path, namespace, broker) as fleet:
+        core1, gw7 = fleet.eps["core1"], fleet.eps["gw7"]
+        async with core1.subscribe("/sensors") as sensors, fleet.eps["core2"].subscribe("/sensors") as sensors2:
+            with anyio.fail_after(20):
+                while not all(any(t == "/sensors" for t in p.topics) for p in gw7.peers()
+                              if p.id in (core1.id, fleet.eps["core2"].id)):
+                    await anyio.sleep(0.02)
+            for i in range(50):
+                await gw7.publish("/sensors/gw7/t", i)
+                await fleet.eps["gw8"].publish("/sensors/gw8/t", -i)
+            for stream in (sensors, sensors2):
+                got = []
+                with anyio.fail_after(20):
+                    async for m in stream:
+                        got.append(m.data)
+                        if len(got) == 100:
+                            break
+                assert sorted(got) == sorted([*range(50), *(-i for i in range(50))])
+        for i in range(20):
+            await fleet.writers["gw7"].put(f"gw7-{i}", i)
+            await fleet.writers["gw8"].put(f"gw8-{i}", i)
+        await fleet.barrier()
+        for s in fleet.stores.values():
+            assert all(s.get_nowait(f"{w}-{i}") == i for w in ("gw7", "gw8") for i in range(20))
+        ids = [await fleet.queues[n].publish(f"job-{n}-{i}") for n in ("core1", "gw7") for i in range(10)]
+        got: dict[str, list[Any]] = {"gw7": [], "gw8": []}
+
+        async def consume(name: str, tg: anyio.abc.TaskGroup) -> None:
+            async with fleet.queues[name].consume(prefetch=2) as deliveries:
+                async for d in deliveries:
+                    got[name].append(d.data)
+                    await d.accept()
+                    if sum(map(len, got.values())) == len(ids):
+                        tg.cancel_scope.cancel()
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(consume, "gw7", tg)
+                tg.start_soon(consume, "gw8", tg)
+        assert sorted(got["gw7"] + got["gw8"]) == sorted(f"job-{n}-{i}" for n in ("core1", "gw7") for i in range(10))
+        with anyio.fail_after(20):
+            for q in (fleet.queues["core1"], fleet.queues["core2"]):
+                while any(r.state is not MessageState.DONE for _i, r in q._records()):
+                    await q.store.wait_change()  # type: ignore[union-attr]
+        assert {n: ep.statistics().rejected for n, ep in fleet.eps.items()} == dict.fromkeys(fleet.eps, 0)
+        assert all(ep.statistics().forged == ep.statistics().bad_signatures == 0 for ep in fleet.eps.values())
