@@ -37,11 +37,16 @@ class FollowerSide(MasterSide):
         if m is None:
             m = self._members[node] = _Member(now, epoch, pos)
         m.seen, m.epoch, m.pos = now, epoch, pos
-        if epoch is not None:
-            self.max_term = max(self.max_term, epoch[0])
-        if epoch is not None and (self.epoch is None or epoch > self.epoch):
+        # Only an epoch's own master vouches for it: a heartbeat names its sender (the topic proves
+        # that), not the master of the epoch it reports, so another node's epoch in it is hearsay. A
+        # member that reported a huge epoch of another node's would fence every replica (issue 19);
+        # the master's own heartbeats tell a replica that missed a claim all it needs.
+        vouched = epoch if epoch is not None and epoch[1] == node else None
+        if vouched is not None:
+            self.max_term = max(self.max_term, vouched[0])
+        if vouched is not None and (self.epoch is None or vouched > self.epoch):
             # a newer epoch: we missed its claim, or were fenced (a double tag, a paused process)
-            self._adopt(epoch, now)
+            self._adopt(vouched, now)
             if role is Role.MASTER:
                 self._set_master(node, "")
                 self._request_fetch(node, now)
