@@ -57,17 +57,17 @@ from ..wire import codec
 from ..wire.identity import resolve_identity
 from ..wire.message import Kind, NodeEncoder
 from ..wire.signing import TrustStore
-from ..wire.topics import TopicLayout, prefix_matches, validate_prefix, validate_topic
+from ..wire.topics import TopicLayout, validate_prefix, validate_topic
 from .dispatch import Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
 from .event_stream import EventStream
-from .events import ConnectionLost, ConnectionRestored, ErrorCode, ErrorEvent, Message, PeerInfo, StatusEvent
+from .events import ConnectionLost, ConnectionRestored, ErrorCode, ErrorEvent, PeerInfo, StatusEvent
 from .keys import EndpointKeys
 from .outbox import Outbox
 from .presence import PeerTable, announced_prefixes, presence_payload
 from .receive import PRESENCE_SID, UNICAST_SID, Receiver
 from .send import PUBLISH_OVERHEAD, Sender, Signal
 from .statistics import EndpointStatistics
-from .subscription import RawMessage, RawSubscription, Subscription, _Stream, local_prefixes
+from .subscription import RawMessage, RawSubscription, Subscription, _Stream, deliver_own, local_prefixes
 
 __all__ = ["Endpoint", "Subscription", "RawSubscription", "RawMessage", "EndpointStatistics"]
 
@@ -170,6 +170,8 @@ class Endpoint:
             name=self.name, layout=self.layout, me=self._id_bytes,
             table=self._table, stats=self._stats, report=self._report, on_presence=self._on_presence,
         )
+        self._receiver.own_presence, self._receiver.on_own_presence = self._presence_topic, self._own_presence_in
+        self._hello: bytes | None = None  # the retained hello last announced
         self._keys = EndpointKeys(self.layout, self.client_id, signing_key=signing_key, trust=trust,
                                   key_record=key_record, stats=self._stats, report=self._report)
         self._keys.attach(sender, self._receiver)
@@ -421,22 +423,8 @@ class Endpoint:
             self._deliver_own(kind, topic, levels, [packed])
 
     def _deliver_own(self, kind: Kind, topic: str, levels: tuple[str, ...], payloads: list[bytes]) -> None:
-        """Hand this endpoint's own messages on ``topic`` to its subscribers of ``kind`` with a local
-        prefix that matches.
-
-        Called at send time, only when such subscribers exist: the broker does not send our own
-        messages back (No Local), and the receive path drops any that still come. The prefix
-        test is :meth:`SubscriptionTable.match`'s; a subscriber's prefixes are minimal, so at
-        most one of them matches. Never waits (see ``Subscription``).
-        """
-        messages: list[Message] | None = None
-        for sub, prefixes in self._locals.items():
-            if sub.kind is kind and any(prefix_matches(p, levels) for p in prefixes):
-                if messages is None:
-                    me = self._id_bytes
-                    messages = [Message(topic, me, p) for p in payloads]
-                self._stats.delivered += len(messages)
-                sub._deliver_own(messages)
+        """Hand own messages to the local subscribers of ``kind`` (see :func:`.subscription.deliver_own`)."""
+        self._stats.delivered += deliver_own(self._locals, kind, topic, levels, payloads, self._id_bytes)
 
     async def publish_raw(self, mqtt_topic: str, payload: bytes, *, qos: int = 1, retain: bool = False,
                           urgent: bool = False) -> None:
@@ -493,7 +481,14 @@ class Endpoint:
 
     def _announce(self) -> None:
         if self._sender.conn is not None and not self._closing:
-            self._enqueue_nowait(self._presence_topic, 1, self._presence_payload("hello"), retain=True)
+            self._hello = self._presence_payload("hello")
+            self._enqueue_nowait(self._presence_topic, 1, self._hello, retain=True)
+
+    def _own_presence_in(self, payload: bytes | None) -> None:
+        """Someone else wrote our retained presence (a clear, another hello; None: one that failed
+        its check): announce ours again, so that peers and late joiners still know us."""
+        if payload != self._hello:
+            self._announce()
 
     # -- subscribing --------------------------------------------------------------------------
     def subscribe(

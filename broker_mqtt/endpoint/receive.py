@@ -79,6 +79,10 @@ class Receiver:
         self.verifier: Verifier | None = None
         #: takes key records (``topic``, ``payload``), when the endpoint learns keys from them
         self.on_key_record: Callable[[str, bytes], None] | None = None
+        #: this endpoint's presence topic, and who takes what others write there (``payload``, unsealed;
+        #: None: a payload that failed its check): the endpoint restores its own retained hello
+        self.own_presence: str | None = None
+        self.on_own_presence: Callable[[bytes | None], None] | None = None
         self._keys_head = layout.namespace + "/k/"
 
     async def run(self, messages: AsyncIterator[Received]) -> None:
@@ -145,6 +149,9 @@ class Receiver:
             return None
 
     def _presence_in(self, topic: str, payload: bytes, retain: bool) -> None:
+        if topic == self.own_presence and self.on_own_presence is not None:
+            self.on_own_presence(self._opened(topic, payload, "", retain) if payload else payload)
+            return
         if payload:  # a clear (or a last will) carries no signature
             opened = self._opened(topic, payload, "", retain)
             if opened is None:

@@ -29,7 +29,7 @@ import anyio
 from ..errors import UsageError
 from ..wire import codec
 from ..wire.message import Kind
-from ..wire.topics import covers, validate_prefix
+from ..wire.topics import covers, prefix_matches, validate_prefix
 from .events import _MISSING, ErrorCode, ErrorEvent, Message, StatusEvent, _decode_all
 
 
@@ -238,3 +238,24 @@ def local_prefixes(local: Any, prefixes: tuple[str, ...]) -> tuple[str, ...]:
         if not any(covers(s, validate_prefix(p)) for s in subscribed):
             raise UsageError(f"local prefix {p!r} is not under a subscribed prefix {list(prefixes)}")
     return own
+
+
+def deliver_own(locals_: dict[Subscription, list[tuple[str, ...]]], kind: Kind, topic: str,
+                levels: tuple[str, ...], payloads: list[bytes], me: bytes) -> int:
+    """Hand an endpoint's own messages on ``topic`` to its subscribers of ``kind`` with a local prefix
+    that matches; return how many messages were handed over in all.
+
+    Called at send time, only when such subscribers exist: the broker does not send our own messages
+    back (No Local), and the receive path drops any that still come. The prefix test is
+    :meth:`SubscriptionTable.match`'s; a subscriber's prefixes are minimal, so at most one of them
+    matches. Never waits (see :class:`Subscription`).
+    """
+    messages: list[Message] | None = None
+    delivered = 0
+    for sub, prefixes in locals_.items():
+        if sub.kind is kind and any(prefix_matches(p, levels) for p in prefixes):
+            if messages is None:
+                messages = [Message(topic, me, p) for p in payloads]
+            delivered += len(messages)
+            sub._deliver_own(messages)
+    return delivered
