@@ -18,6 +18,7 @@ from broker_mqtt import EmbeddedBroker, Endpoint, UsageError
 from broker_mqtt.endpoint.subscription import local_prefixes as _local_prefixes
 from broker_mqtt.transport.base import Received
 from broker_mqtt.wire import codec
+from broker_mqtt.wire.identity import default_client_id
 from broker_mqtt.wire.message import Kind, NodeEncoder
 
 pytestmark = pytest.mark.anyio
@@ -231,9 +232,10 @@ async def test_own_messages_that_come_back_anyway_are_dropped(with_ids: bool) ->
         sub_id = next(iter(ep._table.by_filter.values())).sub_id if with_ids else None
         echo = mine_enc.encode(Kind.DATA, "/e/1", cbor2.dumps("own"))
         other = peer_enc.encode(Kind.DATA, "/e/1", cbor2.dumps("peer"))
-        await ep._dispatch(_publish("ns/d/e/1", echo + other, sub_id))
+        await ep._dispatch(_publish(f"ns/d/{ep.client_id}/e/1", echo, sub_id))  # each PUBLISH names its sender
+        await ep._dispatch(_publish(f"ns/d/{default_client_id(peer)}/e/1", other, sub_id))
         unicast_echo = mine_enc.encode(Kind.DATA, "/e/2", cbor2.dumps("own unicast"), (ep.id.bytes,))
-        await ep._dispatch(_publish(f"ns/u/{ep.id.hex}", unicast_echo, 2 if with_ids else None))
+        await ep._dispatch(_publish(f"ns/u/{ep.id.hex}/{ep.client_id}/e/2", unicast_echo, 2 if with_ids else None))
         assert [(m.data, m.sender) for m in await take(mine, 1)] == [("peer", peer)]
         assert [(m.data, m.sender) for m in await take(plain, 1)] == [("peer", peer)]
         await nothing_more(mine, 0.1)
@@ -243,7 +245,8 @@ async def test_own_messages_that_come_back_anyway_are_dropped(with_ids: bool) ->
 async def test_full_local_subscriber_keeps_arrival_order() -> None:
     """Own messages beyond the buffer wait in order; a PUBLISH received meanwhile waits behind them."""
     ep = Endpoint("mqtt://127.0.0.1:1", namespace="ns")  # never connected
-    peer_enc = NodeEncoder(uuid.uuid4().bytes)
+    peer = uuid.uuid4()
+    peer_enc = NodeEncoder(peer.bytes)
     async with ep.subscribe("/o", local=True, buffer=2) as mine:
         sub_id = next(iter(ep._table.by_filter.values())).sub_id
         with anyio.fail_after(30):
@@ -253,7 +256,7 @@ async def test_full_local_subscriber_keeps_arrival_order() -> None:
         dispatched = anyio.Event()
 
         async def receive() -> None:
-            await ep._dispatch(_publish("ns/d/o", peer_enc.encode(Kind.DATA, "/o", cbor2.dumps("peer")), sub_id))
+            await ep._dispatch(_publish(f"ns/d/{default_client_id(peer)}/o", peer_enc.encode(Kind.DATA, "/o", cbor2.dumps("peer")), sub_id))
             dispatched.set()
 
         async with anyio.create_task_group() as tg:
