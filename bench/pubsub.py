@@ -13,7 +13,9 @@ Every publisher and subscriber is its own OS process; the orchestrator (this scr
 - the baseline: raw aiomqtt, one PUBLISH per message, QoS 0 (its fastest mode), same payload;
 - signed twins of the broker_mqtt cases (``--signed-only`` runs just those and their unsigned
   rows): every endpoint seals each PUBLISH with its Ed25519 key and requires its peers' seals
-  (docs/signing.md); the ``x unsigned`` column is the ratio to the same case unsigned, same run.
+  (docs/signing.md); the ``x unsigned`` column is the ratio to the same case unsigned, same run
+  (with ``--signed-only`` each case runs right next to its signed twin; ``--repeat N`` runs them all
+  N times and reports each case's median run).
 
 Throughput is counted from the publisher's first publish to the subscriber's last receive (wall
 clock, one host). It prints a table and writes bench/results/pubsub.json. Run: ``make bench`` or
@@ -250,6 +252,7 @@ def main() -> None:
     parser.add_argument("--signed-only", action="store_true", help="only the signed cases and their unsigned twins")
     parser.add_argument("--rows-only", action="store_true", help="only the Spark-like rows case")
     parser.add_argument("--quick", action="store_true", help="fewer messages (a smoke run)")
+    parser.add_argument("--repeat", type=int, default=1, help="run every case this many times; report the median")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "pubsub.json"))
     args = parser.parse_args()
     if args.role:
@@ -283,13 +286,18 @@ def main() -> None:
                   for label, kw in cases[1:] if kw.get("qos", 1) == 1]
         if args.rows_only:
             cases = [cases[0], *(c for c in cases if c[1].get("rows"))]
-        elif args.signed_only:
-            cases = [cases[0], *(c for c in cases[1:] if c[1].get("qos", 1) == 1), *signed]
+        elif args.signed_only:  # each case next to its signed twin, so that both see the same load
+            unsigned = [c for c in cases[1:] if c[1].get("qos", 1) == 1]
+            cases = [cases[0], *(c for pair in zip(unsigned, signed, strict=True) for c in pair)]
         else:
             cases += signed
-        for label, kw in cases:
-            rows[label] = run_case(url, **kw)  # type: ignore[arg-type]
-            print(f"  done: {label}", file=sys.stderr, flush=True)
+        runs: dict[str, list[dict[str, object]]] = {}
+        for _ in range(args.repeat):
+            for label, kw in cases:
+                runs.setdefault(label, []).append(run_case(url, **kw))  # type: ignore[arg-type]
+                print(f"  done: {label}", file=sys.stderr, flush=True)
+        for label, results in runs.items():  # the run of median throughput
+            rows[label] = sorted(results, key=lambda r: float(r["msgs_per_s"]))[len(results) // 2]  # type: ignore[arg-type]
     base = float(rows[cases[0][0]]["msgs_per_s"])  # type: ignore[arg-type]
     for row in rows.values():
         row["x_baseline"] = round(float(row["msgs_per_s"]) / base, 1) if base else None  # type: ignore[arg-type]
