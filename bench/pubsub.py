@@ -109,7 +109,8 @@ async def _pub_role(args: argparse.Namespace) -> dict[str, object]:
             for chunk in chunks:
                 await ep.publish_encoded(args.topic, chunk)
             await ep.flush()
-            return {"start": start, "published": args.count, "end": time.time()}
+            return {"start": start, "published": args.count, "end": time.time(),
+                "publishes": ep.statistics().publishes_sent}
         start = time.time()
         if args.latency:
             for i in range(args.count):
@@ -119,7 +120,8 @@ async def _pub_role(args: argparse.Namespace) -> dict[str, object]:
             for i in range(args.count):
                 await ep.publish(args.topic, [i, payload_tail])
         await ep.flush()
-        return {"start": start, "published": args.count, "end": time.time()}
+        return {"start": start, "published": args.count, "end": time.time(),
+            "publishes": ep.statistics().publishes_sent}
 
 
 def _row_chunks(count: int, size: int = 1000) -> list[list[bytes]]:
@@ -221,6 +223,7 @@ def run_case(
     last = max(float(r["last"]) for r in s_res)  # type: ignore[arg-type]
     elapsed = last - float(p_res["start"])  # type: ignore[arg-type]
     row: dict[str, object] = {
+        "msgs_per_publish": round(count / int(p_res["publishes"])) if p_res.get("publishes") else None,  # type: ignore[call-overload]
         "received": received,
         "expected": count * subs,
         "seconds": round(elapsed, 3),
@@ -307,12 +310,14 @@ def main() -> None:
             row["x_unsigned"] = round(float(row["msgs_per_s"]) / float(twin["msgs_per_s"]), 2)  # type: ignore[arg-type]
 
     print(f"\nbroker_mqtt pub/sub benchmark ({os.cpu_count()} cores, embedded mosquitto, separate processes)")
-    print(f"{'case':52} {'received':>17} {'msg/s':>10} {'x raw':>7} {'x unsigned':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'case':52} {'received':>17} {'msg/s':>10} {'x raw':>7} {'x unsigned':>10} {'msg/PUB':>8} {'p50 ms':>8} "
+          f"{'p99 ms':>8}")
     for label, row in rows.items():
         got = f"{row['received']}/{row['expected']}"
         print(
             f"{label:52} {got:>17} {row['msgs_per_s']:>10} {row['x_baseline'] or '':>7} "
-            f"{row.get('x_unsigned', ''):>10} {row.get('p50_ms', ''):>8} {row.get('p99_ms', ''):>8}"
+            f"{row.get('x_unsigned', ''):>10} {row.get('msgs_per_publish') or '':>8} {row.get('p50_ms', ''):>8} "
+            f"{row.get('p99_ms', ''):>8}"
         )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
