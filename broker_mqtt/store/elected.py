@@ -38,7 +38,7 @@ import anyio
 from ..endpoint.attaching import attaching
 from ..endpoint.event_stream import EventStream
 from ..endpoint.events import PeerLost, PeerRemoved
-from ..errors import ForgedMessage, UsageError
+from ..errors import ForgedMessage, PayloadTooLarge, UsageError
 from ..wire.message import Kind
 from .clock import clock
 from .commands import PutUnique, WriteCommand
@@ -55,6 +55,7 @@ from .events import (
     Updated,
 )
 from .operations import WriteOperations
+from .replica_messages import split
 from .replication import (
     ConflictsFound,
     DataChanged,
@@ -116,6 +117,7 @@ class ElectedStore(WriteOperations):
         self._sendq: list[list[Any]] = []
         self._draining = False
         self._wake = anyio.Event()
+        self._pump = anyio.Event()
         self._sleep_until = -math.inf
         self._changed = anyio.Event()
         self._scope: anyio.CancelScope | None = None
@@ -240,8 +242,7 @@ class ElectedStore(WriteOperations):
         event = anyio.Event()
         box: list[tuple[str, Any]] = []  # gets the outcome: ("ok", answer) or ("error", exc)
         self._waiters[n] = (event, box)
-        self._drain()
-        await self._flush()
+        self._pump.set()  # drained and sent by the pump, with the writes of the tasks that run before it
         try:
             await event.wait()
         finally:
@@ -311,6 +312,7 @@ class ElectedStore(WriteOperations):
                             tg.start_soon(self._election_loop, self._actor)
                         tg.start_soon(self._status_loop, status)
                         tg.start_soon(self._timer_loop)
+                        tg.start_soon(self._pump_loop)
                         task_status.started(self)
         finally:
             self.closed = True
@@ -366,6 +368,16 @@ class ElectedStore(WriteOperations):
                     await actor.holder_gone(holder)
                 self._drain()
                 await self._flush()
+
+    async def _pump_loop(self) -> None:
+        """Drain and send what writes queued: once for all the writes placed since it last ran (the
+        tasks that write together are all run before it), so that a master sends one log message
+        for them and a follower one message of writes, not one each."""
+        while True:
+            await self._pump.wait()
+            self._pump = anyio.Event()
+            self._drain()
+            await self._flush()
 
     async def _timer_loop(self) -> None:
         while True:
@@ -439,11 +451,23 @@ class ElectedStore(WriteOperations):
             while self._sendq:
                 batch, self._sendq = self._sendq, []
                 for msg in batch:
-                    for topic, endpoint in routes(self.name, msg):
-                        await self.endpoint.send_node(Kind.COMMAND, topic, msg,
-                                                receivers=None if endpoint is None else (endpoint,))
+                    await self._send(msg)
         finally:
             self._draining = False
+
+    async def _send(self, msg: list[Any]) -> None:
+        """Send one message where :func:`.routes.routes` says; one too large for the transport (many
+        writes or records together) goes as two halves, each again halved while too large."""
+        try:
+            for topic, endpoint in routes(self.name, msg):
+                await self.endpoint.send_node(Kind.COMMAND, topic, msg,
+                                              receivers=None if endpoint is None else (endpoint,))
+        except PayloadTooLarge:
+            halves = split(msg)
+            if halves is None:
+                raise
+            for half in halves:
+                await self._send(half)
 
 
 @attaching

@@ -16,7 +16,7 @@ from .errors import StoreError, StoreProtocolError
 from .replica_base import MAX_ORIGINS, _Member
 from .replica_claim import ClaimSide
 from .replica_events import DataChanged, Durability, Role, WriteDone, WriteFailed
-from .replica_messages import Ack, Fetch, Snap, Tail, Write, WriteAck
+from .replica_messages import Ack, Fetch, Snap, Tail, Write, WriteAck, Writes, group_writes
 from .versioned import Record, compute_op
 from .writer_core import NoMaster
 
@@ -85,6 +85,12 @@ class MasterSide(ClaimSide):
         if msg.epoch is None or msg.epoch != self.epoch:
             return  # sent to another mastership (a late arrival after a split): its writer re-sends
         self._on_write(msg.writer, msg.n, msg.origin, msg.command, now)
+
+    def _on_writes_msg(self, msg: Writes, now: float) -> None:
+        if msg.writer == self.id or msg.epoch is None or msg.epoch != self.epoch:
+            return  # own writes, or writes for another mastership (as for one write)
+        for n, command in msg.writes:
+            self._on_write(msg.writer, n, msg.origin, command, now)
 
     def _check_acting(self, cmd: Any, origin: str) -> None:
         """Raise StoreError unless a write that acts for a node (``acts_for``) comes from that node's
@@ -161,12 +167,14 @@ class MasterSide(ClaimSide):
 
     def _pump_writer(self, now: float) -> None:
         """Route this node's own writes: applied here when master, else sent to the master."""
-        for msg in self._writer.messages():
-            if self.role is Role.MASTER:
+        writes = self._writer.messages()
+        if self.role is Role.MASTER:
+            for msg in writes:
                 self._on_write(self.id, msg.n, msg.origin, msg.command, now)
-            elif self.role is Role.FOLLOWER and self.master is not None:
-                self._send(msg)
-            # else: held by the writer until the next master
+        elif self.role is Role.FOLLOWER and self.master is not None:
+            for grouped in group_writes(writes):  # the writes placed together travel together
+                self._send(grouped)
+        # else: held by the writer until the next master
         self._collect_answers()
 
     def _collect_answers(self) -> None:

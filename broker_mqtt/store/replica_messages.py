@@ -49,13 +49,19 @@ __all__ = [
     "Log",
     "Ack",
     "Write",
+    "Writes",
     "WriteAck",
     "Resign",
     "ReplicationMessage",
     "encode",
     "decode",
     "sender_of",
+    "group_writes",
+    "split",
+    "MAX_GROUP",
 ]
+
+MAX_GROUP = 256  #: writes per ``writes`` message, records per ``log`` message
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +168,18 @@ class Write:
 
 
 @dataclass(frozen=True, slots=True)
+class Writes:
+    """``writes``: writes of ``writer`` (from endpoint ``origin``) as ``(n, command)`` in ``n`` order, for
+    the master of ``epoch`` (None: no master known): the writes a writer places together travel as one
+    message (:func:`group_writes`); the master applies each as if it came alone."""
+
+    writer: str
+    origin: str
+    writes: list[tuple[int, Any]]
+    epoch: Epoch | None
+
+
+@dataclass(frozen=True, slots=True)
 class WriteAck:
     """``wack``: the master of ``epoch`` holds ``writer``'s writes up to ``upto`` durably; ``results``:
     answers by write number. ``origin``: the writer's endpoint, for a writer without a replica
@@ -182,7 +200,39 @@ class Resign:
     pos: Position
 
 
-ReplicationMessage = Heartbeat | Claim | Promise | Fetch | Tail | Snap | Active | Log | Ack | Write | WriteAck | Resign
+ReplicationMessage = (Heartbeat | Claim | Promise | Fetch | Tail | Snap | Active | Log | Ack | Write | Writes | WriteAck
+                      | Resign)
+
+
+def group_writes(writes: list[Write]) -> list[Write | Writes]:
+    """``writes`` as few messages: each run of writes of one writer, origin and epoch as one
+    :class:`Writes` of up to :data:`MAX_GROUP`; a write alone stays a :class:`Write` (the form every
+    master decodes)."""
+    out: list[Write | Writes] = []
+    i = 0
+    while i < len(writes):
+        first = writes[i]
+        j = i + 1
+        while j < len(writes) and j - i < MAX_GROUP and writes[j].writer == first.writer \
+                and writes[j].origin == first.origin and writes[j].epoch == first.epoch:
+            j += 1
+        if j - i == 1:
+            out.append(first)
+        else:
+            out.append(Writes(first.writer, first.origin, [(w.n, w.command) for w in writes[i:j]], first.epoch))
+        i = j
+    return out
+
+
+def split(wire: list[Any]) -> list[list[Any]] | None:
+    """A ``log``, ``writes`` or ``tail`` wire list too large for one message, as two halves (each means
+    what its part of the whole meant); None if it cannot be split (one record or write, another kind)."""
+    kind = wire[0]
+    at = {"log": 2, "writes": 3, "tail": 3}.get(kind) if isinstance(kind, str) else None
+    if at is None or len(wire[at]) < 2:
+        return None
+    half = len(wire[at]) // 2
+    return [[*wire[:at], wire[at][:half], *wire[at + 1:]], [*wire[:at], wire[at][half:], *wire[at + 1:]]]
 
 
 def _epoch_or_none(epoch: Epoch | None) -> list[Any] | None:
@@ -198,6 +248,8 @@ def encode(msg: ReplicationMessage) -> list[Any]:
             return ["ack", list(epoch), node, seq]
         case Write(writer=writer, n=n, origin=origin, command=command, epoch=epoch):
             return ["write", writer, n, origin, command, _epoch_or_none(epoch)]
+        case Writes(writer=writer, origin=origin, writes=writes, epoch=epoch):
+            return ["writes", writer, origin, [[n, command] for n, command in writes], _epoch_or_none(epoch)]
         case WriteAck(epoch=epoch, writer=writer, upto=upto, results=results, origin=origin):
             wire = ["wack", list(epoch), writer, upto, [[n, r] for n, r in results.items()]]
             if origin is not None:
@@ -295,6 +347,12 @@ def _decode_write(a: list[Any]) -> Write:
     return Write(_str(writer), int(n), _str(origin), command, None if epoch is None else epoch_from_wire(epoch))
 
 
+def _decode_writes(a: list[Any]) -> Writes:
+    writer, origin, writes, epoch = a
+    return Writes(_str(writer), _str(origin), [(_int(n), command) for n, command in writes],
+                  None if epoch is None else epoch_from_wire(epoch))
+
+
 def _decode_wack(a: list[Any]) -> WriteAck:
     epoch, writer, upto, results = a[:4]
     origin = _str(a[4]) if len(a) > 4 else None
@@ -310,6 +368,7 @@ _DECODERS: dict[str, Callable[[list[Any]], ReplicationMessage]] = {
     "log": _decode_log,
     "ack": _decode_ack,
     "write": _decode_write,
+    "writes": _decode_writes,
     "wack": _decode_wack,
     "hb": _decode_hb,
     "claim": _decode_claim,
@@ -357,7 +416,7 @@ def sender_of(msg: ReplicationMessage) -> str:
             return _endpoint_of(node)
         case Fetch(requester=node) | Tail(source=node) | Snap(source=node):
             return _endpoint_of(node)
-        case Write(origin=origin):
+        case Write(origin=origin) | Writes(origin=origin):
             return origin
         case Claim(epoch=epoch) | Active(epoch=epoch) | Log(epoch=epoch) | WriteAck(epoch=epoch) | Resign(epoch=epoch):
             return _endpoint_of(epoch[1])

@@ -58,6 +58,7 @@ from .replica_events import (
 )
 from .replica_follower import FollowerSide
 from .replica_messages import (
+    MAX_GROUP,
     Ack,
     Active,
     Claim,
@@ -70,6 +71,7 @@ from .replica_messages import (
     Tail,
     Write,
     WriteAck,
+    Writes,
     decode,
     sender_of,
 )
@@ -171,7 +173,8 @@ class Replica(FollowerSide):
             raise TypeError(f"not a store write command: {command!r}")
         self._now = now
         n = self._writer.write(command, now)
-        self._pump_writer(now)
+        if self.role is Role.MASTER:
+            self._pump_writer(now)  # applied at once; a follower's go to the master together, at to_send
         return n
 
     # -- inputs: messages ------------------------------------------------------------------------------
@@ -211,11 +214,14 @@ class Replica(FollowerSide):
     # -- outputs ----------------------------------------------------------------------------------------
 
     def to_send(self) -> list[list[Any]]:
-        """Drain the messages to broadcast, in order. Makes applied state durable first."""
+        """Drain the messages to broadcast, in order. Makes applied state durable first. The writes
+        placed since the last call travel together (one ``writes`` message for up to 256), as do the
+        records applied since (one ``log``), and this replica acknowledges once, the highest it holds."""
+        self._pump_writer(self._now)
         self.state.commit()
         if self._out_log:
-            for i in range(0, len(self._out_log), 256):
-                self._send(Log(self.epoch or (0, ""), self._out_log[i:i + 256]))
+            for i in range(0, len(self._out_log), MAX_GROUP):
+                self._send(Log(self.epoch or (0, ""), self._out_log[i:i + MAX_GROUP]))
             self._out_log = []
             self._advance_durable()
         if self._ack_due and self.epoch is not None and self.master not in (None, self.id):
@@ -234,6 +240,7 @@ _HANDLERS: dict[type, Callable[[Replica, Any, float], None]] = {
     Log: Replica._on_log,
     Ack: Replica._on_ack,
     Write: Replica._on_write_msg,
+    Writes: Replica._on_writes_msg,
     WriteAck: Replica._on_wack,
     Heartbeat: Replica._on_hb,
     Claim: Replica._on_claim,

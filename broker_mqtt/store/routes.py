@@ -4,12 +4,15 @@ Four broker topics per elected store ``name`` (node messages of kind COMMAND):
 
 * ``/$store/<name>/e``: replication. Every message a replica sends is broadcast here (but writes,
   below), and every replica subscribes.
-* ``/$store/<name>/ew``: writes (``write``), of replicas and of writers without a replica alike, sent
-  to the endpoint of the master they are meant for only (MQTT unicast). A write names that master:
-  its last element is the master's epoch ``(term, master node id)``, and node ids begin with their
-  endpoint's UUID in hex. Every replica subscribes (any candidate may become master; a replica that
-  is not that master ignores the write, as it would on ``e``). A write whose epoch does not name an
-  endpoint (no master known) is broadcast on ``e`` instead, as all writes once were.
+* ``/$store/<name>/ew``: writes (``write``; ``writes``, several of one writer), of replicas and of
+  writers without a replica alike, and the replicas' acknowledgements (``ack``), sent to the endpoint
+  of the master they are meant for only (MQTT unicast). A write names that master: its last element is
+  the master's epoch ``(term, master node id)``, and node ids begin with their endpoint's UUID in hex;
+  an ``ack`` names it by its epoch, its second element (only that epoch's master counts acks: on ``e``
+  every replica would receive every other's ack for each log batch, and drop it). Every replica
+  subscribes (any candidate may become master; a replica that is not that master ignores the
+  message, as it would on ``e``). One whose epoch does not name an endpoint (no master known) is
+  broadcast on ``e`` instead, as all of them once were.
 * ``/$store/<name>/em``: the master's announcements for writers without a replica: the master's
   ``active`` and its heartbeats, a copy of what it broadcasts on ``e``. A writer learns the master
   from them without receiving the replication log.
@@ -67,13 +70,18 @@ def _write_target(epoch: Any) -> uuid.UUID | None:
     return None
 
 
+#: where the epoch of the intended master is, in the messages that only that master uses
+_EPOCH_AT = {"write": 5, "writes": 4, "ack": 1}
+
+
 def routes(name: str, msg: list[Any]) -> list[tuple[str, uuid.UUID | None]]:
     """Where ``msg`` (a replica's or a writer's outgoing message) goes: ``(topic, endpoint)`` pairs,
-    ``None`` for a broadcast. A ``wack`` whose endpoint is not a UUID in hex, and a ``write`` whose
-    epoch names no master's endpoint, are broadcast on ``e`` instead."""
+    ``None`` for a broadcast. A ``wack`` whose endpoint is not a UUID in hex, and a ``write``,
+    ``writes`` or ``ack`` whose epoch names no master's endpoint, are broadcast on ``e`` instead."""
     kind = msg[0]
-    if kind == "write":
-        target = _write_target(msg[5]) if len(msg) > 5 else None
+    at = _EPOCH_AT.get(kind) if isinstance(kind, str) else None
+    if at is not None:  # for the master of the epoch they carry, which alone uses them
+        target = _write_target(msg[at]) if len(msg) > at else None
         if target is not None:
             return [(writes_topic(name), target)]
         return [(replication_topic(name), None)]

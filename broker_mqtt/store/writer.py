@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
-from ..errors import ForgedMessage
+from ..errors import ForgedMessage, PayloadTooLarge
 from ..wire.message import Kind
 from .commands import Put, WriteCommand
 from .errors import StoreDecodeError, StoreError
+from .replica_messages import split
 from .routes import answers_topic, master_topic, routes
 from .writer_core import NoMaster, WriterCore
 
@@ -53,6 +54,7 @@ class StoreWriter:
         self._results: dict[int, Any] = {}
         self._errors: list[tuple[int, StoreError]] = []
         self._changed = anyio.Event()
+        self._pump = anyio.Event()
         self._tg: Any = None
         self._sub: Any = None
         self._draining = False
@@ -67,6 +69,7 @@ class StoreWriter:
         await self._tg.__aenter__()
         self._tg.start_soon(self._receive)
         self._tg.start_soon(self._timer)
+        self._tg.start_soon(self._pump_loop)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -115,7 +118,7 @@ class StoreWriter:
         n = self.core.write(command, anyio.current_time())
         if not keep:
             self._results[n] = _FORGET
-        await self._flush()
+        self._pump.set()  # sent by the pump, with the writes queued before it runs: as few messages
         return n
 
     async def _receive(self) -> None:
@@ -129,6 +132,12 @@ class StoreWriter:
             except StoreDecodeError:
                 continue
             self._collect()
+            await self._flush()
+
+    async def _pump_loop(self) -> None:
+        while True:
+            await self._pump.wait()
+            self._pump = anyio.Event()
             await self._flush()
 
     async def _timer(self) -> None:
@@ -160,11 +169,23 @@ class StoreWriter:
                 if not out:
                     break
                 for msg in out:  # to the master's endpoint (routes): the other replicas never see it
-                    for topic, endpoint in routes(self.name, msg):
-                        await self.endpoint.send_node(Kind.COMMAND, topic, msg,
-                                                receivers=None if endpoint is None else (endpoint,))
+                    await self._send(msg)
         finally:
             self._draining = False
+
+    async def _send(self, msg: list[Any]) -> None:
+        """Send one message where :func:`.routes.routes` says; one too large for the transport (many
+        writes or records together) goes as two halves, each again halved while too large."""
+        try:
+            for topic, endpoint in routes(self.name, msg):
+                await self.endpoint.send_node(Kind.COMMAND, topic, msg,
+                                              receivers=None if endpoint is None else (endpoint,))
+        except PayloadTooLarge:
+            halves = split(msg)
+            if halves is None:
+                raise
+            for half in halves:
+                await self._send(half)
 
 
 _FORGET = object()

@@ -29,7 +29,7 @@ from .commands import WriteCommand
 from .errors import Timeout, error_from_wire
 from .history import Epoch
 from .replica_events import Role
-from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode, sender_of
+from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode, group_writes, sender_of
 
 __all__ = ["NoMaster", "WriterCore"]
 
@@ -68,7 +68,9 @@ class WriterCore:
 
     @property
     def next_deadline(self) -> float:
-        return min([self._retry_at, *(p.deadline for p in self._writes.values())])
+        # writes are kept in ``n`` order, which is the order of their deadlines: the first is due first
+        first = next(iter(self._writes.values()), None)
+        return self._retry_at if first is None else min(self._retry_at, first.deadline)
 
     def write(self, command: WriteCommand, now: float) -> int:
         """Queue ``command`` as the next write; return its number."""
@@ -104,18 +106,22 @@ class WriterCore:
             self._retry_at = now + self.retry_interval
             if self.master is not None and any(p.sent <= now - self.retry_interval for p in self._writes.values()):
                 self._resend(now)
-        for n, p in list(self._writes.items()):
-            if now >= p.deadline:
-                del self._writes[n]
-                why = ("no master is known" if self.master is None else
-                       f"master {self.master} did not confirm it in time (busy, unreachable, or without a "
-                       f"second live replica to confirm it, as durability 'one' and 'all' need)")
-                self._answers.append((n, NoMaster(f"write {n} of {self.writer} not acknowledged within "
-                                                  f"{self.write_timeout} s: {why} (outcome unknown)")))
+        writes = self._writes
+        while writes:
+            n, p = next(iter(writes.items()))
+            if now < p.deadline:
+                break  # the rest are due later (n order is deadline order)
+            del writes[n]
+            why = ("no master is known" if self.master is None else
+                   f"master {self.master} did not confirm it in time (busy, unreachable, or without a "
+                   f"second live replica to confirm it, as durability 'one' and 'all' need)")
+            self._answers.append((n, NoMaster(f"write {n} of {self.writer} not acknowledged within "
+                                              f"{self.write_timeout} s: {why} (outcome unknown)")))
 
     def to_send(self) -> list[list[Any]]:
-        """Drain the writes to send, as wire lists (:mod:`.routes` says where each goes)."""
-        return [encode(m) for m in self.messages()]
+        """Drain the writes to send, as wire lists (:mod:`.routes` says where each goes): the writes
+        queued since the last call travel together, up to 256 to a message."""
+        return [encode(m) for m in group_writes(self.messages())]
 
     def messages(self) -> list[Write]:
         """Drain the writes to send, as messages (a replica routes its own)."""
@@ -152,8 +158,12 @@ class WriterCore:
 
     def answered(self, upto: int, results: dict[int, Any]) -> None:
         """The master applied (durably) every write up to ``upto``; ``results``: answers by number."""
-        for n in [n for n in self._writes if n <= upto]:
-            del self._writes[n]
+        writes = self._writes
+        while writes:
+            n = next(iter(writes))
+            if n > upto:
+                break  # n order: the rest are later writes
+            del writes[n]
             result = results.get(n)
             if isinstance(result, list) and result[:1] == ["error"]:
                 self._answers.append((n, error_from_wire(result[1:])))

@@ -23,8 +23,12 @@ from broker_mqtt.store.replica_messages import (
     Tail,
     Write,
     WriteAck,
+    Writes,
     decode,
     encode,
+    group_writes,
+    sender_of,
+    split,
 )
 from broker_mqtt.store.versioned import VersionedState
 from broker_mqtt.wire import codec
@@ -48,6 +52,8 @@ MESSAGES: list[Any] = [
     Ack(E2, "c.0", 4),
     Write("w", 7, "b", Put("k", 1).to_wire(), E2),
     Write("w", 8, "b", Put("k", 2).to_wire(), None),
+    Writes("w", "b", [(7, Put("k", 1).to_wire()), (8, Put("k", 2).to_wire())], E2),
+    Writes("w", "b", [(9, Put("k", 3).to_wire())], None),
     WriteAck(E2, "w", 8, {7: None, 8: ["error", "type_clash", "no"]}),
     WriteAck(E2, "w", 8, {}, "0123456789abcdef0123456789abcdef"),
     Resign(E2, (4, E2)),
@@ -73,6 +79,7 @@ def test_every_truncation_is_a_decode_error(msg: Any) -> None:
 @pytest.mark.parametrize("bad", [None, 3, "hb", [], [1], ["nope"], ["hb", "n", [1], "master", [0, None], None],
                                  ["hb", "n", None, "boss", [0, None], None], ["log", [1, "m"], [["x"]]],
                                  ["ack", [1, "m"], "n", "x"], ["write", "w", 1, 2, [], None],
+                                 ["writes", "w", "b", [["x", []]], None], ["writes", "w", "b", 3, None],
                                  ["wack", [1, "m"], "w", 1, [[1]]], ["claim", [1, "m"], "pos"]])
 def test_malformed_input_is_one_decode_error(bad: Any) -> None:
     with pytest.raises(StoreDecodeError):
@@ -95,3 +102,25 @@ def test_a_tail_is_read_only_by_its_addressee() -> None:
     with pytest.raises(StoreDecodeError):
         decode(wire, me="c.0")
     assert decode(wire, me="d.0").records == []
+
+
+def test_writes_placed_together_travel_as_one_message_per_writer_and_epoch() -> None:
+    w = [Write("w", n, "b", ["put", "k", n, None], E2) for n in range(1, 301)]
+    other = Write("v", 1, "c", ["put", "j", 1, None], E2)
+    grouped = group_writes([*w, other, Write("w", 301, "b", ["put", "k", 301, None], E1)])
+    assert [type(g).__name__ for g in grouped] == ["Writes", "Writes", "Write", "Write"]
+    assert grouped[0] == Writes("w", "b", [(n, ["put", "k", n, None]) for n in range(1, 257)], E2)  # 256 at most
+    assert [n for n, _ in grouped[1].writes] == list(range(257, 301))  # type: ignore[union-attr]
+    assert grouped[2] == other and sender_of(grouped[0]) == "b"
+    assert encode(grouped[1])[0] == "writes" and encode(grouped[2])[0] == "write"  # alone: the old form
+
+
+def test_a_batch_too_large_for_one_message_splits_into_halves_that_mean_the_same() -> None:
+    recs = [Record(i, E2, 1000 + i, "b", "w", i, ("put", "k", i, None), None) for i in range(1, 6)]
+    halves = split(encode(Log(E2, recs)))
+    assert halves is not None and [decode(h) for h in halves] == [Log(E2, recs[:2]), Log(E2, recs[2:])]
+    writes = Writes("w", "b", [(1, ["put", "k", 1, None]), (2, ["put", "k", 2, None])], E2)
+    assert [decode(h) for h in split(encode(writes)) or []] == [Writes("w", "b", [x], E2) for x in writes.writes]
+    tail = split(encode(Tail(E2, "c.0", recs[:2], 9, "b.0")))
+    assert tail is not None and [decode(h) for h in tail] == [Tail(E2, "c.0", [r], 9, "b.0") for r in recs[:2]]
+    assert split(encode(Log(E2, recs[:1]))) is None and split(encode(Ack(E2, "c.0", 4))) is None

@@ -51,7 +51,8 @@ def test_a_write_that_names_no_masters_endpoint_is_broadcast(epoch: Any) -> None
 def test_other_messages_keep_their_routes() -> None:
     epoch = [2, f"{A}.00"]
     assert routes("s", ["log", epoch, []]) == [(replication_topic("s"), None)]
-    assert routes("s", ["ack", epoch, f"{B}.00", 3]) == [(replication_topic("s"), None)]
+    assert routes("s", ["ack", epoch, f"{B}.00", 3]) == [(writes_topic("s"), uuid.UUID(hex=A))]  # to its master
+    assert routes("s", ["ack", [1, "m"], f"{B}.00", 3]) == [(replication_topic("s"), None)]
     assert routes("s", ["wack", epoch, f"{B}.00", 3, []]) == [(replication_topic("s"), None)]  # a replica's: on e
     assert routes("s", ["wack", epoch, "w", 3, [], C]) == [(answers_topic("s"), uuid.UUID(hex=C))]
     assert routes("s", ["active", epoch, [0, None], [], [], []]) == [(replication_topic("s"), None),
@@ -60,6 +61,11 @@ def test_other_messages_keep_their_routes() -> None:
 
 # -- the writer without a replica --------------------------------------------------------------------
 
+def _numbers(sent: list[Any]) -> list[int]:
+    """The write numbers in ``sent`` (``write`` and ``writes`` messages)."""
+    return [n for m in sent for n in ([m[2]] if m[0] == "write" else [n for n, _ in m[3]])]
+
+
 def test_a_replica_less_writer_sends_to_each_master_it_learns_and_holds_writes_without_one() -> None:
     core = WriterCore("job/p0", C, 0.0, retry_interval=1.0)
     core.write(Put("k", 1), 0.0)
@@ -67,18 +73,20 @@ def test_a_replica_less_writer_sends_to_each_master_it_learns_and_holds_writes_w
     core.set_master((1, f"{A}.aa"), f"{A}.aa", 0.1)
     core.write(Put("k", 2), 0.2)
     sent = core.to_send()
-    assert [m[2] for m in sent] == [1, 2]
+    assert [m[0] for m in sent] == ["writes"] and _numbers(sent) == [1, 2]  # queued together: one message
     assert all(routes("s", m) == [(writes_topic("s"), uuid.UUID(hex=A))] for m in sent)
     core.tick(1.5)  # unanswered for retry_interval: sent again, to the same master
     again = core.to_send()
-    assert [m[2] for m in again] == [1, 2] and all(routes("s", m)[0][1] == uuid.UUID(hex=A) for m in again)
+    assert _numbers(again) == [1, 2] and all(routes("s", m)[0][1] == uuid.UUID(hex=A) for m in again)
     core.clear_master()  # between masters: nothing goes out
     core.tick(3.0)
     assert core.to_send() == []
     core.set_master((2, f"{B}.bb"), f"{B}.bb", 3.1)  # the next master gets every unanswered write
     moved = core.to_send()
-    assert [m[2] for m in moved] == [1, 2]
-    assert all(m[5] == [2, f"{B}.bb"] and routes("s", m) == [(writes_topic("s"), uuid.UUID(hex=B))] for m in moved)
+    assert _numbers(moved) == [1, 2]
+    assert all(m[4] == [2, f"{B}.bb"] and routes("s", m) == [(writes_topic("s"), uuid.UUID(hex=B))] for m in moved)
+    core.write(Put("k", 3), 3.2)  # alone: the one-write form
+    assert [m[0] for m in core.to_send()] == ["write"]
 
 
 # -- replicas (sans-io, simulated network) ------------------------------------------------------------
@@ -137,13 +145,16 @@ CYCLE, GAP = 1.0, 0.25
 
 
 def _count_received(store: Any) -> dict[str, int]:
-    """Count, by kind, the messages the store's subscription hands to its replica."""
+    """Count, by kind, the messages the store's subscription hands to its replica; ``write`` counts
+    the writes of ``writes`` messages too."""
     counts: dict[str, int] = {}
     handle = store.replica.handle
 
     def counting(msg: Any, now: float, **kw: Any) -> None:
         if isinstance(msg, list) and msg and isinstance(msg[0], str):
             counts[msg[0]] = counts.get(msg[0], 0) + 1
+            if msg[0] == "writes":
+                counts["write"] = counts.get("write", 0) + len(msg[3])
         handle(msg, now, **kw)
 
     store.replica.handle = counting
@@ -166,7 +177,9 @@ async def test_only_the_master_receives_writes_and_they_travel_on_its_unicast_to
                 for nm in messages:
                     if nm[4].startswith("/$store/w/"):
                         value = codec.decode(nm[5])
-                        seen.append((str(m.topic), nm[4], value[0] if isinstance(value, list) else "?"))
+                        kind = value[0] if isinstance(value, list) else "?"
+                        for _ in value[3] if kind == "writes" else [None]:  # each write of a group
+                            seen.append((str(m.topic), nm[4], "write" if kind == "writes" else kind))
 
     async with anyio.create_task_group() as tg:
         ready = anyio.Event()
@@ -191,8 +204,10 @@ async def test_only_the_master_receives_writes_and_they_travel_on_its_unicast_to
             for s in (sa, sb, sc):
                 assert len(s) == 102 and await s.get(("row", 99)) == 99 and await s.get("from-c") == 1
             assert got[sa].get("write", 0) >= 102  # every write (a retry may add some)
+            assert got[sa].get("writes", 0) >= 1  # the writer's writes placed together went together
             assert got[sb].get("write", 0) == 0 and got[sc].get("write", 0) == 0
             assert got[sb].get("log", 0) > 0 and got[sc].get("log", 0) > 0  # they do follow the log
+            assert got[sa].get("ack", 0) > 0 and got[sb].get("ack", 0) == got[sc].get("ack", 0) == 0  # master's only
             with anyio.fail_after(30):  # the observer sees the writes a little after the master
                 while len([x for x in seen if x[2] == "write"]) < 102:
                     await anyio.sleep(0.05)
