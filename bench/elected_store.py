@@ -76,13 +76,12 @@ def _reset_peak() -> None:
         f.write("5")
 
 
-async def _put_loop(put: Any, counter: Any, prefix: str, deadline: float, lat: list[float] | None) -> None:
+async def _put_loop(put: Any, counter: Any, prefix: str, deadline: float, lat: list[float]) -> None:
     while time.perf_counter() < deadline:
         i = next(counter)
         t = time.perf_counter()
         await put(f"{prefix}{i}", i)
-        if lat is not None:
-            lat.append(time.perf_counter() - t)
+        lat.append(time.perf_counter() - t)
 
 
 async def _node_op(ep: Any, mine: dict[str, Any], op: str, kw: dict[str, Any]) -> Any:
@@ -120,16 +119,19 @@ async def _node_op(ep: Any, mine: dict[str, Any], op: str, kw: dict[str, Any]) -
         return await store.await_idle(kw.get("timeout", 60))
     if op == "bench":  # `inflight` tasks putting distinct keys: a warm-up, then a measured window
         counter, put, prefix = itertools.count(), store.put, kw["prefix"]
-        for seconds, lat in ((kw["warmup"], None), (kw["seconds"], [])):
+        warm: list[float] = []
+        for seconds, lat in ((kw["warmup"], warm), (kw["seconds"], [])):
             t0 = time.perf_counter()
             async with anyio.create_task_group() as tg:
                 for _ in range(kw["inflight"]):
                     tg.start_soon(_put_loop, put, counter, prefix, t0 + seconds, lat)
             elapsed = time.perf_counter() - t0
-        assert lat is not None
         ms = [x * 1000 for x in lat]
-        return {"n": len(lat), "elapsed": elapsed, "rate": len(lat) / elapsed,
+        return {"n": len(lat), "elapsed": elapsed, "rate": len(lat) / elapsed, "written": len(warm) + len(lat),
                 "p50_ms": nearest_rank(ms, 0.5), "p99_ms": nearest_rank(ms, 0.99)}
+    if op == "len":  # once this copy is current
+        await store.await_idle(kw.get("timeout", 60))
+        return len(store)
     raise ValueError(f"unknown op {op!r}")
 
 
@@ -197,6 +199,11 @@ def elected_rows(url: str, durability: str, master_here: bool, inflights: list[i
             rows.append({"durability": durability, "master_here": master_here, "inflight": inflight, **r,
                          "moved": before != after})
             writer.call("await_idle", timeout=60)
+        # every acknowledged put is in every replica (a check of the bench, not a figure)
+        written = sum(r["written"] for r in rows)
+        held = [n.call("len") for n in [writer, *others]]
+        for r in rows:
+            r["keys_check"] = {"written": written, "replicas": held}
         return rows
     finally:
         for n in [writer, *others]:
@@ -291,6 +298,9 @@ def print_tables(result: dict[str, Any]) -> None:
         case = f"elected, durability {r['durability']}, {r['inflight']} in flight, {where}"
         target = ISSUE_TARGETS.get((r["durability"], r["master_here"], r["inflight"]), "")
         moved = "  (master moved)" if r["moved"] else ""
+        check = r["keys_check"]
+        if any(h != check["written"] for h in check["replicas"]):
+            moved += f"  (replicas hold {check['replicas']} keys, {check['written']} acked)"
         print(f"{case:58} {_fmt(r['rate']):>9} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} {r['ratio']:>6.3f} "
               f"{r['rate'] / ZEEK_MASTER_PUT:>6.3f}  {target}{moved}")
     if q := result.get("queue"):
