@@ -3,8 +3,8 @@
 Every node is its own OS process: store nodes of the master/clone baseline are tests/store_node.py,
 elected-store nodes are this script with ``--role node`` (an endpoint that attaches one elected store
 and answers JSON lines on stdin, like bench/store.py's nodes). The orchestrator (this script without
-``--role``) starts one embedded mosquitto (``set_tcp_nodelay true``, MQTT's largest packet size: the
-snapshots of today's stores travel as one message) and measures, in one session:
+``--role``) starts one embedded mosquitto (``set_tcp_nodelay true``; ``--max-packet``, default MQTT's
+largest packet size: the snapshots of today's stores travel as one message) and measures, in one session:
 
 - the baseline: master/clone store, puts of distinct keys at the master until the master and its one
   clone are idle (bench/store.py's "master put/s until 1 clone idle"), before and after the elected
@@ -109,10 +109,12 @@ async def _node_op(ep: Any, mine: dict[str, Any], op: str, kw: dict[str, Any]) -
         return {"ok": ok, "is_master": store.is_master, "master": store.master,
                 "epoch": list(store.epoch) if store.epoch else None}
     if op == "await_len":  # until every key is here and the copy is current; seconds since attach
-        with anyio.fail_after(kw.get("timeout", 600)):
+        with anyio.move_on_after(kw.get("timeout", 600)):
             while len(store) < kw["n"] or store.stale:
                 await anyio.sleep(0.002)
-        return time.perf_counter() - mine["t_attach"]
+            return time.perf_counter() - mine["t_attach"]
+        raise TimeoutError(f"not joined after {kw.get('timeout', 600)} s: holds {len(store)} of {kw['n']} keys, "
+                           f"stale {store.stale}")
     if op == "stats":
         return dataclasses.asdict(store.statistics())
     if op == "await_idle":
@@ -333,7 +335,7 @@ def orchestrate(args: argparse.Namespace) -> None:
                               "config": {"seconds": seconds, "warmup": warmup, "cycle": args.cycle, "gap": args.gap,
                                          "master_clone_puts": n_mc, "value_size": VALUE_SIZE},
                               "anchor": {"zeek_broker_1_4_store_master_put_per_s": ZEEK_MASTER_PUT}}
-    with EmbeddedBroker(max_packet_size=268_435_455) as broker, tempfile.TemporaryDirectory() as tmp:
+    with EmbeddedBroker(max_packet_size=args.max_packet) as broker, tempfile.TemporaryDirectory() as tmp:
         url = broker.url
         runs = [master_clone_rate(url, n_mc)]
         elected: list[dict[str, Any]] = []
@@ -370,7 +372,9 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=0.5, help="the election's gap (s)")
     parser.add_argument("--queue-n", type=int, default=50_000, help="messages of the work-queue row")
     parser.add_argument("--no-queue", action="store_true", help="skip the work-queue row")
-    parser.add_argument("--join-timeout", type=float, default=1800.0)
+    parser.add_argument("--join-timeout", type=float, default=1800.0, help="seconds a join may take")
+    parser.add_argument("--max-packet", type=int, default=268_435_455,
+                        help="the broker's maximum packet size (default: MQTT's largest)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "elected_store.json"))
     parser.add_argument("rest", nargs="*")
     args = parser.parse_args()
