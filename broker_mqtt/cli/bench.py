@@ -21,6 +21,9 @@ BENCHMARKS = {
     "store": ("store.py", "master/clone store operations, beside raw endpoint messages"),
     "failover": ("failover.py", "elected-store failover and migrations, beside a stable master"),
     "election": ("election.py", "actor failover, simulated kills and real SIGKILLs"),
+    "elected": ("elected_store.py", "elected-store writes, latency and snapshot joins, beside master/clone"),
+    "signing": ("signing.py", "sealing and checking signed batches, beside decoding them"),
+    "fuzz": ("fuzz.py", "every network decoder over a million generated and mutated inputs"),
     "queue": ("work_queue.py", "work queue publish->accept and redelivery, beside elected-store puts"),
     "spark": ("spark_emit.py", "Spark rows/s through the bridge, beside a paho baseline (spark extra)"),
 }
