@@ -331,6 +331,8 @@ def orchestrate(args: argparse.Namespace) -> None:
     inflights = [1, 16, 256]
     durabilities = ["one", "all", "master"]
     sizes = [2_000] if quick else [10_000, 1_000_000] + ([10_000_000] if args.huge else [])
+    if args.join_keys is not None:
+        sizes = [int(n) for n in args.join_keys.split(",") if n]
     result: dict[str, Any] = {"quick": quick, "cores": os.cpu_count(), "time": time.time(),
                               "config": {"seconds": seconds, "warmup": warmup, "cycle": args.cycle, "gap": args.gap,
                                          "master_clone_puts": n_mc, "value_size": VALUE_SIZE},
@@ -373,6 +375,7 @@ def main() -> None:
     parser.add_argument("--queue-n", type=int, default=50_000, help="messages of the work-queue row")
     parser.add_argument("--no-queue", action="store_true", help="skip the work-queue row")
     parser.add_argument("--join-timeout", type=float, default=1800.0, help="seconds a join may take")
+    parser.add_argument("--join-keys", help="store sizes of the join rows, comma-separated (default 10000,1000000; '' for none)")
     parser.add_argument("--max-packet", type=int, default=268_435_455,
                         help="the broker's maximum packet size (default: MQTT's largest)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "elected_store.json"))
