@@ -163,6 +163,7 @@ class VersionedState:
         # erased keys -> their tombstone, in erase order (a merge's or a snapshot's: by hlc)
         self._tombstones: dict[bytes, Version] = {}
         self._erasing: tuple[Record | None, Version | None] = (None, None)  # the tombstone of the last erasing record
+        self._forget_after = 0.0  # wall-clock s before which forget_ops finds nothing (the master's pacing)
         self._file: Persistence | None = None
         self.path: Path | None = None  # the file attached, if the opener says
 
@@ -529,15 +530,19 @@ def forget_ops(state: VersionedState, wall: float, ttl: float | None, *, records
     """The ops of the master's next ``forget`` records at wall-clock ``wall``: the tombstones whose hlc
     is more than ``ttl`` s (None: never) before ``wall``, oldest first, at most ``FORGET_KEYS`` keys
     (and ``FORGET_BYTES`` of packed keys, one key at least) per op, at most ``records`` ops. Lazy:
-    apply each op before taking the next (each looks at the state as it is then)."""
-    if ttl is None:
+    apply each op before taking the next (each looks at the state as it is then).
+
+    Paced: a pass that forgot every tombstone past the ttl makes the next ``ttl / 4`` s pass at once
+    (so a tombstone lives between ``ttl`` and ``1.25 ttl``), and the records stay few and full; a
+    pass cut short by ``records`` leaves the rest to the next call. (A derived index that the
+    forget records do not update, such as a work queue's, is then rebuilt at most that often.)"""
+    if ttl is None or (wall < state._forget_after and state._forget_after - wall <= ttl / 4):
         return
     before = int((wall - ttl) * 1_000_000)
     for _ in range(records):
-        if not state._tombstones:
-            return
-        keys = state._old_tombstones(before, FORGET_KEYS, FORGET_BYTES)
+        keys = state._old_tombstones(before, FORGET_KEYS, FORGET_BYTES) if state._tombstones else []
         if not keys:
+            state._forget_after = wall + ttl / 4
             return
         yield ("many", [("forget", unpack(k)) for k in keys])
 

@@ -65,12 +65,12 @@ def test_tombstones_are_forgotten_after_the_ttl_by_every_replica_at_the_same_pos
             assert state.tombstones == 2 * FORGET_KEYS + 11 and len(state) == 0, n
             assert state.version("k0") is not None and state.version("k0").deleted
         assert all(not f for f in forgets.values())
-        net.run(erased_at + 5.5 - net.now)  # the erases' tombstones are older than the ttl now
+        net.run(erased_at + 6.5 - net.now)  # the erases' tombstones are past 1.25 ttl (the pacing) now
         for n in names:
             state = net.nodes[n].replica.state
             assert state.tombstones == 1 and state.version("k0") is None, n
             assert state.version("kept") is not None and state.version("kept").deleted
-        net.run(2.0)  # and the clear's
+        net.run(2.5)  # and the clear's
         reference = forgets["a"]
         assert len(reference) >= 3 and all(len(keys) <= FORGET_KEYS for _, keys in reference)
         assert sorted(k for _, keys in reference for k in keys) == sorted(
@@ -154,3 +154,8 @@ def test_forget_ops_respect_the_limits_and_share_one_version_per_record() -> Non
         seq += 1
         state.apply(Record(seq, (1, "m"), 40, "o", "$expiry", 0, op))
     assert state.tombstones == 0 and state.keys() == [4] and seq == 4
+    state.apply(Record(5, (1, "m"), 1_000_000, "o", "w", 5, ("erase", 4)))  # erased at wall 1.0
+    state._forget_after = 1.1  # as a pass at 1.075 that forgot everything old enough left it (ttl / 4 later)
+    assert list(forget_ops(state, 1.09, 0.1)) == [] and state.tombstones == 1
+    assert next(forget_ops(state, 1.11, 0.1)) == ("many", [("forget", 4)])
+    assert next(forget_ops(state, 0.5, 0.1), None) is None  # a wall clock set back far: no pacing, none old
