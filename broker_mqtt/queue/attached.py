@@ -453,8 +453,10 @@ async def attach_queue(
         raise ValueError(f"bad queue name {name!r}")
     store = None
     if replica:
+        # tombstone_ttl=None: the queue forgets its own tombstones (Forget, keeping its index current)
         store = await attach_store(ep, f"queue-{name}", backend=backend, path=path, election=election, mode=mode,
-                                   durability=durability, write_timeout=write_timeout, candidate=candidate)
+                                   durability=durability, write_timeout=write_timeout, candidate=candidate,
+                                   tombstone_ttl=None)
     try:
         queue = WorkQueue(ep, name, store, max_deliveries=max_deliveries, lease=lease,
                           write_timeout=write_timeout, tombstone_ttl=tombstone_ttl, poll_interval=poll_interval)

@@ -55,6 +55,7 @@ from .events import (
     Updated,
 )
 from .operations import WriteOperations
+from .replica_events import TOMBSTONE_TTL
 from .replica_messages import split
 from .replication import (
     ConflictsFound,
@@ -485,6 +486,7 @@ async def attach_store(
     config: ReplicaConfig | None = None,
     allow_short_cycle: bool = False,
     candidate: bool = True,
+    tombstone_ttl: float | None = TOMBSTONE_TTL,
 ) -> ElectedStore:
     """Join elected store ``name`` on ``ep``; see :class:`ElectedStore` and ``docs/elected-stores.md``.
 
@@ -494,7 +496,10 @@ async def attach_store(
     ``durability``: ``"one"`` (default: the master and one other replica), ``"master"``, ``"all"``.
     ``resolver``: how a healed split picks a key's version (default: last writer wins).
     ``candidate=False``: a replica that never becomes master and stays out of the election (it
-    follows, reads locally, writes, and confirms writes for durability). Raises ValueError for bad
+    follows, reads locally, writes, and confirms writes for durability). ``tombstone_ttl``: the
+    master forgets an erased key's tombstone this many seconds after the erase (None: never; it
+    replaces ``config``'s; a split longer than this can bring an erased key back, see the docs'
+    § 6). Raises ValueError for bad
     options, UsageError (a ValueError) while this endpoint holds an open replica of ``name``, and
     BackendError if the SQLite file cannot be opened. The file is closed when the store closes, and
     when joining fails or is cancelled.
@@ -519,7 +524,9 @@ async def attach_store(
     if config is None:  # timings follow the election's: a handover should not outlast a slot
         hb = min(0.25, gap / 2)
         config = ReplicaConfig(heartbeat=hb, member_timeout=4 * hb, claim_timeout=max(4 * hb, gap),
-                               write_timeout=write_timeout)
+                               write_timeout=write_timeout, tombstone_ttl=tombstone_ttl)
+    elif config.tombstone_ttl != tombstone_ttl:
+        config = dataclasses.replace(config, tombstone_ttl=tombstone_ttl)
     state = open_state(path) if backend == "sqlite" and path is not None else VersionedState()
     held.add(name)
     try:

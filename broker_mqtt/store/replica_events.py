@@ -17,6 +17,7 @@ __all__ = [
     "Durability",
     "Role",
     "ReplicaConfig",
+    "TOMBSTONE_TTL",
     "ReplicaStatistics",
     "DataChanged",
     "MasterChanged",
@@ -26,6 +27,9 @@ __all__ = [
     "StaleChanged",
     "ReplicaEvent",
 ]
+
+
+TOMBSTONE_TTL = 60.0  #: s an elected store keeps an erased key's tombstone by default (the queues' default too)
 
 
 class Durability(enum.Enum):
@@ -43,7 +47,10 @@ class Role(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class ReplicaConfig:
     """Timings in seconds. ``log_keep``: log ops kept for catching up others by tail rather than by
-    snapshot (a batch's record counts each of its ops; see :mod:`.record_log`)."""
+    snapshot (a batch's record counts each of its ops; see :mod:`.record_log`). ``tombstone_ttl``:
+    the master forgets an erased key's tombstone this long after the erase (None: never), with
+    ``forget`` records that every replica applies; a split longer than this can bring an erased key
+    back (``docs/elected-stores.md`` § 6)."""
 
     heartbeat: float = 0.25
     member_timeout: float = 1.0
@@ -53,6 +60,11 @@ class ReplicaConfig:
     write_timeout: float = 30.0
     max_held: int = 10_000
     log_keep: int = 20_000
+    tombstone_ttl: float | None = TOMBSTONE_TTL
+
+    def __post_init__(self) -> None:
+        if self.tombstone_ttl is not None and not self.tombstone_ttl >= 0:
+            raise ValueError(f"tombstone_ttl must be None or >= 0 s, not {self.tombstone_ttl}")
 
 
 # -- events ----------------------------------------------------------------------------------------

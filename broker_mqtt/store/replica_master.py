@@ -17,7 +17,7 @@ from .replica_base import MAX_ORIGINS, _Member
 from .replica_claim import ClaimSide
 from .replica_events import DataChanged, Durability, Role, WriteDone, WriteFailed
 from .replica_messages import Ack, Fetch, Snap, Tail, Write, WriteAck, Writes, group_writes
-from .versioned import Record, compute_op
+from .versioned import Record, compute_op, forget_ops
 from .writer_core import NoMaster
 
 __all__ = ["MasterSide"]
@@ -127,9 +127,12 @@ class MasterSide(ClaimSide):
         while True:
             nxt = self.state.next_expiry()
             if nxt is None or nxt[0] > wall:
-                return
+                break
             self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), self.origin,  # type: ignore[arg-type]  # epoch: set while master
                                 "$expiry", 0, ("expire", nxt[1])))
+        for op in forget_ops(self.state, wall, self.config.tombstone_ttl):  # tombstones past tombstone_ttl
+            self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), self.origin,  # type: ignore[arg-type]  # epoch: set while master
+                                "$expiry", 0, op))
 
     def _advance_durable(self) -> None:
         if self.role is not Role.MASTER:

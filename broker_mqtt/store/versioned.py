@@ -5,10 +5,14 @@ Theory of operation (``docs/elected-stores.md``):
 * Every replica of an elected store keeps the same :class:`VersionedState`: per key the current
   :class:`Version` (value, hybrid-logical-clock time, writing node, the log sequence number of the
   write, and whether it is a *tombstone*: erased keys are remembered so that a merge can tell "erased
-  on one side" from "never written"). Reads skip tombstones. A ``forget`` op drops a tombstone for
-  good (a store that erases many distinct keys, such as a work queue, would grow without it); it
-  never touches a live value, and a merge with a replica that still holds the key's older value
-  then brings that value back, so only tombstones older than any plausible split are forgotten.
+  on one side" from "never written"). Tombstones are held apart from the live entries (reads never
+  see them), packed key -> :class:`Version` in erase order, one ``Version`` shared by the tombstones
+  of one record. A ``forget`` op drops a tombstone for good (a store that erases many distinct keys
+  would grow without it); it never touches a live value, and a merge with a replica that still
+  holds the key's older value then brings that value back, so only tombstones older than any
+  plausible split are forgotten: the master of an elected store appends ``forget`` records for the
+  tombstones older than ``ReplicaConfig.tombstone_ttl`` (:func:`forget_op`), so every replica
+  forgets the same tombstones at the same log position.
 * The state changes only by :meth:`VersionedState.apply`, one :class:`Record` of the master's log at
   a time, in sequence order. A record carries its epoch, so the state knows its *position*
   ``(seq, epoch of the record at seq)`` and its *lineage*: the list of ``(epoch, first seq)`` of the
@@ -84,6 +88,7 @@ __all__ = [
     "fork_seq",
     "Clock",
     "compute_op",
+    "forget_ops",
     "merge_histories",
     "epoch_from_wire",
     "position_from_wire",
@@ -95,6 +100,9 @@ __all__ = [
 
 RESULTS_KEPT = 64  # answers of recent put_unique / failed writes remembered per writer
 WRITERS_KEPT = 100_000  # writers remembered; past it the 10 % least recently applied are forgotten
+FORGET_KEYS = 1_000  # tombstones forgotten per forget record, at most
+FORGET_BYTES = 64 * 1024  # packed key bytes per forget record, at most (one key always)
+FORGET_RECORDS = 64  # forget records the master appends per tick, at most
 
 
 # -- the state -------------------------------------------------------------------------------------------
@@ -143,16 +151,19 @@ class VersionedState:
     attached (:meth:`attach`; ``versioned_sqlite.open_state(path)`` opens a state from its file)."""
 
     def __init__(self) -> None:
-        self._versions: dict[bytes, tuple[Any, Version]] = {}
+        self._versions: dict[bytes, tuple[Any, Version]] = {}  # live keys only
         self.last_seq = 0
         self.lineage: Lineage = []
         self.applied: dict[str, _Applied] = {}
         self.max_hlc = 0
         self.generation = 0  # grows with every replace(): derived indexes (queues) know to rebuild
-        self._dirty: dict[bytes, tuple[Any, Version] | None] = {}
+        self._dirty: dict[bytes, Version | None] = {}  # written since the last commit (None: gone)
         self._changed = False
         self._expiring: set[bytes] = set()  # keys whose version has an expiry
-        self._tombstones: dict[bytes, int] = {}  # tombstone keys -> their hlc, oldest first (roughly)
+        # erased keys -> their tombstone, in erase order (a merge's or a snapshot's: by hlc)
+        self._tombstones: dict[bytes, Version] = {}
+        self._erasing: tuple[Record | None, Version | None] = (None, None)  # the tombstone of the last erasing record
+        self._forget_after = 0.0  # wall-clock s before which forget_ops finds nothing (the master's pacing)
         self._file: Persistence | None = None
         self.path: Path | None = None  # the file attached, if the opener says
 
@@ -171,11 +182,18 @@ class VersionedState:
     def old_tombstones(self, before_hlc: int, limit: int) -> list[Any]:
         """Up to ``limit`` keys whose tombstone is older than ``before_hlc``, oldest first (in the
         order they were erased: a tombstone that came with a merge may wait behind younger ones)."""
-        out: list[Any] = []
-        for k, hlc in self._tombstones.items():
-            if hlc >= before_hlc or len(out) >= limit:
+        return [unpack(k) for k in self._old_tombstones(before_hlc, limit)]
+
+    def _old_tombstones(self, before_hlc: int, limit: int, max_bytes: int | None = None) -> list[bytes]:
+        out: list[bytes] = []
+        size = 0
+        for k, v in self._tombstones.items():
+            if v.hlc >= before_hlc or len(out) >= limit:
                 break
-            out.append(self._versions[k][0])
+            size += len(k)
+            if max_bytes is not None and out and size > max_bytes:
+                break
+            out.append(k)
         return out
 
     @property
@@ -184,37 +202,45 @@ class VersionedState:
         return len(self._tombstones)
 
     def version(self, key: Any) -> Version | None:
-        item = self._versions.get(pack(key))
-        return None if item is None else item[1]
+        """The key's current version: live, a tombstone, or None (never written, or forgotten)."""
+        k = pack(key)
+        item = self._versions.get(k)
+        return self._tombstones.get(k) if item is None else item[1]
 
     def get(self, key: Any) -> Any:
         item = self._versions.get(pack(key))
-        if item is None or item[1].deleted:
+        if item is None:
             raise NoSuchKey(key)
         return item[1].value
 
     def exists(self, key: Any) -> bool:
-        item = self._versions.get(pack(key))
-        return item is not None and not item[1].deleted
+        return pack(key) in self._versions
 
     def keys(self) -> list[Any]:
-        return [k for k, v in self._versions.values() if not v.deleted]
+        return [k for k, _ in self._versions.values()]
 
     def items(self) -> list[tuple[Any, Any]]:
-        return [(k, v.value) for k, v in self._versions.values() if not v.deleted]
+        return [(k, v.value) for k, v in self._versions.values()]
 
     def __len__(self) -> int:
-        return sum(1 for _, v in self._versions.values() if not v.deleted)
+        return len(self._versions)
 
-    def versions(self) -> Iterable[tuple[Any, Version]]:
-        return self._versions.values()
+    def versions(self) -> list[tuple[Any, Version]]:
+        """Every ``(key, version)``, tombstones included (after the live keys)."""
+        return [*self._versions.values(), *((unpack(k), v) for k, v in self._tombstones.items())]
+
+    def _keyed(self) -> dict[bytes, tuple[Any, Version]]:
+        """Packed key -> ``(key, version)``, tombstones included."""
+        out = dict(self._versions)
+        out.update((k, (unpack(k), v)) for k, v in self._tombstones.items())
+        return out
 
     def next_expiry(self) -> tuple[float, Any] | None:
         """``(expiry, key)`` of the key that expires first, or None."""
         best: tuple[float, Any] | None = None
         for k in self._expiring:
             key, v = self._versions[k]
-            if v.expiry is not None and not v.deleted and (best is None or v.expiry < best[0]):
+            if v.expiry is not None and (best is None or v.expiry < best[0]):
                 best = (v.expiry, key)
         return best
 
@@ -263,15 +289,11 @@ class VersionedState:
             key = op[1]
             self._tombstone(pack(key), key, record, changes, kind == "expire")
         elif kind == "clear":
-            for k, (key, v) in list(self._versions.items()):
-                if not v.deleted:
-                    self._tombstone(k, key, record, changes, False)
+            for k, (key, _) in list(self._versions.items()):
+                self._tombstone(k, key, record, changes, False)
         elif kind == "forget":
             k = pack(op[1])
-            item = self._versions.get(k)
-            if item is not None and item[1].deleted:
-                del self._versions[k]
-                self._tombstones.pop(k, None)
+            if self._tombstones.pop(k, None) is not None:
                 self._dirty[k] = None
 
     # _set and _tombstone take the key both packed (``k``, the dict key) and as given (``key``), and
@@ -280,49 +302,57 @@ class VersionedState:
 
     def _set(self, k: bytes, key: Any, version: Version, changes: list[Change]) -> None:
         old = self._versions.get(k)
-        self._versions[k] = self._dirty[k] = (key, version)
+        self._versions[k] = (key, version)
+        self._dirty[k] = version
         if version.expiry is not None:
             self._expiring.add(k)
         elif self._expiring:
             self._expiring.discard(k)
-        if old is not None and old[1].deleted:
-            self._tombstones.pop(k, None)
-            old = None
-        changes.append(Change(key, old is not None, None if old is None else old[1].value, True, version.value,
-                              version.origin))
+        if old is None:
+            if self._tombstones:
+                self._tombstones.pop(k, None)
+            changes.append(Change(key, False, None, True, version.value, version.origin))
+        else:
+            changes.append(Change(key, True, old[1].value, True, version.value, version.origin))
 
     def _tombstone(self, k: bytes, key: Any, record: Record, changes: list[Change], expired: bool) -> None:
-        old = self._versions.get(k)
-        self._versions[k] = self._dirty[k] = (key, Version(None, record.hlc, record.origin, record.seq, True))
+        rec, dead = self._erasing
+        if rec is not record or dead is None:  # one Version for every tombstone of a record
+            dead = Version(None, record.hlc, record.origin, record.seq, True)
+            self._erasing = (record, dead)
+        old = self._versions.pop(k, None)
+        self._dirty[k] = dead
         if self._expiring:
             self._expiring.discard(k)
-        if old is not None and old[1].deleted:
+        if old is None:
             self._tombstones.pop(k, None)  # re-inserted below, at the end: the order is that of erasure
-            old = None
-        self._tombstones[k] = record.hlc
+        self._tombstones[k] = dead
         if old is not None:
             changes.append(Change(key, True, old[1].value, False, None, record.origin, expired))
 
     def replace(self, versions: Iterable[tuple[Any, Version]], *, last_seq: int, lineage: Lineage,
                 applied: dict[str, _Applied], max_hlc: int) -> list[Change]:
         """Replace everything (a snapshot or a merge); return the visible changes."""
-        new = {pack(k): (k, v) for k, v in versions}
+        new: dict[bytes, tuple[Any, Version]] = {}
+        dead: list[tuple[int, bytes, Version]] = []
+        for key, v in versions:
+            if v.deleted:
+                dead.append((v.hlc, pack(key), v))
+            else:
+                new[pack(key)] = (key, v)
         changes: list[Change] = []
         for k, (key, v) in self._versions.items():
-            if v.deleted:
-                continue
             item = new.get(k)
-            if item is None or item[1].deleted:
+            if item is None:
                 changes.append(Change(key, True, v.value, False, None, None))
             elif item[1].value != v.value or type(item[1].value) is not type(v.value):
                 changes.append(Change(key, True, v.value, True, item[1].value, item[1].origin))
         for k, (key, v) in new.items():
-            old = self._versions.get(k)
-            if not v.deleted and (old is None or old[1].deleted):
+            if k not in self._versions:
                 changes.append(Change(key, False, None, True, v.value, v.origin))
         self._versions = new
-        self._expiring = {k for k, (_, v) in new.items() if v.expiry is not None and not v.deleted}
-        self._index_tombstones()
+        self._expiring = {k for k, (_, v) in new.items() if v.expiry is not None}
+        self._index_tombstones(dead)
         self._changed = True
         self.last_seq, self.lineage = last_seq, list(lineage)
         self.applied = {w: _Applied(a.n, a.seq, dict(a.results)) for w, a in applied.items()}
@@ -340,7 +370,7 @@ class VersionedState:
             "lineage": lineage_to_wire(self.lineage),
             "hlc": self.max_hlc,
             "applied": [[w, a.n, a.seq, [[n, r] for n, r in a.results.items()]] for w, a in self.applied.items()],
-            "versions": [[key, v.to_wire()] for key, v in self._versions.values()],
+            "versions": [[key, v.to_wire()] for key, v in self.versions()],
         }
 
     @staticmethod
@@ -374,13 +404,17 @@ class VersionedState:
     def load(self, rows: Iterator[tuple[bytes, bytes]], meta: Callable[[], dict[str, Any]]) -> None:
         """Read persisted versions and header into this (empty) state: ``rows`` yields ``(packed key,
         packed version)``, ``meta()`` the decoded header rows (:meth:`StateFile.open`'s loader)."""
+        dead: list[tuple[int, bytes, Version]] = []
         for k, v in rows:
-            key = unpack(k)
-            self._versions[k] = (key, Version.from_wire(unpack(v)))
-            if self._versions[k][1].expiry is not None:
+            version = Version.from_wire(unpack(v))
+            if version.deleted:
+                dead.append((version.hlc, k, version))
+                continue
+            self._versions[k] = (unpack(k), version)
+            if version.expiry is not None:
                 self._expiring.add(k)
         header = meta()
-        self._index_tombstones()
+        self._index_tombstones(dead)
         if "state" in header:
             parts = header["state"]
             self.last_seq = parts["seq"]
@@ -388,9 +422,11 @@ class VersionedState:
             self.max_hlc = parts["hlc"]
             self.applied = {w: _Applied(n, s, {int(i): r for i, r in res}) for w, n, s, res in parts["applied"]}
 
-    def _index_tombstones(self) -> None:
-        dead = sorted((v.hlc, k) for k, (_, v) in self._versions.items() if v.deleted)
-        self._tombstones = {k: hlc for hlc, k in dead}
+    def _index_tombstones(self, dead: list[tuple[int, bytes, Version]]) -> None:
+        """Hold these ``(hlc, packed key, tombstone)`` as the tombstones, oldest first."""
+        dead.sort(key=lambda item: (item[0], item[1]))
+        self._tombstones = {k: v for _, k, v in dead}
+        self._erasing = (None, None)
 
     def commit(self) -> None:
         """Make everything applied so far durable (no-op without a persistence). Raises BackendError."""
@@ -404,10 +440,11 @@ class VersionedState:
         }
         if self._rewrite_all:
             rows = [(k, pack(v.to_wire())) for k, (_, v) in self._versions.items()]
+            rows.extend((k, pack(v.to_wire())) for k, v in self._tombstones.items())
             gone: list[tuple[bytes]] = []
         else:
-            rows = [(k, pack(item[1].to_wire())) for k, item in self._dirty.items() if item is not None]
-            gone = [(k,) for k, item in self._dirty.items() if item is None]
+            rows = [(k, pack(v.to_wire())) for k, v in self._dirty.items() if v is not None]
+            gone = [(k,) for k, v in self._dirty.items() if v is None]
         self._file.write(header, rows, gone, replace_all=self._rewrite_all)
         self._dirty.clear()
         self._rewrite_all = False
@@ -431,8 +468,8 @@ def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_wri
     """Merge two diverged states: ``(versions, applied, conflicts)``. Deterministic: the result does
     not depend on which state is ``a``. A conflict is a key both sides wrote after their fork."""
     fork = fork_seq(a.lineage, a.last_seq, b.lineage, b.last_seq)
-    keyed_a = {k: item for k, item in a._versions.items()}
-    keyed_b = {k: item for k, item in b._versions.items()}
+    keyed_a = a._keyed()
+    keyed_b = b._keyed()
     out: list[tuple[Any, Version]] = []
     conflicts: list[Conflict] = []
     for k in sorted(keyed_a.keys() | keyed_b.keys()):
@@ -486,6 +523,28 @@ def merge_histories(states: list[VersionedState], epoch: Epoch, *, resolver: Res
     parts = {"versions": list(merged.versions()), "last_seq": max(s.last_seq for s in states) + 1,
              "lineage": lineage, "applied": merged.applied, "max_hlc": merged.max_hlc}
     return parts, conflicts
+
+
+def forget_ops(state: VersionedState, wall: float, ttl: float | None, *, records: int = FORGET_RECORDS
+               ) -> Iterator[tuple[Any, ...]]:
+    """The ops of the master's next ``forget`` records at wall-clock ``wall``: the tombstones whose hlc
+    is more than ``ttl`` s (None: never) before ``wall``, oldest first, at most ``FORGET_KEYS`` keys
+    (and ``FORGET_BYTES`` of packed keys, one key at least) per op, at most ``records`` ops. Lazy:
+    apply each op before taking the next (each looks at the state as it is then).
+
+    Paced: a pass that forgot every tombstone past the ttl makes the next ``ttl / 4`` s pass at once
+    (so a tombstone lives between ``ttl`` and ``1.25 ttl``), and the records stay few and full; a
+    pass cut short by ``records`` leaves the rest to the next call. (A derived index that the
+    forget records do not update, such as a work queue's, is then rebuilt at most that often.)"""
+    if ttl is None or (wall < state._forget_after and state._forget_after - wall <= ttl / 4):
+        return
+    before = int((wall - ttl) * 1_000_000)
+    for _ in range(records):
+        keys = state._old_tombstones(before, FORGET_KEYS, FORGET_BYTES) if state._tombstones else []
+        if not keys:
+            state._forget_after = wall + ttl / 4
+            return
+        yield ("many", [("forget", unpack(k)) for k in keys])
 
 
 def compute_op(state: VersionedState, cmd: WriteCommand, wall: float) -> tuple[tuple[Any, ...], Any]:

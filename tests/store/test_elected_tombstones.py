@@ -1,0 +1,161 @@
+"""Elected stores forget erased keys' tombstones after ``tombstone_ttl`` (sans-io, simulated time).
+
+The master decides (``forget`` records in its log, like any write), so every replica forgets the
+same tombstones at the same log position; a split shorter than the ttl still merges an erased key
+as erased, and a longer one brings it back (the documented limit, ``docs/elected-stores.md`` § 6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from typing import Any
+
+import pytest
+from _elected_sim import SimNet
+
+from broker_mqtt.store.commands import Clear, Erase, Put
+from broker_mqtt.store.replication import ReplicaConfig
+from broker_mqtt.store.versioned import FORGET_KEYS, Record, Version, VersionedState, forget_ops
+
+
+def _forgets(net: SimNet, name: str) -> list[tuple[int, list[Any]]]:
+    """From now on, ``(seq, keys forgotten)`` of every forget record ``name``'s replica applies."""
+    state = net.nodes[name].replica.state
+    seen: list[tuple[int, list[Any]]] = []
+    apply = state.apply
+
+    def recording(record: Record) -> Any:
+        ops = record.op[1] if record.op[0] == "many" else [record.op]
+        keys = [op[1] for op in ops if op[0] == "forget"]
+        if keys:
+            seen.append((record.seq, keys))
+        return apply(record)
+
+    state.apply = recording  # type: ignore[method-assign]
+    return seen
+
+
+def _rows(path: Any) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return int(db.execute("SELECT count(*) FROM versions").fetchone()[0])
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_tombstones_are_forgotten_after_the_ttl_by_every_replica_at_the_same_position(
+        tmp_path: Any, persistent: bool) -> None:
+    names = ["a", "b", "c"]
+    paths = {n: tmp_path / f"{n}.db" for n in names} if persistent else None
+    with SimNet(names, seed=3, config=ReplicaConfig(tombstone_ttl=5.0), paths=paths) as net:
+        forgets = {n: _forgets(net, n) for n in names}
+        net.tag("a")
+        net.run(1.0)
+        for i in range(2 * FORGET_KEYS + 10):  # more than one forget record's worth
+            net.write("b", Put(f"k{i}", i))
+        net.write("b", Put("kept", 1))
+        net.run(1.0)
+        erased_at = net.now
+        for i in range(2 * FORGET_KEYS + 10):
+            net.write("c", Erase(f"k{i}"))
+        net.run(2.0)
+        net.write("a", Clear())  # "kept" too, by one record, 2 s later
+        net.run(2.0)  # 4 s after the erases: younger than the ttl, every tombstone is kept
+        for n in names:
+            state = net.nodes[n].replica.state
+            assert state.tombstones == 2 * FORGET_KEYS + 11 and len(state) == 0, n
+            assert state.version("k0") is not None and state.version("k0").deleted
+        assert all(not f for f in forgets.values())
+        net.run(erased_at + 6.5 - net.now)  # the erases' tombstones are past 1.25 ttl (the pacing) now
+        for n in names:
+            state = net.nodes[n].replica.state
+            assert state.tombstones == 1 and state.version("k0") is None, n
+            assert state.version("kept") is not None and state.version("kept").deleted
+        net.run(2.5)  # and the clear's
+        reference = forgets["a"]
+        assert len(reference) >= 3 and all(len(keys) <= FORGET_KEYS for _, keys in reference)
+        assert sorted(k for _, keys in reference for k in keys) == sorted(
+            [f"k{i}" for i in range(2 * FORGET_KEYS + 10)] + ["kept"])
+        for n in names:
+            assert forgets[n] == reference, n  # the same tombstones, at the same log positions
+            state = net.nodes[n].replica.state
+            assert state.tombstones == 0 and state.versions() == [] and state.last_seq == net.nodes["a"].replica.state.last_seq
+        if paths is not None:
+            assert [_rows(paths[n]) for n in names] == [0, 0, 0]  # gone from the files too
+
+
+def test_no_ttl_keeps_every_tombstone() -> None:
+    with SimNet(["a", "b"], seed=4, config=ReplicaConfig(tombstone_ttl=None)) as net:
+        net.tag("a")
+        net.run(1.0)
+        net.write("a", Put("k", 1))
+        net.write("a", Erase("k"))
+        net.run(100.0)
+        assert [net.nodes[n].replica.state.tombstones for n in ("a", "b")] == [1, 1]
+    with pytest.raises(ValueError, match="tombstone_ttl"):
+        ReplicaConfig(tombstone_ttl=-1.0)
+
+
+def _split(ttl: float, split_for: float) -> SimNet:
+    """Four replicas; "gone" written, then a split {a, b} | {c, d} of ``split_for`` s during which
+    the a/b side erases "gone" and the c/d side writes another key; then heal, one master."""
+    names = ["a", "b", "c", "d"]
+    net = SimNet(names, seed=9, config=ReplicaConfig(tombstone_ttl=ttl))
+    net.tag("a")
+    net.run(1.0)
+    net.write("a", Put("gone", "old"))
+    net.write("c", Put("kept", 1))
+    net.run(1.0)
+    net.partition({"a", "b"}, {"c", "d"})
+    net.run(1.5)  # the c/d side forgets the a/b side
+    net.tag("c")
+    net.run(1.0)
+    assert sorted(net.masters()) == ["a", "c"]
+    net.write("b", Erase("gone"))
+    net.write("d", Put("cd", 2))  # the c/d side's history diverges too
+    net.run(split_for - 2.5)
+    net.heal()
+    net.untag("a")  # the election settles on one node
+    net.run(4.0)
+    assert net.masters() == ["c"]
+    assert sum(net.nodes[n].replica.stats.merges for n in names) >= 1
+    return net
+
+
+def test_a_split_shorter_than_the_ttl_does_not_bring_an_erased_key_back() -> None:
+    with _split(ttl=10.0, split_for=8.0) as net:
+        for n in net.nodes:
+            assert net.contents(n) == {"kept": 1, "cd": 2}, n
+        net.run(10.0)  # the merged tombstone is forgotten in turn: "gone" stays gone
+        for n in net.nodes:
+            assert net.contents(n) == {"kept": 1, "cd": 2}, n
+            assert net.nodes[n].replica.state.tombstones == 0 and net.nodes[n].replica.state.version("gone") is None
+
+
+def test_a_split_longer_than_the_ttl_brings_an_erased_key_back_with_its_old_value() -> None:
+    """The documented limit: the a/b side forgot the tombstone before the merge, so the c/d
+    side's value, older than the erase, is all the merge sees."""
+    with _split(ttl=3.0, split_for=8.0) as net:
+        for n in net.nodes:
+            assert net.contents(n) == {"kept": 1, "cd": 2, "gone": "old"}, n
+
+
+def test_forget_ops_respect_the_limits_and_share_one_version_per_record() -> None:
+    state = VersionedState()
+    state.apply(Record(1, (1, "m"), 10, "o", "w", 1, ("many", [("put", i, i, None) for i in range(5)])))
+    state.apply(Record(2, (1, "m"), 20, "o", "w", 2, ("many", [("erase", i) for i in range(3)])))
+    state.apply(Record(3, (1, "m"), 30, "o", "w", 3, ("erase", 3)))
+    assert state.version(0) is state.version(2) and state.version(0) == Version(None, 20, "o", 2, True)
+    assert next(forget_ops(state, 0.000025, 0.0)) == ("many", [("forget", 0), ("forget", 1), ("forget", 2)])
+    assert len(list(forget_ops(state, 0.000025, 0.0, records=5))) == 5  # (not applied: the same op again)
+    assert list(forget_ops(state, 0.000025, None)) == [] and list(forget_ops(state, 0.00002, 0.0)) == []
+    ops = forget_ops(state, 1.0, 0.5)
+    seq = 3
+    for op in ops:  # lazy: each op sees the state as the previous one left it
+        seq += 1
+        state.apply(Record(seq, (1, "m"), 40, "o", "$expiry", 0, op))
+    assert state.tombstones == 0 and state.keys() == [4] and seq == 4
+    state.apply(Record(5, (1, "m"), 1_000_000, "o", "w", 5, ("erase", 4)))  # erased at wall 1.0
+    state._forget_after = 1.1  # as a pass at 1.075 that forgot everything old enough left it (ttl / 4 later)
+    assert list(forget_ops(state, 1.09, 0.1)) == [] and state.tombstones == 1
+    assert next(forget_ops(state, 1.11, 0.1)) == ("many", [("forget", 4)])
+    assert next(forget_ops(state, 0.5, 0.1), None) is None  # a wall clock set back far: no pacing, none old
