@@ -43,7 +43,10 @@ class Role(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class ReplicaConfig:
     """Timings in seconds. ``log_keep``: log ops kept for catching up others by tail rather than by
-    snapshot (a batch's record counts each of its ops; see :mod:`.record_log`)."""
+    snapshot (a batch's record counts each of its ops; see :mod:`.record_log`). ``snapshot_chunk``:
+    the largest snapshot chunk message, in bytes (an entry larger than that goes alone in one);
+    ``snapshot_window``: the chunks a replica receiving a snapshot asks for at a time
+    (:mod:`.snapshot_stream`)."""
 
     heartbeat: float = 0.25
     member_timeout: float = 1.0
@@ -53,6 +56,8 @@ class ReplicaConfig:
     write_timeout: float = 30.0
     max_held: int = 10_000
     log_keep: int = 20_000
+    snapshot_chunk: int = 256 * 1024
+    snapshot_window: int = 4
 
 
 # -- events ----------------------------------------------------------------------------------------

@@ -209,6 +209,15 @@ class VersionedState:
     def versions(self) -> Iterable[tuple[Any, Version]]:
         return self._versions.values()
 
+    def packed_keys(self) -> Iterable[bytes]:
+        """Every key (tombstones included) as :func:`~.packing.pack` gives it (a streamed snapshot's order)."""
+        return self._versions.keys()
+
+    def packed_version(self, k: bytes) -> Version | None:
+        """The version of the key packed as ``k`` (a tombstone included), or None."""
+        item = self._versions.get(k)
+        return None if item is None else item[1]
+
     def next_expiry(self) -> tuple[float, Any] | None:
         """``(expiry, key)`` of the key that expires first, or None."""
         best: tuple[float, Any] | None = None
