@@ -24,6 +24,7 @@ from .replica_events import (
     StaleChanged,
 )
 from .replica_messages import ReplicationMessage, encode
+from .snapshot_stream import Incoming, SnapshotReader
 from .versioned import (
     Clock,
     Epoch,
@@ -94,6 +95,11 @@ class ReplicaBase:
         self._subsumed: list[tuple[Lineage, int]] = []
         self._conflicts_seen: set[Epoch] = set()
         self._conflicts_reported: dict[tuple[bytes, frozenset[tuple[int, str]]], None] = {}
+        # streamed snapshots (:mod:`.snapshot_stream`): being received, by source; the last one
+        # installed from each source (epoch, seq); the key order this node serves them in
+        self._snaps: dict[str, Incoming] = {}
+        self._snap_done: dict[str, tuple[Epoch, int]] = {}
+        self._reader: SnapshotReader | None = None
         # master side
         self._held: dict[str, dict[int, tuple[str, list[Any]]]] = {}
         self._acked_n: dict[str, int] = {}

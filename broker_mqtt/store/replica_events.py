@@ -50,7 +50,9 @@ class ReplicaConfig:
     snapshot (a batch's record counts each of its ops; see :mod:`.record_log`). ``tombstone_ttl``:
     the master forgets an erased key's tombstone this long after the erase (None: never), with
     ``forget`` records that every replica applies; a split longer than this can bring an erased key
-    back (``docs/elected-stores.md`` § 6)."""
+    back (``docs/elected-stores.md`` § 6). ``snapshot_chunk``: the largest snapshot chunk message, in
+    bytes (an entry larger than that goes alone in one); ``snapshot_window``: the chunks a replica
+    receiving a snapshot asks for at a time (:mod:`.snapshot_stream`)."""
 
     heartbeat: float = 0.25
     member_timeout: float = 1.0
@@ -61,6 +63,8 @@ class ReplicaConfig:
     max_held: int = 10_000
     log_keep: int = 20_000
     tombstone_ttl: float | None = TOMBSTONE_TTL
+    snapshot_chunk: int = 256 * 1024
+    snapshot_window: int = 4
 
     def __post_init__(self) -> None:
         if self.tombstone_ttl is not None and not self.tombstone_ttl >= 0:

@@ -14,7 +14,19 @@ from typing import Any
 from .replica_base import _Member
 from .replica_events import DataChanged, Role
 from .replica_master import MasterSide
-from .replica_messages import Active, Fetch, Heartbeat, Log, Resign, Snap, Tail, WriteAck
+from .replica_messages import (
+    Active,
+    Fetch,
+    Heartbeat,
+    Log,
+    Resign,
+    Snap,
+    SnapChunk,
+    SnapFetch,
+    Tail,
+    WriteAck,
+)
+from .snapshot_stream import Incoming
 from .versioned import (
     Record,
     VersionedState,
@@ -87,10 +99,78 @@ class FollowerSide(MasterSide):
         self._check_synced(upto)
 
     def _on_snap(self, msg: Snap, now: float) -> None:
-        epoch, source = msg.epoch, msg.source
+        """A whole state in one message (a source from before streamed snapshots)."""
         if msg.to != self.id:
             return
-        parts = VersionedState.parts_from_wire(msg.snapshot)
+        self._take_snapshot(VersionedState.parts_from_wire(msg.snapshot), msg.epoch, msg.source, now)
+
+    def _on_schunk(self, msg: SnapChunk, now: float) -> None:
+        """A chunk of a streamed snapshot (:mod:`.snapshot_stream`): staged; the final burst installs it."""
+        if msg.to != self.id:
+            return
+        source, claim = msg.source, self._claim
+        for_claim = (claim is not None and claim.fetching is not None and msg.epoch == claim.epoch
+                     and source in claim.fetching)
+        if not for_claim and (msg.epoch != self.epoch or source != self.master or self.role is not Role.FOLLOWER):
+            return
+        inc = self._snaps.get(source)
+        if inc is not None and inc.epoch != msg.epoch:
+            del self._snaps[source]
+            inc = None
+        if inc is None:
+            # a new snapshot: only a fetch's answer (from the first key, every entry) while we wait for
+            # one, and not the repeat of one we installed already (a fetch sent again while it came)
+            if msg.after is not None or msg.since is not None or msg.pos is None:
+                return
+            if not for_claim and not self._fetch_deadline:
+                return
+            done = self._snap_done.get(source)
+            if done is not None and done[0] == msg.epoch and msg.pos[0] <= done[1]:
+                return
+            inc = self._snaps[source] = Incoming(source, msg.epoch, for_claim, asked=(None, None))
+        if not inc.matches(msg.after, msg.since):
+            # a chunk was lost before this one (it starts past what we hold): ask from what we hold;
+            # anything else is a repeat of what we have
+            if (msg.since == inc.since and msg.after is not None and (inc.cursor is None or msg.after > inc.cursor)
+                    and inc.asked != (inc.cursor, inc.since)):
+                self._snap_ask(inc, now)
+            return
+        self._snap_alive(inc, now)
+        if msg.pos is None:  # the source's history no longer holds our pass's start: start over
+            inc.restart()
+            self._snap_ask(inc, now)
+            return
+        if not msg.final:
+            inc.take(msg.entries, msg.next, msg.pos)
+            if msg.next is None:
+                inc.next_pass()  # next: what changed while this pass ran
+                self._snap_ask(inc, now)
+            elif inc.left <= 0:
+                self._snap_ask(inc, now)
+            return
+        inc.stage(msg.entries, msg.applied)
+        if msg.header is None:
+            return
+        del self._snaps[source]
+        parts = inc.parts(msg.header)  # (a malformed entry raises StoreDecodeError: the fetch starts over)
+        self._snap_done[source] = (msg.epoch, msg.header[0])
+        self._take_snapshot(parts, msg.epoch, source, now)
+
+    def _snap_ask(self, inc: Incoming, now: float) -> None:
+        inc.asked, inc.left = (inc.cursor, inc.since), self.config.snapshot_window
+        self._send(SnapFetch(inc.epoch, self.id, inc.source, inc.cursor, inc.since, self.config.snapshot_window))
+        self._snap_alive(inc, now)
+
+    def _snap_alive(self, inc: Incoming, now: float) -> None:
+        """The snapshot moves: its fetch is not overdue (a stalled one is asked again, from what we hold)."""
+        if inc.for_claim:
+            claim = self._claim
+            if claim is not None and claim.fetching is not None and inc.source in claim.fetching:
+                claim.fetching[inc.source] = now + self.config.fetch_timeout
+        else:
+            self._fetch_deadline = now + self.config.fetch_timeout
+
+    def _take_snapshot(self, parts: dict[str, Any], epoch: Any, source: str, now: float) -> None:
         self.stats.snapshots_installed += 1
         self.stats.snapshot_entries += len(parts["versions"])
         claim = self._claim
@@ -209,6 +289,11 @@ class FollowerSide(MasterSide):
 
     def _request_fetch(self, source: str, now: float) -> None:
         self._fetch_deadline = now + self.config.fetch_timeout
+        self._snaps = {s: inc for s, inc in self._snaps.items() if inc.epoch == self.epoch}
+        inc = self._snaps.get(source)
+        if inc is not None and not inc.for_claim:
+            self._snap_ask(inc, now)  # a snapshot on its way from there: resume it from what we hold
+            return
         self._send(Fetch(self.epoch, self.id, source, self._fetch_from()))
 
     def _check_synced(self, upto: int) -> None:

@@ -16,11 +16,15 @@ from .errors import StoreError, StoreProtocolError
 from .replica_base import MAX_ORIGINS, _Member
 from .replica_claim import ClaimSide
 from .replica_events import DataChanged, Durability, Role, WriteDone, WriteFailed
-from .replica_messages import Ack, Fetch, Snap, Tail, Write, WriteAck, Writes, group_writes
-from .versioned import Record, compute_op, forget_ops
+from .replica_messages import Ack, Fetch, SnapChunk, SnapFetch, Tail, Write, WriteAck, Writes, group_writes
+from .snapshot_stream import SnapshotReader, touched_keys
+from .versioned import Epoch, Position, Record, compute_op, forget_ops
 from .writer_core import NoMaster
 
 __all__ = ["MasterSide"]
+
+MAX_WINDOW = 64  #: snapshot chunks one ``sfetch`` gets at most
+CHUNK_HEADROOM = 1024  #: bytes of a chunk message left for its fields beside the entries (and its two keys)
 
 
 class MasterSide(ClaimSide):
@@ -32,7 +36,7 @@ class MasterSide(ClaimSide):
         if msg.source != self.id or requester == self.id:
             return
         if pos is None:
-            self._send(Snap(epoch, requester, self.state.to_wire(), self.id))
+            self._serve_snapshot(epoch, requester, None, None, self.config.snapshot_window)
             return
         if self.role is Role.MASTER and not self._holds(pos):
             self._start_claim(now)  # its history diverged and was never merged: merge it first
@@ -42,7 +46,42 @@ class MasterSide(ClaimSide):
             for chunk in self._log.after(seq):
                 self._send(Tail(epoch, requester, chunk, self.state.last_seq, self.id))
         else:
-            self._send(Snap(epoch, requester, self.state.to_wire(), self.id))
+            self._serve_snapshot(epoch, requester, None, None, self.config.snapshot_window)
+
+    def _on_sfetch(self, msg: SnapFetch, now: float) -> None:
+        if msg.source != self.id or msg.requester == self.id:
+            return
+        self._serve_snapshot(msg.epoch, msg.requester, msg.after, msg.since, max(1, min(msg.window, MAX_WINDOW)))
+
+    def _serve_snapshot(self, epoch: Epoch, to: str, after: bytes | None, since: Position | None, window: int) -> None:
+        """Up to ``window`` chunks of the state for ``to`` (:mod:`.snapshot_stream`): the entries after key
+        ``after`` written after ``since``, or, when the log tells what changed since ``since`` and that
+        is little, the final burst that completes the snapshot at this node's position."""
+        reader = self._reader
+        if reader is None or reader.state is not self.state:
+            reader = self._reader = SnapshotReader(self.state)
+        budget = max(1, self.config.snapshot_chunk - CHUNK_HEADROOM)
+        last = self.state.last_seq
+        if since is not None:
+            if not self.state.contains(since):  # merged away, or another history: start over
+                self._send(SnapChunk(epoch, to, self.id, after, since, None, [], None))
+                return
+            if after is None and (since[0] == last or self._log.covers(since[0], last)):
+                keys = touched_keys(self._log, since[0]) if since[0] < last else set()
+                if keys is not None and len(keys) * 64 <= window * budget:
+                    burst = reader.final(sorted(keys), budget)
+                    pos = self.state.position
+                    for i, (entries, applied) in enumerate(burst):
+                        header = reader.header() if i == len(burst) - 1 else None
+                        self._send(SnapChunk(epoch, to, self.id, after, since, pos, entries, None, True, applied, header))
+                    return
+        since_seq = 0 if since is None else since[0]
+        for _ in range(window):
+            entries, nxt, pos = reader.chunk(after, since_seq, budget - 2 * len(after or b""))
+            self._send(SnapChunk(epoch, to, self.id, after, since, pos, entries, nxt))
+            if nxt is None:
+                return
+            after = nxt
 
     def _on_ack(self, msg: Ack, now: float) -> None:
         epoch, node, seq = msg.epoch, msg.node, msg.seq

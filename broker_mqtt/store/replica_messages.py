@@ -19,7 +19,7 @@ Which topic each message travels on is :mod:`.routes`' business.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import peer_repr
@@ -45,6 +45,8 @@ __all__ = [
     "Fetch",
     "Tail",
     "Snap",
+    "SnapFetch",
+    "SnapChunk",
     "Active",
     "Log",
     "Ack",
@@ -127,6 +129,44 @@ class Snap:
 
 
 @dataclass(frozen=True, slots=True)
+class SnapFetch:
+    """``sfetch``: ``requester`` asks ``source`` for up to ``window`` chunks of its state (a streamed
+    snapshot, :mod:`.snapshot_stream`): the entries whose packed key sorts after ``after`` (None: from
+    the first key), written after ``since`` (None: every entry; else only what changed since then)."""
+
+    epoch: Epoch
+    requester: str
+    source: str
+    after: bytes | None
+    since: Position | None
+    window: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapChunk:
+    """``schunk``: one chunk of ``source``'s state for ``to``, answering its ``sfetch`` (``after``,
+    ``since``; a ``fetch`` is answered as ``after`` and ``since`` None). ``entries``: (packed key,
+    packed version wire form, or None: the key is gone), read at or after position ``pos`` (None: the
+    source cannot serve changes since ``since``, start over). ``next``: the last key the chunk covers
+    (the next ``after``), None once the pass over the keys is complete. ``final``: part of the last,
+    consistent burst at exactly ``pos``: its chunks carry the writer table in ``applied`` (rows of
+    :meth:`~.versioned.VersionedState.to_wire`'s ``applied``), and the last one ``header``, ``(last seq,
+    lineage, max hlc)``."""
+
+    epoch: Epoch
+    to: str
+    source: str
+    after: bytes | None
+    since: Position | None
+    pos: Position | None
+    entries: list[tuple[bytes, bytes | None]]
+    next: bytes | None
+    final: bool = False
+    applied: list[Any] = field(default_factory=list)
+    header: tuple[int, Lineage, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Active:
     """``active``: the claimant of ``epoch`` is master; its history; the conflicts of its merge; the
     histories it subsumed (merged), as ``(lineage, last seq)``."""
@@ -200,8 +240,8 @@ class Resign:
     pos: Position
 
 
-ReplicationMessage = (Heartbeat | Claim | Promise | Fetch | Tail | Snap | Active | Log | Ack | Write | Writes | WriteAck
-                      | Resign)
+ReplicationMessage = (Heartbeat | Claim | Promise | Fetch | Tail | Snap | SnapFetch | SnapChunk | Active | Log | Ack
+                      | Write | Writes | WriteAck | Resign)
 
 
 def group_writes(writes: list[Write]) -> list[Write | Writes]:
@@ -268,6 +308,14 @@ def encode(msg: ReplicationMessage) -> list[Any]:
             return ["tail", list(epoch), to, [r.to_wire() for r in records], upto, source]
         case Snap(epoch=epoch, to=to, snapshot=snapshot, source=source):
             return ["snap", list(epoch), to, snapshot, source]
+        case SnapFetch(epoch=epoch, requester=requester, source=source, after=after, since=since, window=window):
+            return ["sfetch", list(epoch), requester, source, after, None if since is None else position_to_wire(since),
+                    window]
+        case SnapChunk(epoch=epoch, to=to, source=source, after=after, since=since, pos=pos, entries=entries,
+                       next=nxt, final=final, applied=applied, header=header):
+            return ["schunk", list(epoch), to, source, after, None if since is None else position_to_wire(since),
+                    None if pos is None else position_to_wire(pos), [[k, v] for k, v in entries], nxt, final,
+                    applied, None if header is None else [header[0], lineage_to_wire(header[1]), header[2]]]
         case Active(epoch=epoch, pos=pos, lineage=lineage, conflicts=conflicts, subsumed=subsumed):
             return ["active", list(epoch), position_to_wire(pos), lineage_to_wire(lineage),
                     [c.to_wire() for c in conflicts], [[lineage_to_wire(lin), last] for lin, last in subsumed]]
@@ -325,6 +373,36 @@ def _decode_snap(a: list[Any]) -> Snap:
     return Snap(epoch_from_wire(epoch), _str(to), snapshot, _str(source))
 
 
+def _key_or_none(value: Any) -> bytes | None:
+    if value is not None and not isinstance(value, bytes):
+        raise TypeError(f"expected a packed key, got {peer_repr(value, 40)}")
+    return value
+
+
+def _decode_sfetch(a: list[Any]) -> SnapFetch:
+    epoch, requester, source, after, since, window = a
+    return SnapFetch(epoch_from_wire(epoch), _str(requester), _str(source), _key_or_none(after),
+                     None if since is None else position_from_wire(since), _int(window))
+
+
+def _decode_schunk(a: list[Any]) -> SnapChunk:
+    epoch, to, source, after, since, pos, entries, nxt, final, applied, header = a
+    pairs = []
+    for k, v in entries:
+        if not isinstance(k, bytes) or not (v is None or isinstance(v, bytes)):
+            raise TypeError(f"bad snapshot entry {peer_repr([k, v], 60)}")
+        pairs.append((k, v))
+    if not isinstance(final, bool) or not isinstance(applied, list):
+        raise TypeError("bad snapshot chunk flags")
+    head = None
+    if header is not None:
+        seq, lineage, hlc = header
+        head = (_int(seq), lineage_from_wire(lineage), _int(hlc))
+    return SnapChunk(epoch_from_wire(epoch), _str(to), _str(source), _key_or_none(after),
+                     None if since is None else position_from_wire(since),
+                     None if pos is None else position_from_wire(pos), pairs, _key_or_none(nxt), final, applied, head)
+
+
 def _decode_active(a: list[Any]) -> Active:
     epoch, pos, lineage, conflicts, subsumed = a[:5]
     return Active(epoch_from_wire(epoch), position_from_wire(pos), lineage_from_wire(lineage),
@@ -376,6 +454,8 @@ _DECODERS: dict[str, Callable[[list[Any]], ReplicationMessage]] = {
     "fetch": _decode_fetch,
     "tail": _decode_tail,
     "snap": _decode_snap,
+    "sfetch": _decode_sfetch,
+    "schunk": _decode_schunk,
     "active": _decode_active,
     "resign": _decode_resign,
 }
@@ -397,6 +477,8 @@ def decode(wire: Any, *, me: str | None = None) -> ReplicationMessage:
     try:
         if me is not None and decoder is _decode_tail and len(fields) == 5 and fields[1] != me:
             fields[2] = []  # another node's records: not decoded
+        elif me is not None and decoder is _decode_schunk and len(fields) == 11 and fields[1] != me:
+            fields[6], fields[9] = [], []  # another node's snapshot chunk: not decoded
         return decoder(fields)
     except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:  # (int() of an infinity)
         raise StoreDecodeError(f"bad {wire[0]} message: {exc}") from exc
@@ -414,7 +496,8 @@ def sender_of(msg: ReplicationMessage) -> str:
     match msg:
         case Heartbeat(node=node) | Promise(node=node) | Ack(node=node):
             return _endpoint_of(node)
-        case Fetch(requester=node) | Tail(source=node) | Snap(source=node):
+        case Fetch(requester=node) | Tail(source=node) | Snap(source=node) | SnapFetch(requester=node) \
+                | SnapChunk(source=node):
             return _endpoint_of(node)
         case Write(origin=origin) | Writes(origin=origin):
             return origin

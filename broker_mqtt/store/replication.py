@@ -68,6 +68,8 @@ from .replica_messages import (
     Promise,
     Resign,
     Snap,
+    SnapChunk,
+    SnapFetch,
     Tail,
     Write,
     WriteAck,
@@ -248,6 +250,8 @@ _HANDLERS: dict[type, Callable[[Replica, Any, float], None]] = {
     Fetch: Replica._on_fetch,
     Tail: Replica._on_tail,
     Snap: Replica._on_snap,
+    SnapFetch: Replica._on_sfetch,
+    SnapChunk: Replica._on_schunk,
     Active: Replica._on_active,
     Resign: Replica._on_resign,
 }

@@ -39,6 +39,7 @@ re-exported here.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,6 +235,15 @@ class VersionedState:
         out = dict(self._versions)
         out.update((k, (unpack(k), v)) for k, v in self._tombstones.items())
         return out
+
+    def packed_keys(self) -> Iterable[bytes]:
+        """Every key (tombstones included) as :func:`~.packing.pack` gives it (a streamed snapshot's order)."""
+        return itertools.chain(self._versions.keys(), self._tombstones.keys())
+
+    def packed_version(self, k: bytes) -> Version | None:
+        """The version of the key packed as ``k`` (a tombstone included), or None."""
+        item = self._versions.get(k)
+        return self._tombstones.get(k) if item is None else item[1]
 
     def next_expiry(self) -> tuple[float, Any] | None:
         """``(expiry, key)`` of the key that expires first, or None."""

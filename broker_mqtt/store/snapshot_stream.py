@@ -1,0 +1,196 @@
+"""Snapshots that stream: a replica's state in bounded chunks, in key order (``docs/elected-stores.md`` § 3).
+
+A replica that needs the whole state (a new one, one too far behind for the log, one whose tail must
+go) pulls it from the source (the master, or the replica a claimant fetches from) in *passes*:
+
+* the first pass reads every entry (tombstones included) in packed-key order, ``window`` chunks per
+  ``sfetch``, each chunk at most ``ReplicaConfig.snapshot_chunk`` bytes of entries; the requester asks
+  for the next window when the last chunk of the previous one arrived (flow control), and again from
+  the last key it holds when chunks stop coming (a lost chunk, a dropped connection: resumable);
+* the source reads each chunk at the time it sends it, so a pass is fuzzy: each chunk is stamped with
+  the source's position when its key order was taken (``pos``, a lower bound), and the requester then
+  asks for what changed since the lowest of them (``since``). The source answers that from its log when
+  the log reaches back there and the change is small: one *final* burst, built in one step, so the
+  result is the state at exactly the position it names (``header``); otherwise by another pass that
+  sends only the entries written after ``since``; and so on until a final burst;
+* a source whose history no longer contains ``since`` (another epoch merged it away) answers with no
+  position: the requester starts over.
+
+The requester keeps the chunks as received (packed, :class:`Incoming`) and installs them once, at the
+final burst, into its state (:meth:`Incoming.parts`). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import StoreDecodeError
+from .history import Epoch, Position, Record, Version
+from .packing import pack, unpack
+from .versioned import VersionedState, _Applied
+
+__all__ = ["SnapshotReader", "Incoming", "touched_keys", "SCAN_LIMIT"]
+
+SCAN_LIMIT = 50_000  #: keys a chunk of a pass of changes looks at, at most (it may then carry few)
+ENTRY_OVERHEAD = 8  #: bytes counted per entry beside its packed key and version (the list around them)
+
+Entry = tuple[bytes, bytes | None]
+
+
+class SnapshotReader:
+    """The source's side: chunks of ``state`` in packed-key order. Keeps one sorted list of the keys,
+    taken again at the start of a pass when the state changed since."""
+
+    def __init__(self, state: VersionedState) -> None:
+        self.state = state
+        self._keys: list[bytes] = []
+        self._stamp: tuple[int, int, int] | None = None
+        self._pos: Position = (0, None)
+
+    def _order(self, fresh: bool) -> None:
+        s = self.state
+        stamp = (s.generation, s.last_seq, id(s))
+        if self._stamp is None or (fresh and stamp != self._stamp):
+            self._keys = sorted(s.packed_keys())
+            self._stamp, self._pos = stamp, s.position
+
+    def chunk(self, after: bytes | None, since_seq: int, budget: int) -> tuple[list[Entry], bytes | None, Position]:
+        """Entries after key ``after`` written after seq ``since_seq``, up to ``budget`` bytes (at least
+        one entry): ``(entries, the last key covered or None at the end, the position of the key order)``."""
+        self._order(after is None)
+        keys, versions = self._keys, self.state
+        i = 0 if after is None else bisect.bisect_right(keys, after)
+        entries: list[Entry] = []
+        size = scanned = 0
+        while i < len(keys):
+            k = keys[i]
+            v = versions.packed_version(k)
+            if v is not None and v.seq > since_seq:
+                pv = pack(v.to_wire())
+                n = len(k) + len(pv) + ENTRY_OVERHEAD
+                if entries and size + n > budget:
+                    break
+                entries.append((k, pv))
+                size += n
+            i += 1
+            scanned += 1
+            if scanned >= SCAN_LIMIT and since_seq:
+                break
+        return entries, (keys[i - 1] if i < len(keys) else None), self._pos
+
+    def final(self, keys: Iterable[bytes], budget: int) -> list[tuple[list[Entry], list[Any]]]:
+        """The current versions of ``keys`` (None: gone) and the writer table, as chunks of at most
+        ``budget`` bytes each: ``[(entries, applied rows), ...]`` (at least one)."""
+        out: list[tuple[list[Entry], list[Any]]] = [([], [])]
+        size = 0
+
+        def add(n: int) -> tuple[list[Entry], list[Any]]:
+            nonlocal size
+            if size + n > budget and (out[-1][0] or out[-1][1]):
+                out.append(([], []))
+                size = 0
+            size += n
+            return out[-1]
+
+        for k in keys:
+            v = self.state.packed_version(k)
+            pv = None if v is None else pack(v.to_wire())
+            add(len(k) + (len(pv) if pv else 1) + ENTRY_OVERHEAD)[0].append((k, pv))
+        for w, a in self.state.applied.items():
+            row = [w, a.n, a.seq, [[n, r] for n, r in a.results.items()]]
+            add(len(pack(row)))[1].append(row)
+        return out
+
+    def header(self) -> tuple[int, Any, int]:
+        s = self.state
+        return s.last_seq, list(s.lineage), s.max_hlc
+
+
+def touched_keys(records: Iterable[Record], after_seq: int) -> set[bytes] | None:
+    """The packed keys the records after ``after_seq`` wrote; None if one of them cleared the store."""
+    out: set[bytes] = set()
+    for r in records:
+        if r.seq <= after_seq:
+            continue
+        op = r.op
+        for one in (op[1] if op[0] == "many" else (op,)):
+            if one[0] == "clear":
+                return None
+            if one[0] in ("put", "erase", "expire", "forget"):
+                out.add(pack(one[1]))
+    return out
+
+
+@dataclass(slots=True)
+class Incoming:
+    """The requester's side: a snapshot being received from ``source`` in ``epoch``."""
+
+    source: str
+    epoch: Epoch
+    for_claim: bool
+    staged: dict[bytes, bytes] = field(default_factory=dict)  # packed key -> packed version
+    cursor: bytes | None = None  # the last key of the current pass received
+    since: Position | None = None  # the current pass: entries written after this (None: all)
+    low: Position | None = None  # the lowest position a chunk of the current pass was read at
+    left: int = 0  # chunks of the window asked for that have not come yet
+    asked: tuple[bytes | None, Position | None] | None = None  # the last request sent
+    applied: list[Any] = field(default_factory=list)
+    chunks: int = 0
+
+    def matches(self, after: bytes | None, since: Position | None) -> bool:
+        return after == self.cursor and since == self.since
+
+    def take(self, entries: list[Entry], nxt: bytes | None, pos: Position) -> None:
+        """A chunk of the current pass: stage its entries, move the cursor."""
+        self.stage(entries, [])
+        self.chunks -= 1
+        if self.low is None or pos[0] < self.low[0]:
+            self.low = pos
+        self.cursor = nxt
+        self.left -= 1
+        self.chunks += 1
+
+    def stage(self, entries: list[Entry], applied: list[Any]) -> None:
+        """A chunk of the final burst: its entries and writer rows, staged."""
+        staged = self.staged
+        for k, v in entries:
+            if v is None:
+                staged.pop(k, None)
+            else:
+                staged[k] = v
+        self.applied.extend(applied)
+        self.chunks += 1
+
+    def next_pass(self) -> None:
+        """The pass is complete: next, what changed since the lowest position of its chunks."""
+        self.since, self.low, self.cursor, self.left = self.low, None, None, 0
+
+    def restart(self) -> None:
+        self.staged.clear()
+        self.applied.clear()
+        self.since = self.low = self.cursor = None
+        self.left = 0
+
+    def parts(self, header: tuple[int, Any, int]) -> dict[str, Any]:
+        """The staged state as keyword arguments of :meth:`~.versioned.VersionedState.replace` (the
+        staged entries are consumed). Raises StoreDecodeError for a malformed entry."""
+        staged, versions = self.staged, []
+        try:
+            while staged:
+                k, v = staged.popitem()
+                versions.append((unpack(k), Version.from_wire(unpack(v))))
+            applied = {}
+            for w, n, seq, results in self.applied:
+                if not (isinstance(w, str) and isinstance(n, int) and isinstance(seq, int)):
+                    raise StoreDecodeError("bad applied entry")
+                applied[w] = _Applied(n, seq, {int(i): r for i, r in results})
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise StoreDecodeError(f"bad snapshot chunk: {exc}") from exc
+        versions.reverse()
+        seq, lineage, hlc = header
+        return {"versions": versions, "last_seq": seq, "lineage": lineage, "applied": applied, "max_hlc": hlc}
+
+
