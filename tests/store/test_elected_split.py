@@ -290,8 +290,13 @@ def _run_split(proxy: CuttableProxy, side_a: list[SplitNode], side_b: list[Split
         assert by_key["put-vs-erase"]["other"][:2] == ["from-a", False]
 
     # -- one master again, and it takes writes from both former sides ---------------------------------------
-    final = _one_master(everyone)
-    assert final is not None and final[0] > max(master_a[0], master_b[0])  # type: ignore[index]
+    # The merge's new epoch: every node reports it a little after the conflicts it resolved (one
+    # reading right after them may still show the side master it followed before): wait for it.
+    def merged_master() -> bool:
+        final = _one_master(everyone)
+        return final is not None and final[0] > max(master_a[0], master_b[0])  # type: ignore[index]
+
+    assert wait_for(merged_master, LIVENESS), f"no single master in a new epoch after the merge: {_one_master(everyone)}"
     for node, key in ((a2, "after-a"), (b2, "after-b")):
         node.wait_answer(node.put(key, node.label))
     expected |= {"after-a": "a2", "after-b": "b2"}
