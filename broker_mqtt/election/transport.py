@@ -32,7 +32,7 @@ from typing import Any
 from ..endpoint.endpoint import Endpoint
 from ..errors import TopicError, peer_repr
 from ..wire import codec
-from ..wire.identity import endpoint_id
+from ..wire.identity import endpoint_id, node_endpoint
 
 __all__ = ["MQTTTransport"]
 
@@ -66,7 +66,7 @@ class MQTTTransport:
         node = msg.get("node")
         if node is None:  # "hist": a side's history, told by any member
             return msg.get("t") != "hist"
-        return not isinstance(node, str) or node.partition(".")[0] != sender.hex
+        return not isinstance(node, str) or node_endpoint(node) != sender.hex
 
     @asynccontextmanager
     async def monitor(self) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:

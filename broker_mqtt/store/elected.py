@@ -38,7 +38,8 @@ import anyio
 from ..endpoint.attaching import attaching
 from ..endpoint.event_stream import EventStream
 from ..endpoint.events import PeerLost, PeerRemoved
-from ..errors import ForgedMessage, PayloadTooLarge, UsageError
+from ..errors import ForgedMessage, UsageError
+from ..wire.identity import node_endpoint
 from ..wire.message import Kind
 from .clock import clock
 from .commands import PutUnique, WriteCommand
@@ -56,7 +57,6 @@ from .events import (
 )
 from .operations import WriteOperations
 from .replica_events import TOMBSTONE_TTL
-from .replica_messages import split
 from .replication import (
     ConflictsFound,
     DataChanged,
@@ -69,9 +69,10 @@ from .replication import (
 )
 from .replication import MasterChanged as ReplicaMasterChanged
 from .replication import StaleChanged as ReplicaStaleChanged
-from .routes import answers_topic, replication_topic, routes, writes_topic
+from .routes import answers_topic, replication_topic, writes_topic
 from .versioned import Clock, Epoch, Resolver, VersionedState, last_writer_wins
 from .versioned_sqlite import open_state
+from .writer import send_routed
 
 if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint
@@ -364,7 +365,7 @@ class ElectedStore(WriteOperations):
                 self.replica.peer_gone(gone)
                 actor = self._actor
                 holder = actor.current if actor is not None else None
-                if actor is not None and holder is not None and holder.partition(".")[0] == gone:
+                if actor is not None and holder is not None and node_endpoint(holder) == gone:
                     # its last will: bid now rather than when its next ping is overdue
                     await actor.holder_gone(holder)
                 self._drain()
@@ -452,23 +453,9 @@ class ElectedStore(WriteOperations):
             while self._sendq:
                 batch, self._sendq = self._sendq, []
                 for msg in batch:
-                    await self._send(msg)
+                    await send_routed(self.endpoint, self.name, msg)
         finally:
             self._draining = False
-
-    async def _send(self, msg: list[Any]) -> None:
-        """Send one message where :func:`.routes.routes` says; one too large for the transport (many
-        writes or records together) goes as two halves, each again halved while too large."""
-        try:
-            for topic, endpoint in routes(self.name, msg):
-                await self.endpoint.send_node(Kind.COMMAND, topic, msg,
-                                              receivers=None if endpoint is None else (endpoint,))
-        except PayloadTooLarge:
-            halves = split(msg)
-            if halves is None:
-                raise
-            for half in halves:
-                await self._send(half)
 
 
 @attaching

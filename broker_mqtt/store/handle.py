@@ -39,6 +39,7 @@ from .. import channel as ch
 from ..endpoint.event_stream import EventStream
 from ..errors import PayloadTooLarge
 from ..wire import codec
+from ..wire.identity import node_endpoint
 from ..wire.message import Kind
 from .clock import clock
 from .commands import WriteCommand
@@ -282,7 +283,7 @@ class StoreHandle(WriteOperations):
                 self.malformed += 1
                 continue
             claimed = claimed_node(decoded)
-            if claimed is not None and claimed[:32] != msg.sender_hex:
+            if claimed is not None and node_endpoint(claimed) != msg.sender_hex:
                 self.forged += 1  # it speaks for a node of another endpoint than the topic proves
                 continue
             now = clock()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..wire.identity import node_endpoint
 from .commands import ComputedCommand, decode_command
 from .errors import StoreError, StoreProtocolError
 from .replica_base import MAX_ORIGINS, _Member
@@ -135,9 +136,9 @@ class MasterSide(ClaimSide):
         """Raise StoreError unless a write that acts for a node (``acts_for``) comes from that node's
         endpoint or from a replica's (``origin`` is proven by the topic the write came on)."""
         node = cmd.acts_for() if isinstance(cmd, ComputedCommand) else None
-        if node is None or node.partition(".")[0] == origin or origin == self.origin:
+        if node is None or node_endpoint(node) == origin or origin == self.origin:
             return
-        if any(member.partition(".")[0] == origin for member in self._members):
+        if any(node_endpoint(member) == origin for member in self._members):
             return
         raise StoreProtocolError(f"endpoint {origin} may not act for {node} (neither its endpoint nor a replica's)")
 

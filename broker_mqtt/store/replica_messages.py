@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import peer_repr
+from ..wire.identity import node_endpoint
 from .errors import StoreDecodeError
 from .history import (
     Conflict,
@@ -484,10 +485,6 @@ def decode(wire: Any, *, me: str | None = None) -> ReplicationMessage:
         raise StoreDecodeError(f"bad {wire[0]} message: {exc}") from exc
 
 
-def _endpoint_of(node: str) -> str:
-    return node.partition(".")[0]
-
-
 def sender_of(msg: ReplicationMessage) -> str:
     """The endpoint (id in hex) that ``msg`` claims to come from: the node it speaks for (node ids are
     ``<endpoint id hex>.<incarnation>``), the master of its epoch for the master's messages, the
@@ -495,12 +492,12 @@ def sender_of(msg: ReplicationMessage) -> str:
     on names (docs/security.md)."""
     match msg:
         case Heartbeat(node=node) | Promise(node=node) | Ack(node=node):
-            return _endpoint_of(node)
+            return node_endpoint(node)
         case Fetch(requester=node) | Tail(source=node) | Snap(source=node) | SnapFetch(requester=node) \
                 | SnapChunk(source=node):
-            return _endpoint_of(node)
+            return node_endpoint(node)
         case Write(origin=origin) | Writes(origin=origin):
             return origin
         case Claim(epoch=epoch) | Active(epoch=epoch) | Log(epoch=epoch) | WriteAck(epoch=epoch) | Resign(epoch=epoch):
-            return _endpoint_of(epoch[1])
+            return node_endpoint(epoch[1])
     raise TypeError(f"not a replication message: {msg!r}")

@@ -169,23 +169,25 @@ class StoreWriter:
                 if not out:
                     break
                 for msg in out:  # to the master's endpoint (routes): the other replicas never see it
-                    await self._send(msg)
+                    await send_routed(self.endpoint, self.name, msg)
         finally:
             self._draining = False
 
-    async def _send(self, msg: list[Any]) -> None:
-        """Send one message where :func:`.routes.routes` says; one too large for the transport (many
-        writes or records together) goes as two halves, each again halved while too large."""
-        try:
-            for topic, endpoint in routes(self.name, msg):
-                await self.endpoint.send_node(Kind.COMMAND, topic, msg,
-                                              receivers=None if endpoint is None else (endpoint,))
-        except PayloadTooLarge:
-            halves = split(msg)
-            if halves is None:
-                raise
-            for half in halves:
-                await self._send(half)
 
 
 _FORGET = object()
+
+
+async def send_routed(ep: Endpoint, name: str, msg: list[Any]) -> None:
+    """Send a replica's or a writer's message of store ``name`` where :func:`.routes.routes` says; one
+    too large for the transport (many writes or records together) goes as two halves, each again
+    halved while too large."""
+    try:
+        for topic, endpoint in routes(name, msg):
+            await ep.send_node(Kind.COMMAND, topic, msg, receivers=None if endpoint is None else (endpoint,))
+    except PayloadTooLarge:
+        halves = split(msg)
+        if halves is None:
+            raise
+        for half in halves:
+            await send_routed(ep, name, half)

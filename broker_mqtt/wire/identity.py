@@ -23,7 +23,8 @@ from functools import lru_cache
 
 from ..errors import UsageError
 
-__all__ = ["ENDPOINT_ID_NAMESPACE", "default_client_id", "endpoint_id", "validate_client_id", "resolve_identity"]
+__all__ = ["ENDPOINT_ID_NAMESPACE", "default_client_id", "endpoint_id", "validate_client_id", "resolve_identity",
+           "node_endpoint"]
 
 #: the uuid5 namespace of endpoint ids derived from chosen client ids
 ENDPOINT_ID_NAMESPACE = uuid.UUID("5b1e6f1c-9d7e-4a5e-8c33-6d2f0b8e4a17")
@@ -88,3 +89,10 @@ def resolve_identity(endpoint: uuid.UUID | None, client_id: str | None) -> tuple
     if endpoint is not None and endpoint != derived:
         raise UsageError(f"id {endpoint} is not the id of client id {client_id!r} ({derived}); give one of them")
     return derived, client_id
+
+
+def node_endpoint(node: str) -> str:
+    """The endpoint id, in hex, that a node id speaks for: node ids of stores, queue consumers and
+    elections are ``<endpoint id hex>.<anything>`` (or just the hex). What a receiver compares with
+    the endpoint the topic names."""
+    return node.partition(".")[0]
