@@ -216,6 +216,15 @@ def test_malformed_payloads_raise_decode_error(data: bytes, why: str) -> None:
         decode_payload(data)
 
 
+def test_groups_are_skipped_like_unknown_fields() -> None:
+    group = b"\x93\x03" + b"\x08\x05" + b"\x9b\x03\x9c\x03" + b"\x94\x03"  # field 50 holding field 51
+    assert decode_payload(b"\x08\x07" + group + b"\x18\x02") == Payload(7, (), 2)
+    with pytest.raises(DecodeError, match="closed by end-group"):
+        decode_payload(b"\x93\x03\x94\x02")
+    with pytest.raises(DecodeError, match="truncated"):
+        decode_payload(b"\x93\x03\x08\x05")
+
+
 def test_deep_template_nesting_is_a_decode_error() -> None:
     assert decode_payload(_deep(3)).metrics[0].value["metrics"][0]["value"]["metrics"][0]["datatype"] == 19
     with pytest.raises(DecodeError, match="nested"):
@@ -331,6 +340,20 @@ def test_birth_data_death_with_aliases() -> None:
     rows = dec.receive("spBv1.0/plant/NDEATH/gw", _payload(None, Metric("bdSeq", None, None, int(DataType.Int64), 1)))
     assert rows[0].online is False and dec.online("plant", "gw") is False
     assert dec.statistics().seq_gaps == 0 and dec.stale_deaths == 0 and dec.unknown_alias == 0
+
+
+def test_data_by_name_takes_the_birth_datatype_and_data_before_birth_is_unknown() -> None:
+    dec = SparkplugDecoder()
+    pb = PB["Payload"](seq=0)
+    pb.metrics.add(alias=4, int_value=1)
+    rows = dec.receive("spBv1.0/g/DDATA/n/d", pb.SerializeToString())
+    assert (rows[0].online, rows[0].metric, rows[0].value) == (None, None, 1) and dec.unknown_alias == 1
+    dec.receive("spBv1.0/g/NBIRTH/n", _payload(0))
+    dec.receive("spBv1.0/g/DBIRTH/n/d", _payload(1, Metric("Speed", None, None, int(DataType.Int16), 1)))
+    pb = PB["Payload"](seq=2)
+    pb.metrics.add(name="Speed", int_value=0xFFFF)
+    rows = dec.receive("spBv1.0/g/DDATA/n/d", pb.SerializeToString())
+    assert (rows[0].metric, rows[0].datatype, rows[0].value, rows[0].online) == ("Speed", "Int16", -1, True)
 
 
 def test_stale_ndeath_is_ignored_and_counted() -> None:
