@@ -12,7 +12,8 @@ with ``metric=None`` when the message has none, so a DDEATH's state is visible).
 only when its ``bdSeq`` matches the current NBIRTH's: a late death from an older session is
 ignored and counted in ``stale_deaths``. ``seq`` (0..255, wrapping) is checked per edge node over
 NBIRTH, DBIRTH, DDEATH, NDATA and DDATA; a jump counts in ``seq_gaps``. An alias no birth
-declared yields a row with ``metric=None`` (``unknown_alias``), never an error. Everything is
+declared yields a row with ``metric=None`` and the field's raw value (``unknown_alias``), never an
+error; a seq outside 0..255 is malformed. Everything is
 decoded before the state changes, so a malformed message raises
 :class:`~broker_mqtt.errors.DecodeError`, counts in ``malformed`` and leaves the state as it
 was. STATE messages (a host application's JSON, not protobuf) yield no rows and count in
@@ -110,7 +111,7 @@ class MetricRow:
     metric: str | None  #: the name, from the birth when the message carries only an alias
     alias: int | None
     datatype: str | None  #: the DataType name, from the message or the birth
-    value: Any  #: None if null or unknown
+    value: Any  #: None if null; the raw field's value when the datatype is unknown
 
 
 @dataclass(frozen=True, slots=True)
