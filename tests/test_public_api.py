@@ -27,8 +27,8 @@ PACKAGES = {
     ],
     "broker_mqtt.spark": [
         "BrokerMQTTDataSource", "Deduplicated", "Deduplicator", "DeduplicatorStatistics", "JavaNotFound",
-        "READ_SCHEMA", "ROW_ID_KEY", "RowId", "dedup", "ensure_java", "find_java_home", "register", "row_id",
-        "to_json", "to_jsonable",
+        "MetricRow", "READ_SCHEMA", "ROW_ID_KEY", "RowId", "SparkplugDecoder", "SparkplugStatistics",
+        "SparkplugTopic", "dedup", "ensure_java", "find_java_home", "register", "row_id", "to_json", "to_jsonable",
     ],
     "asyncactor": [
         "Actor", "ActorCore", "ActorEvent", "Config", "CoreStats", "DecodeError", "DetagEvent", "EventQueue",

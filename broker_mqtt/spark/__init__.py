@@ -3,7 +3,9 @@
 Theory of operation. A Python Data Source registered as format ``broker_mqtt``
 (:func:`register`) writes every row of a DataFrame — batch or Structured Streaming — as one
 ordinary data message (a map of its columns), each Spark task through its own Endpoint, and reads
-topic prefixes as a streaming DataFrame ``(topic, sender, received, data)``. Spark delivers at
+topic prefixes as a streaming DataFrame ``(topic, sender, received, data)``; with option
+``payload`` (json, raw, sparkplug) it reads and writes what ordinary devices send on plain MQTT
+topics instead (:class:`SparkplugDecoder` decodes Sparkplug B without Spark). Spark delivers at
 least once; every emitted message carries its row id under :data:`ROW_ID_KEY`, and
 :class:`Deduplicator` / :func:`dedup` make delivery exactly-once for receivers.
 
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .document import to_json, to_jsonable
 from .java import JavaNotFound, ensure_java, find_java_home
 from .rowid import ROW_ID_KEY, Deduplicated, Deduplicator, DeduplicatorStatistics, RowId, dedup, row_id
+from .sparkplug import MetricRow, SparkplugDecoder, SparkplugStatistics, SparkplugTopic
 
 if TYPE_CHECKING:
     from .source import READ_SCHEMA, BrokerMQTTDataSource, register
@@ -30,9 +33,13 @@ __all__ = [
     "Deduplicator",
     "DeduplicatorStatistics",
     "JavaNotFound",
+    "MetricRow",
     "READ_SCHEMA",
     "ROW_ID_KEY",
     "RowId",
+    "SparkplugDecoder",
+    "SparkplugStatistics",
+    "SparkplugTopic",
     "dedup",
     "ensure_java",
     "find_java_home",
