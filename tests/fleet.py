@@ -55,7 +55,7 @@ def canonical(value: Any) -> str:
 def temp_for(index: int, seq: int) -> float:
     """The temperature device ``index`` reports at ``seq``: multiples of 0.25, so that sums and averages
     come out the same whatever the order of adding (every partial sum is exact in binary)."""
-    return 20.0 + index % 10 + (seq % 4) * 0.25
+    return 20.0 + (index % 64) * 0.5 + (seq % 4) * 0.25
 
 
 def _host_port(url: str) -> tuple[str, int]:
@@ -254,6 +254,11 @@ class EdgeNode(_Client):
             self.publish(self.topic("DBIRTH", d), p.SerializeToString(), 1)
         self.births += 1
 
+    def rebirth(self) -> None:
+        """NBIRTH and every DBIRTH again (seq from 0), as on an NCMD Node Control/Rebirth."""
+        self.on_connected()
+        self.fleet._after_io(self)
+
     def publish_telemetry(self, seq: int, qos: int) -> None:
         """One DDATA per device: temp and seq by alias only (no name, no datatype)."""
         now = int(time.time() * 1000)
@@ -279,6 +284,9 @@ class EdgeNode(_Client):
             raise ValueError(f"not a command topic: {topic}")
         device = parts[4] if parts[2] == "DCMD" and len(parts) > 4 else None
         p = spb.Payload.FromString(payload)
+        if device is None and any((m.name == "Node Control/Rebirth" or m.alias == self.node_aliases[
+                "Node Control/Rebirth"]) and m.boolean_value for m in p.metrics):
+            self.on_connected()  # a host application asked for the births again
         decoded: dict[str, Any] = {}
         for m in p.metrics:
             name = m.name if m.HasField("name") else self.by_alias.get(m.alias, f"alias:{m.alias}")
@@ -511,6 +519,12 @@ class Fleet:
             self.wait_until(lambda: not any(c.client.want_write() for c in targets), timeout, "telemetry written")
         stats["done"] = time.time()
         return stats
+
+    def rebirth(self, nodes: list[EdgeNode] | None = None) -> None:
+        """Edge nodes (all by default) publish their births again."""
+        targets = list(self.edge_nodes if nodes is None else nodes)
+        self._on_loop(lambda: [n.rebirth() for n in targets])
+        self._wake()
 
     # -- lifecycle
     def start(self) -> Fleet:
