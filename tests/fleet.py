@@ -70,7 +70,7 @@ class _Client:
     def __init__(self, fleet: Fleet, client_id: str) -> None:
         self.fleet = fleet
         self.client_id = client_id
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5,
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=fleet.protocol,
                                   userdata=self)
         self.client.max_inflight_messages_set(fleet.window)
         self.client.max_queued_messages_set(0)
@@ -304,8 +304,11 @@ def _any_value(m: Any) -> Any:
 class Fleet:
     """Many device clients driven by one thread. ``url``: ``mqtt://host:port``."""
 
-    def __init__(self, url: str, *, window: int = 100, keepalive: int = 60, nodelay: bool = True) -> None:
+    def __init__(self, url: str, *, window: int = 100, keepalive: int = 60, nodelay: bool = True,
+                 mqtt5: bool = False) -> None:
         self.host, self.port = _host_port(url)
+        # MQTT 3.1.1 by default: what most devices (and Sparkplug B) speak
+        self.protocol = mqtt.MQTTv5 if mqtt5 else mqtt.MQTTv311
         self.window = window  # QoS 1: unacknowledged PUBLISHes per client at most (paho's inflight limit)
         self.keepalive, self.nodelay = keepalive, nodelay
         self.json_devices: list[JsonDevice] = []
