@@ -97,6 +97,7 @@ SANS_IO = sorted({
     "broker_mqtt.queue.model", "broker_mqtt.queue.commands",
     "broker_mqtt.endpoint.dispatch", "broker_mqtt.endpoint.presence", "broker_mqtt.endpoint.outbox",
     "broker_mqtt.transport.memory_broker",
+    "broker_mqtt.spark.sparkplug", "broker_mqtt.spark.sparkplug_wire",
     *(f"asyncactor.{m}" for m in (
         "protocol", "core_state", "pinging", "succession", "healing", "history", "messages", "collision",
         "config", "events", "policy", "queue", "recovery", "state")),

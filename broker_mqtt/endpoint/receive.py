@@ -104,7 +104,7 @@ class Receiver:
             if self.sub_ids_available:
                 log.warning("%s: broker sends no subscription identifiers; matching topics instead", self._name)
                 self.sub_ids_available = False
-            await self._dispatch_by_topic(topic, payload, message.retain)
+            await self._dispatch_by_topic(topic, payload, message.retain, message.qos)
             return
         if PRESENCE_SID in sub_ids:
             self._presence_in(topic, payload, message.retain)
@@ -118,7 +118,7 @@ class Receiver:
         if not filters:
             return
         if filters[0].levels is None:
-            item = RawMessage(topic, payload, message.retain)
+            item = RawMessage(topic, payload, message.retain, message.qos)
             for f in filters:
                 for sub in f.subscribers:
                     if not sub._deliver_nowait([item]):
@@ -159,7 +159,7 @@ class Receiver:
             payload = opened
         self._on_presence(topic, payload)
 
-    async def _dispatch_by_topic(self, topic: str, payload: bytes, retain: bool) -> None:
+    async def _dispatch_by_topic(self, topic: str, payload: bytes, retain: bool, qos: int = 0) -> None:
         if self._layout.presence_client(topic) is not None:
             self._presence_in(topic, payload, retain)
         elif topic.startswith(self._keys_head) and self.on_key_record is not None:
@@ -175,7 +175,7 @@ class Receiver:
             if opened is not None:
                 await self._on_node_messages(topic, opened, self._table.match(levels))
         else:
-            item = RawMessage(topic, payload, retain)
+            item = RawMessage(topic, payload, retain, qos)
             for f in self._table.by_filter.values():
                 if f.levels is None and mqtt_match(f.mqtt_filter, topic):
                     for sub in f.subscribers:

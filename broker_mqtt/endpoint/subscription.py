@@ -60,6 +60,7 @@ class RawMessage:
     topic: str
     payload: bytes
     retain: bool
+    qos: int = 0  #: the QoS it was delivered with (the lower of the publisher's and the subscription's)
 
 
 class _Stream:

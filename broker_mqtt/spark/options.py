@@ -17,8 +17,15 @@ from ..errors import UsageError
 from ..transport.broker_url import BrokerURL, TLSOptions
 from ..wire.topics import validate_prefix, validate_topic
 from .rowid import ROW_ID_KEY
+from .topic_pattern import TopicPattern, TopicTemplate
 
-__all__ = ["Connection", "SinkOptions", "SourceOptions"]
+__all__ = ["PAYLOAD_FORMATS", "SPARKPLUG_COLUMNS", "Connection", "SinkOptions", "SourceOptions"]
+
+#: ``payload``: this project's node messages, or what ordinary devices send on plain MQTT topics
+PAYLOAD_FORMATS = ("node", "json", "raw", "sparkplug")
+#: the columns a Sparkplug B command sink reads (``device`` may be absent or null: a node command)
+SPARKPLUG_COLUMNS = ("group", "edge_node", "device", "metric", "value")
+_SPARKPLUG_ALL = "spBv1.0/#"
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -41,6 +48,13 @@ def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
     if value.lower() in _FALSE:
         return False
     raise UsageError(f"option {key!r} must be true or false, got {value!r}")
+
+
+def _payload(options: Mapping[str, str]) -> str:
+    payload = (_get(options, "payload") or "node").lower()
+    if payload not in PAYLOAD_FORMATS:
+        raise UsageError(f"option 'payload' must be one of {', '.join(PAYLOAD_FORMATS)}; got {payload!r}")
+    return payload
 
 
 def _number(options: Mapping[str, str], key: str, default: float, *, low: float, kind: type = int) -> float:
@@ -123,9 +137,19 @@ class SinkOptions:
     flush_timeout: float  #: a task fails if its messages are not acknowledged within this
     store: str | None = None  #: put rows into this elected store instead of publishing them ...
     key: tuple[str, ...] | None = None  #: ... keyed by these columns (the rest is the value)
+    payload: str = "node"  #: node messages, or plain PUBLISHes: "json", "raw" or "sparkplug" commands
+    template: TopicTemplate | None = None  #: plain topics: the topic, ``{column}`` placeholders filled per row
+    retain: bool = False  #: plain topics: PUBLISH with the retain flag
+    payload_column: str = "payload"  #: ``payload=raw``: the binary or string column sent as is
 
     @classmethod
     def parse(cls, options: Mapping[str, str], column_names: list[str] | None = None) -> SinkOptions:
+        payload = _payload(options)
+        if payload != "node":
+            return cls._parse_plain(options, column_names, payload)
+        for plain_only in ("retain", "payloadColumn"):
+            if _get(options, plain_only) is not None:
+                raise UsageError(f"option {plain_only!r} is for plain topics (payload json, raw or sparkplug)")
         topic, topic_column = _get(options, "topic"), _get(options, "topicColumn")
         store, key = _get(options, "store"), _get(options, "key")
         if sum(x is not None for x in (topic, topic_column, store)) != 1:
@@ -164,27 +188,101 @@ class SinkOptions:
             key=keys,
         )
 
+    @classmethod
+    def _parse_plain(cls, options: Mapping[str, str], column_names: list[str] | None, payload: str) -> SinkOptions:
+        for node_only in ("store", "key", "idKey", "decimals"):
+            if _get(options, node_only) is not None:
+                raise UsageError(f"option {node_only!r} is for node messages, not payload={payload}")
+        topic, topic_column = _get(options, "topic"), _get(options, "topicColumn")
+        template: TopicTemplate | None = None
+        payload_column = _get(options, "payloadColumn") or "payload"
+        needed: list[str] = []
+        if payload == "sparkplug":
+            if topic is not None or topic_column is not None:
+                raise UsageError("payload=sparkplug builds each topic from the columns group, edge_node and "
+                                 "device (NCMD without a device, DCMD with one): give no 'topic' or 'topicColumn'")
+            needed = [c for c in SPARKPLUG_COLUMNS if c != "device"]
+        else:
+            if (topic is None) == (topic_column is None):
+                raise UsageError(f"payload={payload} needs exactly one of the options 'topic' (a topic, "
+                                 "'{column}' placeholders allowed, e.g. site1/{device}/cmd) and 'topicColumn'")
+            if topic is not None:
+                template = TopicTemplate.parse(topic)
+                needed += template.columns
+            else:
+                assert topic_column is not None
+                needed.append(topic_column)
+            if payload == "raw":
+                needed.append(payload_column)
+        missing = [c for c in dict.fromkeys(needed) if column_names is not None and c not in column_names]
+        if missing:
+            raise UsageError(f"payload={payload}: columns {missing} are not columns of the DataFrame ({column_names})")
+        return cls(
+            connection=Connection.parse(options, default_name="spark-sink"),
+            topic=None,
+            topic_column=topic_column,
+            keep_topic_column=_bool(options, "keepTopicColumn", False),
+            id_key="",
+            decimals="string",
+            batch_bytes=int(_number(options, "batchBytes", 256 * 1024, low=1024)),
+            max_pending=int(_number(options, "maxPendingMessages", 50_000, low=1)),
+            flush_timeout=_number(options, "flushTimeout", 60.0, low=0.1, kind=float),
+            payload=payload,
+            template=template,
+            retain=_bool(options, "retain", False),
+            payload_column=payload_column,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     """Options of ``spark.readStream`` (docs/spark.md has the table)."""
 
     connection: Connection
-    topics: tuple[str, ...]
+    topics: tuple[str, ...]  #: node: topic prefixes; plain payloads: MQTT filters, ``{name}`` levels allowed
     partitions: int  #: Spark partitions per micro-batch
     max_buffered: int  #: received rows held for Spark at most; beyond it the receiver waits
+    payload: str = "node"  #: node messages, or plain PUBLISHes: "json", "raw" or "sparkplug"
+    patterns: tuple[TopicPattern, ...] = ()  #: plain payloads: the parsed ``topics``
+    json_schema: str | None = None  #: ``payload=json``: DDL of the document's fields (None: the text as is)
+    corrupt_column: str = "_corrupt_record"  #: ``payload=json`` with a schema: what failed to parse
+    read_seconds: float = 2.0  #: batch reads: how long to collect messages after subscribing
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        payload = _payload(options)
         raw = _get(options, "topics")
+        if payload == "sparkplug" and not raw:
+            raw = _SPARKPLUG_ALL
         if not raw:
-            raise UsageError("option 'topics' (comma-separated topic prefixes) is required")
+            raise UsageError("option 'topics' is required: comma-separated topic prefixes (payload=node) "
+                             "or MQTT topic filters (payload json or raw; e.g. site1/{device}/telemetry)")
         topics = tuple(t.strip() for t in raw.split(",") if t.strip())
-        for t in topics:
-            validate_prefix(t)
+        patterns: tuple[TopicPattern, ...] = ()
+        if payload == "node":
+            for t in topics:
+                validate_prefix(t)
+            for plain_only in ("jsonSchema", "columnNameOfCorruptRecord"):
+                if _get(options, plain_only) is not None:
+                    raise UsageError(f"option {plain_only!r} is for payload=json")
+        else:
+            patterns = tuple(TopicPattern.parse(t) for t in topics)
+            if payload == "sparkplug" and any(p.names for p in patterns):
+                raise UsageError("payload=sparkplug has its own level columns (group, edge_node, device): "
+                                 "give plain filters such as spBv1.0/plant1/#")
+        json_schema = _get(options, "jsonSchema")
+        if json_schema is not None and payload != "json":
+            raise UsageError("option 'jsonSchema' is for payload=json")
+        if json_schema is not None and not json_schema.strip():
+            raise UsageError("option 'jsonSchema' is empty: give the document's fields as DDL, e.g. 'temp DOUBLE'")
         return cls(
             connection=Connection.parse(options, default_name="spark-source"),
             topics=topics,
             partitions=int(_number(options, "numPartitions", 1, low=1)),
             max_buffered=int(_number(options, "maxBufferedRows", 1_000_000, low=1)),
+            payload=payload,
+            patterns=patterns,
+            json_schema=json_schema,
+            corrupt_column=_get(options, "columnNameOfCorruptRecord") or "_corrupt_record",
+            read_seconds=_number(options, "readSeconds", 2.0, low=0.0, kind=float),
         )

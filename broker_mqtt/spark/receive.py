@@ -8,13 +8,19 @@ to a buffer; the buffer's absolute position is the source's offset. Spark asks f
 offset, plans partitions over ``[start, end)`` (the rows travel inside the partitions) and
 commits ``end``, which frees the rows before it. Once ``max_buffered`` rows are held, the
 receiver stops reading (MQTT flow control then holds further messages at the broker).
+With ``payload`` json or raw the endpoint subscribes plain MQTT filters instead and buffers each
+PUBLISH as it came (:data:`~.plain_rows.Received`; the executors shape it into a row); with
+``payload=sparkplug`` it decodes each PUBLISH in arrival order into one row per metric, and a
+payload that does not decode is counted and logged, never a reason to stop.
 No pyspark here.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -22,12 +28,19 @@ import anyio
 import anyio.to_thread
 
 from ..endpoint.endpoint import Endpoint
+from ..errors import DecodeError
 from .document import to_json
 from .options import SourceOptions
+from .plain_rows import sparkplug_row
+from .sparkplug import SparkplugDecoder
 
 __all__ = ["Receiver", "Row"]
 
-Row = tuple[str, str, dt.datetime, str]
+log = logging.getLogger("broker_mqtt.spark")
+
+#: a buffered row: (topic, sender, received, data) for node messages, a Received PUBLISH for json
+#: and raw, a finished row for sparkplug
+Row = tuple[Any, ...]
 
 
 class Receiver:
@@ -42,6 +55,7 @@ class Receiver:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self.malformed = 0  #: payloads that did not decode (sparkplug), skipped
         self._thread = threading.Thread(target=self._run, name="broker-mqtt-spark-source", daemon=True)
 
     def start(self, timeout: float) -> None:
@@ -57,6 +71,19 @@ class Receiver:
         with self._cond:
             self._cond.notify_all()
         self._thread.join(10)
+
+    def wait_for(self, seconds: float) -> None:
+        """Go on receiving for ``seconds``, or until the buffer is full (a batch read); raise what
+        the receiver failed with."""
+        deadline = time.monotonic() + seconds
+        with self._cond:
+            while self._error is None and len(self._rows) < self.options.max_buffered:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 0.1))
+        if self._error is not None:
+            raise self._error
 
     @property
     def end(self) -> int:
@@ -101,19 +128,50 @@ class Receiver:
         conn = self.options.connection
         async with Endpoint(conn.broker, name=f"{conn.name}-{self.run_id[:8]}", namespace=conn.namespace,
                             tls=conn.tls, qos=conn.qos, connect_timeout=conn.connect_timeout) as ep:
-            async with ep.subscribe(*self.options.topics) as sub, anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch_stop, tg.cancel_scope)
-                self._ready.set()
-                now = dt.datetime.now
-                utc = dt.UTC
-                async for msg in sub:
-                    row = (msg.topic, str(msg.sender), now(utc), to_json(msg.data))
-                    if not self._has_room():
-                        if not await anyio.to_thread.run_sync(self._append, row, abandon_on_cancel=True):
-                            break
-                    else:
-                        self._append(row)
+                if self.options.payload == "node":
+                    await self._node_messages(ep)
+                else:
+                    await self._plain_messages(ep)
                 tg.cancel_scope.cancel()
+
+    async def _node_messages(self, ep: Endpoint) -> None:
+        now, utc = dt.datetime.now, dt.UTC
+        async with ep.subscribe(*self.options.topics) as sub:
+            self._ready.set()
+            async for msg in sub:
+                if not await self._put((msg.topic, str(msg.sender), now(utc), to_json(msg.data))):
+                    return
+
+    async def _plain_messages(self, ep: Endpoint) -> None:
+        now, utc = dt.datetime.now, dt.UTC
+        decoder = SparkplugDecoder() if self.options.payload == "sparkplug" else None
+        async with ep.subscribe_raw(*(p.mqtt_filter for p in self.options.patterns)) as sub:
+            self._ready.set()
+            async for msg in sub:
+                received = now(utc)
+                if decoder is None:
+                    if not await self._put((msg.topic, msg.payload, msg.qos, msg.retain, received)):
+                        return
+                    continue
+                try:
+                    metrics = decoder.receive(msg.topic, msg.payload)
+                except DecodeError as exc:
+                    self.malformed += 1
+                    if self.malformed <= 10 or self.malformed % 1000 == 0:
+                        log.warning("broker_mqtt source: skipped a Sparkplug B message on %r (%d so far): %s",
+                                    msg.topic, self.malformed, exc)
+                    continue
+                for metric in metrics:
+                    if not await self._put(sparkplug_row(metric, received)):
+                        return
+
+    async def _put(self, row: Row) -> bool:
+        """Buffer ``row``, waiting (in a thread) while the buffer is full; False once stopping."""
+        if self._has_room():
+            return self._append(row)
+        return await anyio.to_thread.run_sync(self._append, row, abandon_on_cancel=True)
 
     def _has_room(self) -> bool:
         return len(self._rows) < self.options.max_buffered

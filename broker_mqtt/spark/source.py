@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
+    DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
@@ -35,6 +36,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from ..errors import UsageError
 from .emit import emit_partition
 from .options import SinkOptions, SourceOptions
+from .plain_rows import PlainRows, plain_schema_ddl
 from .receive import Receiver, Row
 
 __all__ = ["BrokerMQTTDataSource", "READ_SCHEMA", "EmitCommitMessage", "register"]
@@ -76,8 +78,9 @@ class BrokerMQTTDataSource(DataSource):
     def name(cls) -> str:
         return "broker_mqtt"
 
-    def schema(self) -> StructType:
-        return READ_SCHEMA
+    def schema(self) -> StructType | str:
+        options = SourceOptions.parse(self.options)
+        return READ_SCHEMA if options.payload == "node" else plain_schema_ddl(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> _BatchWriter:
         return _BatchWriter(SinkOptions.parse(self.options, _column_names(schema)))
@@ -86,7 +89,29 @@ class BrokerMQTTDataSource(DataSource):
         return _StreamWriter(SinkOptions.parse(self.options, _column_names(schema)))
 
     def streamReader(self, schema: StructType) -> _StreamReader:
-        return _StreamReader(SourceOptions.parse(self.options))
+        options = SourceOptions.parse(self.options)
+        return _StreamReader(options, _shaper(options, schema))
+
+    def reader(self, schema: StructType) -> _BatchReader:
+        options = SourceOptions.parse(self.options)
+        return _BatchReader(options, _shaper(options, schema))
+
+
+def _shaper(options: SourceOptions, schema: StructType) -> PlainRows | None:
+    """What turns buffered PUBLISHes into rows on the executors (None: the buffer holds rows)."""
+    names = _column_names(schema)
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise UsageError(f"the source would have columns {repeated} twice: rename the jsonSchema fields "
+                         "or topic levels that clash")
+    if options.payload not in ("json", "raw"):
+        return None
+    json_schema = None
+    if options.json_schema is not None:
+        levels = len(PlainRows(options).columns)
+        fields = schema.fields[1 + levels:len(schema.fields) - 4]  # ... fields, corrupt record, qos, retain, received
+        json_schema = {"type": "struct", "fields": [f.jsonValue() for f in fields]}
+    return PlainRows(options, json_schema)
 
 
 def _column_names(schema: StructType) -> list[str]:
@@ -95,6 +120,10 @@ def _column_names(schema: StructType) -> list[str]:
 
 def _sink(options: SinkOptions) -> Any:
     """The executor-side function: publish rows, or put them into a store."""
+    if options.payload != "node":
+        from .plain_emit import emit_plain_partition
+
+        return emit_plain_partition
     if options.store is not None:
         from .store_sink import store_partition
 
@@ -152,11 +181,50 @@ class _StreamWriter(DataSourceStreamArrowWriter):
 
 
 class _RowsPartition(InputPartition):
-    """A slice of the receiver's buffer; the rows themselves travel to the executor."""
+    """A slice of the receiver's buffer; the rows themselves travel to the executor, and with them
+    what shapes buffered PUBLISHes into rows there (None: the buffer holds rows already)."""
 
-    def __init__(self, rows: list[Row]) -> None:
+    def __init__(self, rows: list[Row], shaper: PlainRows | None) -> None:
         super().__init__(None)
         self.rows = rows
+        self.shaper = shaper
+
+
+def _split(rows: list[Row], partitions: int, shaper: PlainRows | None) -> list[InputPartition]:
+    if not rows:
+        return []
+    n = min(partitions, len(rows))
+    size = -(-len(rows) // n)
+    return [_RowsPartition(rows[i:i + size], shaper) for i in range(0, len(rows), size)]
+
+
+def _read(partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    assert isinstance(partition, _RowsPartition)
+    shaper = partition.shaper
+    if shaper is None:
+        return iter(partition.rows)
+    return map(shaper.row, partition.rows)  # json/raw buffers hold Received tuples
+
+
+class _BatchReader(DataSourceReader):
+    """``spark.read``: what arrives within ``readSeconds`` of subscribing (retained messages first)."""
+
+    def __init__(self, options: SourceOptions, shaper: PlainRows | None) -> None:
+        self.options = options
+        self.shaper = shaper
+
+    def partitions(self) -> Sequence[InputPartition]:
+        receiver = Receiver(self.options)
+        receiver.start(self.options.connection.connect_timeout + 5)
+        try:
+            receiver.wait_for(self.options.read_seconds)
+            rows = receiver.slice(0, receiver.end)
+        finally:
+            receiver.stop()
+        return _split(rows, self.options.partitions, self.shaper)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        return _read(partition)
 
 
 class _StreamReader(DataSourceStreamReader):
@@ -167,12 +235,13 @@ class _StreamReader(DataSourceStreamReader):
     new receiver's first row and a batch wholly of an earlier run is empty.
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, shaper: PlainRows | None = None) -> None:
         self.options = options
+        self.shaper = shaper
         self._receiver: Receiver | None = None  # only in the driver's long-lived reader process
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_receiver": None}
+        return {"options": self.options, "shaper": self.shaper, "_receiver": None}
 
     def _started(self) -> Receiver:
         if self._receiver is None:
@@ -202,15 +271,10 @@ class _StreamReader(DataSourceStreamReader):
         if end.get("run") != receiver.run_id:
             return []
         rows = receiver.slice(self._local(start, receiver), int(end["offset"]))
-        if not rows:
-            return []
-        n = min(self.options.partitions, len(rows))
-        size = -(-len(rows) // n)
-        return [_RowsPartition(rows[i:i + size]) for i in range(0, len(rows), size)]
+        return _split(rows, self.options.partitions, self.shaper)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, _RowsPartition)
-        return iter(partition.rows)
+        return _read(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         receiver = self._receiver
