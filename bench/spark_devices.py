@@ -45,7 +45,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 FLEET = ROOT / "tests" / "fleet.py"
-SCHEMA = "device STRING, seq LONG, temp DOUBLE"
+SCHEMA = "seq LONG, temp DOUBLE"  # the device comes from the topic level {device} (a `device` field too would clash)
 PROBE = "_probe"  # a device the bench publishes from until the Spark job sees it (not counted)
 
 
