@@ -272,6 +272,8 @@ def _wait_for_source(url: str, prefix: str, sparkplug: bool, counter: BatchCount
                 raise RuntimeError(f"spark query failed: {query.exception()}")
             if time.monotonic() > deadline:
                 raise TimeoutError("the streaming query never saw the probe device")
+            if sparkplug:
+                fleet.rebirth()  # the source may have subscribed after the last birth: it needs one
             fleet.publish_telemetry(1, qos=1)
             counter.probed.wait(0.5)
 
@@ -294,6 +296,7 @@ def main() -> None:
     ap.add_argument("--qos0", action="store_true", help="also QoS 0 rows")
     ap.add_argument("--sparkplug", action="store_true", help="also a Sparkplug row")
     ap.add_argument("--no-spark", action="store_true", help="baseline only")
+    ap.add_argument("--no-baseline", action="store_true", help="Spark rows only (e.g. to profile them)")
     ap.add_argument("--subscriber", nargs=4, metavar=("URL", "FILTER", "COUNT", "QOS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.subscriber:
@@ -310,7 +313,7 @@ def main() -> None:
     load_before = os.getloadavg()
     with EmbeddedBroker() as broker:
         url = broker.url
-        for qos in qoses:
+        for qos in [] if args.no_baseline else qoses:
             rows.append(run_baseline(url, args.devices, args.messages, args.procs, qos))
             _print(rows[-1:])
         spark = None
@@ -326,9 +329,9 @@ def main() -> None:
     _print(rows)
     ratios = {}
     for qos in qoses:
-        base = next(r for r in rows if r["qos"] == qos and r["consumer"].startswith("baseline"))
+        base = next((r for r in rows if r["qos"] == qos and r["consumer"].startswith("baseline")), None)
         sp = next((r for r in rows if r["qos"] == qos and r["consumer"].endswith("payload=json")), None)
-        if sp:
+        if sp and base:
             ratios[f"qos{qos}"] = sp["msg_per_s"] / base["msg_per_s"]
             print(f"spark json / baseline, QoS {qos}: {ratios[f'qos{qos}']:.2f}x")
     print("target: >= 50,000 msg/s with 1,000 devices (Spark source)")
@@ -355,7 +358,7 @@ def _session() -> Any:
     ensure_java()
     spark = (SparkSession.builder.master("local[2]").appName("bench-spark-devices")
              .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.showConsoleProgress", "false")
              .config("spark.python.worker.reuse", "true").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
