@@ -89,11 +89,14 @@ def baseline_subscriber(url: str, topic_filter: str, expected: int, qos: int, ti
     if not subscribed.wait(30):
         raise SystemExit("baseline subscriber: no SUBACK")
     print("READY", flush=True)
+    cpu = time.process_time()
     done.wait(timeout)
     last = state["last"] or time.time()
+    cpu = time.process_time() - cpu
     client.loop_stop()
     client.disconnect()
     print(json.dumps({"received": state["n"], "first": state["first"], "last": last, "devices": len(counts),
+                      "cpu_s": cpu,
                       "min_per_device": min(counts.values(), default=0)}), flush=True)
 
 
@@ -143,7 +146,7 @@ class Publishers:
         done = max(o["done"] for o in outs)
         sent = sum(o["sent"] for o in outs)
         return {"sent": sent, "first_publish": first, "done": done, "pub_rate": sent / (done - first),
-                "connect_s": max(o["connect_s"] for o in outs)}
+                "connect_s": max(o["connect_s"] for o in outs), "cpu_s": sum(o["cpu_s"] for o in outs)}
 
     def kill(self) -> None:
         for p in self.procs:
@@ -153,14 +156,73 @@ class Publishers:
 
 
 def _row(kind: str, devices: int, messages: int, qos: int, got: int, first: float, last: float,
-         pub: dict[str, Any]) -> dict[str, Any]:
+         pub: dict[str, Any], cpu: dict[str, float]) -> dict[str, Any]:
+    """``cpu``: CPU seconds per role during the run; reported as CPU microseconds per message."""
+    cpu = {"publishers": pub["cpu_s"], **cpu}
     return {"consumer": kind, "devices": devices, "messages_per_device": messages, "qos": qos,
             "expected": devices * messages, "received": got, "seconds": last - first,
             "msg_per_s": got / (last - first), "pub_msg_per_s": pub["pub_rate"],
-            "publish_seconds": pub["done"] - pub["first_publish"]}
+            "publish_seconds": pub["done"] - pub["first_publish"],
+            "cpu_us_per_msg": {role: round(1e6 * s / max(got, 1), 1) for role, s in cpu.items()}}
 
 
-def run_baseline(url: str, devices: int, messages: int, procs: int, qos: int) -> dict[str, Any]:
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a live process; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _role(cmdline: str) -> str | None:
+    if "fleet.py" in cmdline or "--subscriber" in cmdline:
+        return None  # they report their own CPU time
+    for needle, role in (("python_streaming_source_runner", "spark_source_receiver"),
+                         ("pyspark.daemon", "spark_python_workers"), ("java", "spark_jvm")):
+        if needle in cmdline:
+            return role
+    return None
+
+
+def cpu_snapshot(broker_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of this bench's live processes by role: the Spark driver (this process), the
+    JVM, its Python workers, the source's receiver process, and mosquitto."""
+    parents: dict[int, int] = {}
+    cmd: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+    me = os.getpid()
+    out: dict[str, float] = {"spark_driver": _proc_cpu(me)}
+    if broker_pid:
+        out["mosquitto"] = _proc_cpu(broker_pid)
+    for pid in parents:
+        p, hops = pid, 0
+        while p not in (me, 0, 1) and hops < 20:
+            p, hops = parents.get(p, 0), hops + 1
+        if p != me or pid == me:
+            continue
+        role = _role(cmd.get(pid, ""))
+        if role:
+            out[role] = out.get(role, 0.0) + _proc_cpu(pid)
+    return out
+
+
+def _cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+def run_baseline(url: str, devices: int, messages: int, procs: int, qos: int,
+                 broker_pid: int | None = None) -> dict[str, Any]:
     prefix = "b" + uuid.uuid4().hex[:8]
     expected = devices * messages
     sub = subprocess.Popen([sys.executable, __file__, "--subscriber", url, f"{prefix}/+/telemetry", str(expected),
@@ -171,16 +233,20 @@ def run_baseline(url: str, devices: int, messages: int, procs: int, qos: int) ->
         raise RuntimeError("baseline subscriber did not start")
     pubs = Publishers(url, prefix, devices, messages, procs, qos)
     try:
+        broker_cpu = _proc_cpu(broker_pid) if broker_pid else 0.0
         pubs.go()
         pub = pubs.results()
     finally:
         pubs.kill()
     got = json.loads(sub.stdout.readline())
+    cpu = {"subscriber": got["cpu_s"]}
+    if broker_pid:
+        cpu["mosquitto"] = _proc_cpu(broker_pid) - broker_cpu
     sub.wait(30)
     if got["devices"] != devices or got["received"] != expected:
         print(f"baseline: received {got['received']} of {expected} from {got['devices']} devices", file=sys.stderr)
     return _row("baseline: paho subscriber, json.loads", devices, messages, qos, got["received"],
-                pub["first_publish"], got["last"], pub)
+                pub["first_publish"], got["last"], pub, cpu)
 
 
 class BatchCounter:
@@ -209,7 +275,7 @@ class BatchCounter:
 
 
 def run_spark(spark: Any, url: str, devices: int, messages: int, procs: int, qos: int, *,
-              sparkplug: bool = False, node_devices: int = 3) -> dict[str, Any]:
+              sparkplug: bool = False, node_devices: int = 3, broker_pid: int | None = None) -> dict[str, Any]:
     prefix = ("s" if not sparkplug else "g") + uuid.uuid4().hex[:8]
     if sparkplug:
         edge_nodes = max(1, devices // node_devices)
@@ -233,16 +299,18 @@ def run_spark(spark: Any, url: str, devices: int, messages: int, procs: int, qos
         pubs = Publishers(url, prefix, devices, messages, procs, qos, edge_nodes=edge_nodes,
                           node_devices=node_devices)
         try:
+            before = cpu_snapshot(broker_pid)
             pubs.go()
             pub = pubs.results()
         finally:
             pubs.kill()
         deadline = time.monotonic() + 600
-        while not counter.event.wait(1):
+        while not counter.event.wait(0.2):
             if query.exception() is not None:
                 raise RuntimeError(f"spark query failed: {query.exception()}")
             if time.monotonic() > deadline:
                 break
+        cpu = _cpu_delta(before, cpu_snapshot(broker_pid))
         last = counter.reached or time.time()
     finally:
         query.stop()
@@ -250,7 +318,7 @@ def run_spark(spark: Any, url: str, devices: int, messages: int, procs: int, qos
         print(f"spark: counted {counter.total} of {expected} rows from {len(counter.counts)} devices",
               file=sys.stderr)
     kind = "spark: format(broker_mqtt) payload=" + ("sparkplug" if sparkplug else "json")
-    row = _row(kind, devices, messages, qos, counter.total, pub["first_publish"], last, pub)
+    row = _row(kind, devices, messages, qos, counter.total, pub["first_publish"], last, pub, cpu)
     row["batches"] = counter.batches
     return row
 
@@ -285,6 +353,7 @@ def _print(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         print(f"{r['consumer']:<40} {r['devices']:>7} {r['expected']:>9} {r['qos']:>3} {r['received']:>9} "
               f"{r['seconds']:>7.2f} {r['msg_per_s']:>9,.0f} {r['pub_msg_per_s']:>9,.0f}")
+        print("    CPU us/msg: " + ", ".join(f"{k} {v:g}" for k, v in r["cpu_us_per_msg"].items()))
 
 
 def main() -> None:
@@ -314,17 +383,18 @@ def main() -> None:
     with EmbeddedBroker() as broker:
         url = broker.url
         for qos in [] if args.no_baseline else qoses:
-            rows.append(run_baseline(url, args.devices, args.messages, args.procs, qos))
+            rows.append(run_baseline(url, args.devices, args.messages, args.procs, qos, broker.pid))
             _print(rows[-1:])
         spark = None
         if not args.no_spark:
             spark = _session()
             run_spark(spark, url, 20, 20, 1, 1)  # warm-up: Python workers, imports
             for qos in qoses:
-                rows.append(run_spark(spark, url, args.devices, args.messages, args.procs, qos))
+                rows.append(run_spark(spark, url, args.devices, args.messages, args.procs, qos, broker_pid=broker.pid))
                 _print(rows[-1:])
             if args.sparkplug:
-                rows.append(run_spark(spark, url, args.devices, args.messages, args.procs, 1, sparkplug=True))
+                rows.append(run_spark(spark, url, args.devices, args.messages, args.procs, 1, sparkplug=True,
+                                      broker_pid=broker.pid))
             spark.stop()
     _print(rows)
     ratios = {}

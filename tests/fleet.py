@@ -619,7 +619,9 @@ def main(argv: list[str] | None = None) -> None:
         if line != "GO":
             fleet.close()
             return
+    cpu = time.process_time()
     stats = fleet.publish_telemetry(args.messages, qos=args.qos)
+    stats["cpu_s"] = time.process_time() - cpu
     sent = sum(c.sent for c in fleet.clients)
     fleet.close(death=False)
     print(json.dumps({"clients": len(fleet.clients), "sent": sent, "connect_s": connect_s, **stats,
