@@ -18,7 +18,10 @@ Rate = messages fully received (and parsed/counted) / (first publish -> last mes
 Spark: the end of the micro-batch in which the running total reached N*M). All processes share the
 machine's cores (2 on the build machines) with mosquitto and each other. "pub msg/s" is what the
 publishers achieved (sent / their own first publish -> last acknowledgement): when it is close to the
-consumer's rate, the publishers, not the consumer, set the pace.
+consumer's rate, the publishers, not the consumer, set the pace. Under each row, "CPU us/msg": CPU time
+per message received, by role (publishers and the baseline subscriber measure their own process time;
+the Spark driver, its JVM, its Python workers, the source's receiver process and mosquitto are read from
+/proc), which says where the time goes and is steadier than the rates on a shared machine.
 
 Prints a table and writes bench/results/spark_devices.json. Run: ``python bench/spark_devices.py
 [--devices N] [--messages M] [--procs P] [--quick] [--qos0] [--sparkplug] [--no-spark]``.
