@@ -14,42 +14,18 @@ import click
 
 from ..endpoint.endpoint import Endpoint
 from ..endpoint.subscription import RawMessage
-from ..errors import UsageError
+from ..wire.topics import validate_mqtt_filter, validate_mqtt_topic
 from .common import cli_endpoint, run_command
-
-#: MQTT's limit on a topic name or filter (a two-byte length), in UTF-8 bytes.
-MAX_TOPIC_BYTES = 65535
-
-
-def _check_common(text: str, what: str) -> None:
-    if not text:
-        raise UsageError(f"{what} must not be empty")
-    if "\0" in text:
-        raise UsageError(f"{what} {text!r} contains a NUL character")
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_TOPIC_BYTES:
-        raise UsageError(f"{what} is longer than {MAX_TOPIC_BYTES} bytes in UTF-8")
 
 
 def validate_filter(mqtt_filter: str) -> str:
-    """``mqtt_filter`` if MQTT accepts it as a topic filter: ``+`` only as a whole level, ``#``
-    only as the whole last level; raise :class:`UsageError` saying why not."""
-    _check_common(mqtt_filter, "MQTT filter")
-    levels = mqtt_filter.split("/")
-    for i, level in enumerate(levels):
-        if "#" in level and (level != "#" or i != len(levels) - 1):
-            raise UsageError(f"MQTT filter {mqtt_filter!r}: '#' must be a whole level, and the last one")
-        if "+" in level and level != "+":
-            raise UsageError(f"MQTT filter {mqtt_filter!r}: '+' must be a whole level")
-    return mqtt_filter
+    """``mqtt_filter`` if MQTT accepts it as a topic filter; :class:`UsageError` saying why not."""
+    return validate_mqtt_filter(mqtt_filter)
 
 
 def validate_raw_topic(topic: str) -> str:
-    """``topic`` if MQTT accepts it as a topic name to publish on (no wildcards); raise
-    :class:`UsageError` saying why not."""
-    _check_common(topic, "MQTT topic")
-    if "+" in topic or "#" in topic:
-        raise UsageError(f"MQTT topic {topic!r}: cannot publish on a wildcard ('+' or '#')")
-    return topic
+    """``topic`` if MQTT accepts it as a topic to publish on; :class:`UsageError` saying why not."""
+    return validate_mqtt_topic(topic)
 
 
 def payload_text(payload: bytes) -> str:

@@ -38,7 +38,7 @@ from ..transport.base import Received
 from ..wire.identity import endpoint_id
 from ..wire.message import Kind, decode_sequenced
 from ..wire.signing import Rejection, SignatureError, Verifier
-from ..wire.topics import TopicLayout, validate_topic
+from ..wire.topics import TopicLayout, mqtt_filter_matches, validate_topic
 from .dispatch import Filter, SubscriptionTable
 from .events import ErrorCode, ErrorEvent, Message, MessagesMissed, StatusEvent
 from .sequence import IN_ORDER, SequenceTracker, Verdict
@@ -283,12 +283,5 @@ class Receiver:
                     await sub._deliver(batch)
 
 
-def mqtt_match(mqtt_filter: str, topic: str) -> bool:
-    """Whether MQTT topic ``topic`` matches ``mqtt_filter`` (``+`` and ``#`` wildcards)."""
-    f_levels, t_levels = mqtt_filter.split("/"), topic.split("/")
-    for i, level in enumerate(f_levels):
-        if level == "#":
-            return True
-        if i >= len(t_levels) or (level != "+" and level != t_levels[i]):
-            return False
-    return len(f_levels) == len(t_levels)
+#: Whether MQTT topic ``topic`` matches ``mqtt_filter`` (``+`` and ``#`` wildcards; MQTT 5 §4.7).
+mqtt_match = mqtt_filter_matches

@@ -57,6 +57,9 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from itertools import count
 
+from ..errors import TopicError
+from ..wire.topics import mqtt_filter_matches, validate_mqtt_filter, validate_mqtt_topic
+
 __all__ = [
     "NEVER_EXPIRES", "ClientHandle", "CloseReason", "ConnAck", "ConnectionClosed", "Delivery",
     "InvalidTopic", "MemoryBroker", "MemoryBrokerError", "PacketTooLarge", "ProtocolError", "Will",
@@ -66,7 +69,6 @@ __all__ = [
 NEVER_EXPIRES = 0xFFFFFFFF  #: session expiry interval meaning "never" (MQTT 5 §3.1.2.11.2)
 MAX_PACKET_ID = 65_535
 MAX_SUBSCRIPTION_ID = 268_435_455
-_MAX_TOPIC_BYTES = 65_535
 
 
 class MemoryBrokerError(Exception):
@@ -128,52 +130,26 @@ class Delivery:
 # -- topics ------------------------------------------------------------------------------------
 
 
-def _check_common(text: object, what: str) -> str:
-    if not isinstance(text, str):
-        raise InvalidTopic(f"{what} must be a str, not {type(text).__name__}")
-    if text == "":
-        raise InvalidTopic(f"{what} must not be empty")
-    if "\0" in text:
-        raise InvalidTopic(f"{what} {text!r} holds a NUL character")
-    if len(text.encode()) > _MAX_TOPIC_BYTES:
-        raise InvalidTopic(f"{what} is over {_MAX_TOPIC_BYTES} bytes of UTF-8")
-    return text
-
-
 def validate_topic(topic: str) -> str:
     """Return ``topic`` if it is a valid MQTT topic name (no wildcards), else raise :class:`InvalidTopic`."""
-    _check_common(topic, "topic")
-    if "+" in topic or "#" in topic:
-        raise InvalidTopic(f"topic {topic!r} holds a wildcard; only filters may")
-    return topic
+    try:
+        return validate_mqtt_topic(topic)
+    except TopicError as exc:
+        raise InvalidTopic(str(exc)) from None
 
 
 def validate_filter(topic_filter: str) -> str:
     """Return ``topic_filter`` if it is a valid MQTT topic filter, else raise :class:`InvalidTopic`."""
-    _check_common(topic_filter, "filter")
-    if topic_filter.startswith("$share/"):
+    if isinstance(topic_filter, str) and topic_filter.startswith("$share/"):
         raise InvalidTopic(f"filter {topic_filter!r}: shared subscriptions are not supported")
-    levels = topic_filter.split("/")
-    for i, level in enumerate(levels):
-        if "#" in level and (level != "#" or i != len(levels) - 1):
-            raise InvalidTopic(f"filter {topic_filter!r}: '#' must be a whole level, and the last")
-        if "+" in level and level != "+":
-            raise InvalidTopic(f"filter {topic_filter!r}: '+' must be a whole level")
-    return topic_filter
+    try:
+        return validate_mqtt_filter(topic_filter)
+    except TopicError as exc:
+        raise InvalidTopic(str(exc)) from None
 
 
-def topic_matches(topic_filter: str, topic: str) -> bool:
-    """True if the (valid) ``topic_filter`` matches the (valid) ``topic``, per MQTT 5 §4.7."""
-    if topic.startswith("$") and topic_filter[:1] in ("+", "#"):
-        return False
-    f_levels = topic_filter.split("/")
-    t_levels = topic.split("/")
-    for i, f in enumerate(f_levels):
-        if f == "#":
-            return True
-        if i >= len(t_levels) or (f != "+" and f != t_levels[i]):
-            return False
-    return len(f_levels) == len(t_levels)
+#: True if the (valid) filter matches the (valid) topic, per MQTT 5 §4.7.
+topic_matches = mqtt_filter_matches
 
 
 def _varint_len(n: int) -> int:

@@ -31,7 +31,8 @@ from functools import lru_cache
 
 from ..errors import TopicError
 
-__all__ = ["TopicLayout", "validate_topic", "validate_prefix", "prefix_matches"]
+__all__ = ["TopicLayout", "validate_topic", "validate_prefix", "prefix_matches", "validate_mqtt_filter",
+           "validate_mqtt_topic", "mqtt_filter_matches"]
 
 _MAX_TOPIC_BYTES = 60_000  # MQTT topics are at most 65,535 bytes of UTF-8, namespace included
 
@@ -76,6 +77,62 @@ def validate_prefix(prefix: str) -> tuple[str, ...]:
 def prefix_matches(prefix: tuple[str, ...], topic: tuple[str, ...]) -> bool:
     """True when ``topic`` lies under ``prefix`` (level-wise, Zeek Broker's prefix semantics)."""
     return topic[: len(prefix)] == prefix
+
+
+# -- plain MQTT topics and filters (MQTT 5 §4.7), for raw subscriptions and ordinary devices ------------
+
+_MQTT_MAX_BYTES = 65_535
+
+
+def _check_mqtt_text(text: object, what: str) -> str:
+    if not isinstance(text, str):
+        raise TopicError(f"{what} must be a str, not {type(text).__name__}")
+    if text == "":
+        raise TopicError(f"{what} must not be empty")
+    if "\0" in text:
+        raise TopicError(f"{what} {text!r} contains a NUL character")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise TopicError(f"{what} {text!r} is not valid UTF-8 (lone surrogate)") from None
+    if size > _MQTT_MAX_BYTES:
+        raise TopicError(f"{what} is longer than {_MQTT_MAX_BYTES} bytes in UTF-8")
+    return text
+
+
+def validate_mqtt_filter(mqtt_filter: str) -> str:
+    """``mqtt_filter`` if MQTT accepts it as a topic filter (``+`` only as a whole level, ``#`` only
+    as the whole last level); :class:`TopicError` saying why not."""
+    _check_mqtt_text(mqtt_filter, "MQTT filter")
+    levels = mqtt_filter.split("/")
+    for i, level in enumerate(levels):
+        if "#" in level and (level != "#" or i != len(levels) - 1):
+            raise TopicError(f"MQTT filter {mqtt_filter!r}: '#' must be a whole level, and the last one")
+        if "+" in level and level != "+":
+            raise TopicError(f"MQTT filter {mqtt_filter!r}: '+' must be a whole level")
+    return mqtt_filter
+
+
+def validate_mqtt_topic(topic: str) -> str:
+    """``topic`` if MQTT accepts it as a topic to publish on (no wildcards); :class:`TopicError`."""
+    _check_mqtt_text(topic, "MQTT topic")
+    if "+" in topic or "#" in topic:
+        raise TopicError(f"MQTT topic {topic!r}: cannot publish on a wildcard ('+' or '#')")
+    return topic
+
+
+def mqtt_filter_matches(mqtt_filter: str, topic: str) -> bool:
+    """Whether the (valid) ``mqtt_filter`` matches ``topic``, per MQTT 5 §4.7: ``#`` also matches the
+    parent level, and wildcards in the first level do not match topics that begin with ``$``."""
+    if topic.startswith("$") and mqtt_filter[:1] in ("+", "#"):
+        return False
+    f_levels, t_levels = mqtt_filter.split("/"), topic.split("/")
+    for i, level in enumerate(f_levels):
+        if level == "#":
+            return True
+        if i >= len(t_levels) or (level != "+" and level != t_levels[i]):
+            return False
+    return len(f_levels) == len(t_levels)
 
 
 def covers(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
