@@ -161,9 +161,11 @@ class NodeCollector(Collector):
         yield from self._endpoint()
         families = _Families()
         for store in self._all_stores():
-            self._store(families, store)
+            if not store.closed:  # a closed store's copy is gone: it is no longer reported
+                self._store(families, store)
         for queue in self.queues:
-            self._queue(families, queue)
+            if not queue.closed:
+                self._queue(families, queue)
         yield from families
 
     # -- the parts ------------------------------------------------------------------------------------
@@ -283,8 +285,10 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
 
 async def serve_metrics(registry: CollectorRegistry, listener: anyio.abc.Listener[anyio.abc.SocketStream]) -> None:
     """Answer ``GET /metrics`` (and ``GET /``) on ``listener`` with ``registry``'s metrics, in the
-    format the scraper's ``Accept`` header asks for, until cancelled. One request per connection."""
-    await listener.serve(partial(_answer, registry))
+    format the scraper's ``Accept`` header asks for, until cancelled (then ``listener`` is closed).
+    One request per connection."""
+    async with listener:
+        await listener.serve(partial(_answer, registry))
 
 
 async def open_metrics_listener(host: str, port: int) -> tuple[anyio.abc.Listener[anyio.abc.SocketStream], int]:
