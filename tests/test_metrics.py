@@ -211,12 +211,45 @@ async def test_collector_reads_the_live_counters_and_serves_them() -> None:
         assert value(after, "broker_mqtt_endpoint_messages_published", endpoint="a") \
             > (value(before, "broker_mqtt_endpoint_messages_published", endpoint="a") or 0)
         assert "process_resident_memory_bytes" not in after
+        samples = {name + ("_total" if kind == "counter" else "_info" if kind == "info" else "")
+                   for name, (kind, _) in after.items()}
+        assert samples - documented_metrics() == set()  # docs/operations.md lists every metric
         # a store added later is scraped too
         other = await attach_store(ep, "late", election=ELECTION, durability="master")
         collector.add_store(other)
         assert value(parse(generate_latest(registry).decode()), "broker_mqtt_store_keys", store="late") == 0
     closed = parse(generate_latest(registry).decode())  # closed handles still answer
     assert value(closed, "broker_mqtt_endpoint_connected", endpoint="a") == 0
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def documented_metrics() -> set[str]:
+    """The metric names in the table of docs/operations.md's Metrics section."""
+    text = (DOCS / "operations.md").read_text().split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `(broker_mqtt_[a-z0-9_]+)", text, re.MULTILINE))
+
+
+def test_every_metric_is_documented_and_the_dashboard_uses_only_those() -> None:
+    documented = documented_metrics()
+    assert len(documented) > 40
+    exported = {f"{name}_total" for name, _ in ENDPOINT_COUNTERS.values()}
+    assert exported <= documented
+    dashboard = json.loads((DOCS / "grafana-dashboard.json").read_text())
+    assert {"type": "datasource", "query": "prometheus"}.items() <= dashboard["templating"]["list"][0].items()
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert exprs and all(t["datasource"]["uid"] == "${datasource}" for p in dashboard["panels"]
+                         for t in p.get("targets", []))
+    used = {name for expr in exprs for name in re.findall(r"broker_mqtt_[a-z0-9_]+", expr)}
+    assert used - documented == set()
+    for needed in ("messages_received_total", "messages_published_total", "malformed_messages_total",
+                   "forged_messages_total", "bad_signatures_total", "publishes_rejected_total", "messages_missed_total",
+                   "reconnects_total", "connected"):
+        assert f"broker_mqtt_endpoint_{needed}" in used, needed
+    assert {"broker_mqtt_store_role", "broker_mqtt_store_epoch_term", "broker_mqtt_queue_ready_messages"} <= used
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(set(ids)) == len(ids)
 
 
 def test_every_endpoint_counter_is_exported() -> None:
