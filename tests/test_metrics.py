@@ -196,16 +196,26 @@ async def test_collector_reads_the_live_counters_and_serves_them() -> None:
         assert await store.await_master(10) and await queue.await_master(10)
         await store.put("k", 1)
         await queue.publish("job")
+        ready = parse(generate_latest(registry).decode())
+        assert value(ready, "broker_mqtt_queue_ready_messages", queue="jobs") == 1
         listener, port = await open_metrics_listener("127.0.0.1", 0)
-        async with anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as tg, queue.consume() as deliveries:
             tg.start_soon(serve_metrics, registry, listener)
-            after = await anyio.to_thread.run_sync(scrape, port)
+            with anyio.fail_after(30):
+                first = await deliveries.__anext__()
+                await first.release()
+                again = await deliveries.__anext__()  # held: in flight, delivered twice
+                assert again.delivery_count == 2
+                after = await anyio.to_thread.run_sync(scrape, port)
+                await again.accept()
             tg.cancel_scope.cancel()
         assert value(after, "broker_mqtt_store_role", endpoint="a", store="cfg", role="master") == 1
         assert value(after, "broker_mqtt_store_role", store="queue-jobs", role="master") == 1  # the queue's store
         assert value(after, "broker_mqtt_store_keys", store="cfg") == 1
         assert value(after, "broker_mqtt_store_log_sequence", store="cfg") == 1
-        assert value(after, "broker_mqtt_queue_ready_messages", queue="jobs") == 1
+        assert value(after, "broker_mqtt_queue_ready_messages", queue="jobs") == 0
+        assert value(after, "broker_mqtt_queue_in_flight_messages", queue="jobs") == 1
+        assert value(after, "broker_mqtt_queue_redeliveries", queue="jobs") == 1
         assert value(after, "broker_mqtt_election_tag_held", store="cfg") == 1
         assert after["broker_mqtt_election_collisions"][0] == "counter"
         assert value(after, "broker_mqtt_endpoint_messages_published", endpoint="a") \
