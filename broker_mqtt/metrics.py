@@ -50,8 +50,7 @@ __all__ = ["NodeCollector", "node_registry", "open_metrics_listener", "serve_met
 
 log = logging.getLogger("broker_mqtt.metrics")
 
-#: ``EndpointStatistics`` field -> (metric name without ``_total``, help). A field the endpoint
-#: does not have (yet) is left out of the scrape.
+#: ``EndpointStatistics`` field -> (metric name without ``_total``, help); all but ``pending`` (a gauge)
 ENDPOINT_COUNTERS: dict[str, tuple[str, str]] = {
     "published": ("broker_mqtt_endpoint_messages_published",
                   "Node messages accepted by publish and unicast."),
@@ -72,9 +71,10 @@ ENDPOINT_COUNTERS: dict[str, tuple[str, str]] = {
     "qos0_lost": ("broker_mqtt_endpoint_qos0_messages_lost",
                   "QoS 0 messages on the wire when a connection dropped."),
     "missed": ("broker_mqtt_endpoint_messages_missed",
-               "Node messages a publisher's sequence numbers say were lost before they reached this endpoint."),
+               "Numbered node messages that never came (gaps in a publisher's sequence: lost by the broker, or QoS 0)."),
     "duplicates": ("broker_mqtt_endpoint_messages_duplicates_dropped",
-                   "Node messages received twice (by sequence number) and dropped."),
+                   "Numbered node messages dropped as repeats (resent after a reconnect, redelivered)."),
+    "late": ("broker_mqtt_endpoint_messages_late", "Numbered node messages delivered after being reported missed."),
     "reconnects": ("broker_mqtt_endpoint_reconnects", "Connections to the broker re-established."),
     "status_dropped": ("broker_mqtt_endpoint_status_events_dropped",
                        "Status events a full status stream could not take."),
@@ -176,9 +176,7 @@ class NodeCollector(Collector):
         labels = {"endpoint": ep.name}
         stats = ep.statistics()
         for field, (name, doc) in ENDPOINT_COUNTERS.items():
-            value = getattr(stats, field, None)
-            if value is not None:
-                yield _counter(name, doc, labels, value)
+            yield _counter(name, doc, labels, getattr(stats, field))
         yield _gauge("broker_mqtt_endpoint_messages_pending", "Messages queued or in flight now.", labels,
                      stats.pending)
         yield _gauge("broker_mqtt_endpoint_connected", "1 while connected to the broker, else 0.", labels,

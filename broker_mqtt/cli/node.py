@@ -48,7 +48,7 @@ import click
 
 from ..endpoint.attaching import Attaching, Closeable
 from ..endpoint.endpoint import Endpoint
-from ..endpoint.events import PeerAdded, PeerLost, PeerRemoved
+from ..endpoint.events import MessagesMissed, PeerAdded, PeerLost, PeerRemoved
 from ..errors import UsageError
 from ..queue.attached import attach_queue
 from ..store.elected import attach_store
@@ -147,13 +147,8 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
             except OSError as exc:
                 fail(f"--metrics-port: cannot listen on {metrics_host}:{metrics_port}: {exc}", 2)
         async with Endpoint(url, namespace=namespace or config.get("namespace", "bm"), **options,
-                            name=name or config.get("name")) as ep, anyio.create_task_group() as served:
+                            name=name or config.get("name")) as ep:
             _say(f"node {ep.name} ({ep.id}) connected to {url}")
-            collector = None
-            if listener is not None:
-                registry, collector = metrics.node_registry(ep)
-                served.start_soon(metrics.serve_metrics, registry, listener)
-                _say(f"metrics on http://{metrics_host}:{port}/metrics")
 
             async def join(what: str, spec: dict[str, Any], attach: Callable[..., Attaching[H]]) -> H:
                 item = spec.pop("name")
@@ -168,10 +163,11 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
 
             handles = [await join("store", spec, attach_store) for spec in store_specs]
             queue_handles = [await join("queue", spec, attach_queue) for spec in queue_specs]
-            if collector is not None:
-                collector.stores.extend(handles)
-                collector.queues.extend(queue_handles)
             async with anyio.create_task_group() as tg:
+                if listener is not None:
+                    registry, _ = metrics.node_registry(ep, handles, queue_handles)
+                    tg.start_soon(metrics.serve_metrics, registry, listener)
+                    _say(f"metrics on http://{metrics_host}:{port}/metrics")
                 for h in handles:
                     tg.start_soon(_watch_store, h)
                 for q in queue_handles:
@@ -186,7 +182,6 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
                 for q in queue_handles:
                     await q.close()
                 tg.cancel_scope.cancel()
-            served.cancel_scope.cancel()
             _say("left")
 
     run_command(run)
@@ -211,3 +206,5 @@ async def _watch_peers(ep: Endpoint) -> None:
         async for e in events:
             if isinstance(e, (PeerAdded, PeerLost, PeerRemoved)):
                 _say(f"{type(e).__name__} {e.peer.name} {e.peer.id}")
+            elif isinstance(e, MessagesMissed):  # counted in broker_mqtt_endpoint_messages_missed_total
+                _say(f"missed {e.missed} message(s) of {e.sender} on {e.topic}")
