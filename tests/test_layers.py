@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("broker_mqtt.store",),
     ("broker_mqtt.queue",),
     ("broker_mqtt.spark",),
+    ("broker_mqtt.metrics",),
     ("broker_mqtt.cli", "broker_mqtt.__main__"),
 ]
 

@@ -26,10 +26,16 @@ reads ``BROKER_MQTT_URL``)::
 ``--store NAME`` / ``--queue NAME`` (repeatable) add a memory store / queue with the default election. The node prints one line
 per event worth knowing (connected, store master changes, conflicts, peers) and on SIGTERM or SIGINT
 hands every store's mastership over, leaves cleanly and exits 0.
+
+``--metrics-port PORT`` (and ``--metrics-host``, default 127.0.0.1) serves Prometheus metrics at
+``http://HOST:PORT/metrics`` (:mod:`broker_mqtt.metrics`; needs the ``metrics`` extra).
+``--log-format json`` makes every log record, and the node's event lines, one JSON object per line
+on stderr (:mod:`.logs`).
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 import tomllib
@@ -42,7 +48,7 @@ import click
 
 from ..endpoint.attaching import Attaching, Closeable
 from ..endpoint.endpoint import Endpoint
-from ..endpoint.events import PeerAdded, PeerLost, PeerRemoved
+from ..endpoint.events import MessagesMissed, PeerAdded, PeerLost, PeerRemoved
 from ..errors import UsageError
 from ..queue.attached import attach_queue
 from ..store.elected import attach_store
@@ -50,6 +56,7 @@ from ..store.errors import BackendError
 from ..transport.keyfiles import load_private_key, load_trust_file
 from ..wire.identity import validate_client_id
 from .common import broker_option, cli_endpoint, connection_options, fail, run_command
+from .logs import log_format, logging_options
 
 _STORE_KEYS = {"name", "backend", "path", "mode", "durability", "election", "candidate", "write_timeout"}
 _QUEUE_KEYS = _STORE_KEYS | {"max_deliveries", "lease"}
@@ -78,8 +85,17 @@ def _load(path: str | None) -> dict[str, Any]:
     return config
 
 
+_log = logging.getLogger("broker_mqtt.node")
+_log.setLevel(logging.INFO)  # the node's event lines: printed at any --log-level, as in text mode
+
+METRICS_EXTRA = "--metrics-port needs the prometheus_client package: pip install 'broker-mqtt[metrics]'"
+
+
 def _say(text: str) -> None:
-    click.echo(f"{time.strftime('%H:%M:%S')} {text}", nl=True)
+    if log_format() == "json":
+        _log.info(text)
+    else:
+        click.echo(f"{time.strftime('%H:%M:%S')} {text}", nl=True)
 
 
 @click.command()
@@ -90,9 +106,19 @@ def _say(text: str) -> None:
 @click.option("--name", default=None, help="This node's name (default: the file's, else the host's).")
 @click.option("--store", "stores", multiple=True, help="Join this elected store (memory backend); repeatable.")
 @click.option("--queue", "queues", multiple=True, help="Join this work queue (memory backend); repeatable.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port at /metrics (0: any free port; needs the "
+              "metrics extra, prometheus_client).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="The address --metrics-port listens on.")
+@logging_options
 def node(broker: str | None, config_path: str | None, namespace: str | None, name: str | None,
-         stores: tuple[str, ...], queues: tuple[str, ...]) -> None:
+         stores: tuple[str, ...], queues: tuple[str, ...], metrics_port: int | None, metrics_host: str) -> None:
     """Run a long-lived node: an endpoint, its elected stores and work queues, until SIGTERM."""
+    if metrics_port is not None:
+        try:
+            from .. import metrics
+        except ImportError:
+            fail(METRICS_EXTRA, 2)
     config = _load(config_path)
     url = broker or config.get("broker")
     if url is None:
@@ -114,6 +140,12 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
                 fail(f"{key}: {exc}", 2)
 
     async def run() -> None:
+        listener = None
+        if metrics_port is not None:
+            try:
+                listener, port = await metrics.open_metrics_listener(metrics_host, metrics_port)
+            except OSError as exc:
+                fail(f"--metrics-port: cannot listen on {metrics_host}:{metrics_port}: {exc}", 2)
         async with Endpoint(url, namespace=namespace or config.get("namespace", "bm"), **options,
                             name=name or config.get("name")) as ep:
             _say(f"node {ep.name} ({ep.id}) connected to {url}")
@@ -132,6 +164,10 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
             handles = [await join("store", spec, attach_store) for spec in store_specs]
             queue_handles = [await join("queue", spec, attach_queue) for spec in queue_specs]
             async with anyio.create_task_group() as tg:
+                if listener is not None:
+                    registry, _ = metrics.node_registry(ep, handles, queue_handles)
+                    tg.start_soon(metrics.serve_metrics, registry, listener)
+                    _say(f"metrics on http://{metrics_host}:{port}/metrics")
                 for h in handles:
                     tg.start_soon(_watch_store, h)
                 for q in queue_handles:
@@ -170,3 +206,5 @@ async def _watch_peers(ep: Endpoint) -> None:
         async for e in events:
             if isinstance(e, (PeerAdded, PeerLost, PeerRemoved)):
                 _say(f"{type(e).__name__} {e.peer.name} {e.peer.id}")
+            elif isinstance(e, MessagesMissed):  # counted in broker_mqtt_endpoint_messages_missed_total
+                _say(f"missed {e.missed} message(s) of {e.sender} on {e.topic}")

@@ -86,6 +86,7 @@ class QueueStatistics:
     acquired: int
     dead: int
     retained: int = 0  # accepted, kept until every log reader has read past them
+    redeliveries: int = 0  # deliveries beyond the first of the messages not yet accepted (ready, acquired, dead)
 
 
 class WorkQueue:
@@ -144,10 +145,13 @@ class WorkQueue:
     def statistics(self) -> QueueStatistics:
         """Message counts in the local replica. Raises QueueError without a replica."""
         counts = dict.fromkeys(MessageState, 0)
-        for rec in self._records():
-            counts[rec[1].state] += 1
+        redeliveries = 0
+        for _, rec in self._records():
+            counts[rec.state] += 1
+            if rec.state is not MessageState.DONE and rec.count > 1:
+                redeliveries += rec.count - 1
         return QueueStatistics(counts[MessageState.READY], counts[MessageState.ACQUIRED], counts[MessageState.DEAD],
-                          counts[MessageState.DONE])
+                               counts[MessageState.DONE], redeliveries)
 
     def dead_letters(self) -> list[DeadLetter]:
         """The dead-letter queue, in id order, as the local replica holds it. Raises QueueError

@@ -75,6 +75,9 @@ from .versioned_sqlite import open_state
 from .writer import send_routed
 
 if TYPE_CHECKING:
+    from asyncactor import Actor
+
+    from ..election.transport import MQTTTransport
     from ..endpoint.endpoint import Endpoint
 
 log = logging.getLogger("broker_mqtt.store.elected")
@@ -125,6 +128,8 @@ class ElectedStore(WriteOperations):
         self._scope: anyio.CancelScope | None = None
         self._done = anyio.Event()
         self._actor: Any = None
+        #: the election's transport while the store takes part in it (its ``forged`` and ``malformed``)
+        self.election_transport: MQTTTransport | None = None
         self.malformed = 0
         #: messages dropped because they claim another endpoint than the one their topic names
         self.forged = 0
@@ -157,6 +162,13 @@ class ElectedStore(WriteOperations):
     @property
     def stale(self) -> bool:
         return self.replica.stale
+
+    @property
+    def election(self) -> Actor | None:
+        """The store's election actor while it runs (None: not a candidate, or closed): ``is_it``,
+        ``current`` (the tag holder as seen here), ``statistics()``."""
+        actor: Actor | None = self._actor
+        return actor
 
     def statistics(self) -> ReplicaStatistics:
         """A copy of the replica's counters (handovers, data moved, malformed messages)."""
@@ -304,7 +316,8 @@ class ElectedStore(WriteOperations):
                                              kind=Kind.COMMAND, buffer=4096) as sub, \
                         self.endpoint.status() as status, contextlib.AsyncExitStack() as stack:
                     if self.candidate:  # only candidates take part in the election
-                        transport = MQTTTransport(self.endpoint, self.actor_topic, bound=True)
+                        transport = self.election_transport = MQTTTransport(self.endpoint, self.actor_topic,
+                                                                            bound=True)
                         self._actor = await stack.enter_async_context(Actor(
                             transport, name=self.replica.id, cfg=self._election, value=0,
                             sticky=self.mode == "sticky", allow_short_cycle=self._allow_short_cycle))

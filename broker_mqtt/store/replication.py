@@ -136,6 +136,15 @@ class Replica(FollowerSide):
     def members(self) -> list[str]:
         return sorted(self._live_members())
 
+    @property
+    def lag(self) -> int | None:
+        """At the master: how many records the live member furthest behind has yet to acknowledge
+        in this epoch (0 when every one is current, or none is live); None on any other node."""
+        if self.role is not Role.MASTER:
+            return None
+        last = self.state.last_seq
+        return max((last - m.acked for m in self._live_members().values()), default=0)
+
     # -- inputs: election -------------------------------------------------------------------------------
 
     def tagged(self, now: float) -> None:
