@@ -27,7 +27,7 @@ from ..errors import TopicError, TransportError
 from .columnar import PayloadEncoder
 from .options import SinkOptions
 
-__all__ = ["emit_partition"]
+__all__ = ["emit_partition", "flush_or_fail", "task_endpoint"]
 
 
 def emit_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch], *, job: str, batch_id: int,
@@ -93,11 +93,12 @@ class _Encoding:
         return list(groups.items())
 
 
-async def _emit(options: SinkOptions, encoding: _Encoding) -> int:
+def task_endpoint(options: SinkOptions, name: str) -> Endpoint:
+    """The endpoint one write task publishes through (each task its own: it works on a cluster)."""
     conn = options.connection
-    endpoint = Endpoint(
+    return Endpoint(
         conn.broker,
-        name=f"{conn.name}-{encoding.job[:8]}-{encoding.batch_id}-{encoding.partition}",
+        name=name,
         namespace=conn.namespace,
         tls=conn.tls,
         qos=conn.qos,
@@ -106,13 +107,21 @@ async def _emit(options: SinkOptions, encoding: _Encoding) -> int:
         max_batch_bytes=options.batch_bytes,
         max_pending_messages=options.max_pending,
     )
-    async with endpoint as ep:
+
+
+async def flush_or_fail(ep: Endpoint, options: SinkOptions, partition: int) -> None:
+    """Return once the broker acknowledged everything the task sent; :class:`TransportError` (the
+    task fails, Spark retries it) when it did not within ``flushTimeout``."""
+    if not await ep.flush(options.flush_timeout):
+        raise TransportError(f"partition {partition}: the broker did not acknowledge "
+                             f"{ep.statistics().pending} messages within {options.flush_timeout}s")
+
+
+async def _emit(options: SinkOptions, encoding: _Encoding) -> int:
+    name = f"{options.connection.name}-{encoding.job[:8]}-{encoding.batch_id}-{encoding.partition}"
+    async with task_endpoint(options, name) as ep:
         while (groups := await anyio.to_thread.run_sync(encoding.next)) is not None:
             for topic, payloads in groups:
                 await ep.publish_encoded(topic, payloads)
-        if not await ep.flush(options.flush_timeout):
-            raise TransportError(
-                f"partition {encoding.partition}: the broker did not acknowledge {ep.statistics().pending} "
-                f"messages within {options.flush_timeout}s"
-            )
+        await flush_or_fail(ep, options, encoding.partition)
     return encoding.rows

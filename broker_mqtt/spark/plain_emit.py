@@ -27,8 +27,8 @@ import anyio
 import anyio.to_thread
 import pyarrow as pa
 
-from ..endpoint.endpoint import Endpoint
-from ..errors import TopicError, TransportError, UsageError
+from ..errors import TopicError, UsageError
+from .emit import flush_or_fail, task_endpoint
 from .json_rows import json_payload
 from .options import SinkOptions
 from .sparkplug import DataType, command_payload, command_topic
@@ -141,24 +141,9 @@ def _datatype(name: Any) -> DataType | None:
 
 
 async def _emit(options: SinkOptions, encoding: _Encoding, name: str) -> int:
-    conn = options.connection
-    endpoint = Endpoint(
-        conn.broker,
-        name=name,
-        namespace=conn.namespace,
-        tls=conn.tls,
-        qos=conn.qos,
-        connect_timeout=conn.connect_timeout,
-        close_timeout=options.flush_timeout,
-        max_pending_messages=options.max_pending,
-    )
-    async with endpoint as ep:
+    async with task_endpoint(options, name) as ep:
         while (publishes := await anyio.to_thread.run_sync(encoding.next)) is not None:
             for topic, payload in publishes:
-                await ep.publish_raw(topic, payload, qos=conn.qos, retain=options.retain)
-        if not await ep.flush(options.flush_timeout):
-            raise TransportError(
-                f"partition {encoding.partition}: the broker did not acknowledge {ep.statistics().pending} "
-                f"PUBLISHes within {options.flush_timeout}s"
-            )
+                await ep.publish_raw(topic, payload, qos=options.connection.qos, retain=options.retain)
+        await flush_or_fail(ep, options, encoding.partition)
     return encoding.rows

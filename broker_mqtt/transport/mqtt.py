@@ -141,25 +141,33 @@ class MQTTConnector:
                 loop.call_soon_threadsafe(waiting.cancel)  # paho may call this from a worker thread
             on_disconnect(c, userdata, *args)
 
+        def broken(exc: Exception) -> None:  # a broken connection: aiomqtt's own handling
+            if not client._disconnected.done():
+                client._disconnected.set_exception(exc)
+
+        def watch(sock: Any, add: Callable[[int, Callable[[], None]], Any], callback: Callable[[], None]) -> None:
+            """``add(fd, callback)`` (the loop's add_reader or add_writer) on the loop's thread: at once when
+            called there (every PUBACK we send: no wake-up through the self-pipe), else soon (paho
+            connects from a worker thread). aiomqtt's own did it from paho's thread unchecked: when
+            the socket closed before it ran (a TLS alert at connect), the loop raised on a dead fd."""
+            def register() -> None:
+                fd = sock.fileno()
+                if fd > -1:
+                    add(fd, callback)
+
+            if threading.get_ident() == loop_thread:
+                register()
+            else:
+                loop.call_soon_threadsafe(register)
+
         def _on_socket_register_write(c: Any, userdata: Any, sock: Any) -> None:
-            # aiomqtt's own schedules add_writer(fd) from paho's thread: when the socket closes
-            # before that runs (a TLS alert at connect), the loop raises on a dead fd. Check first.
             def write() -> None:
                 try:
                     c.loop_write()
-                except Exception as exc:  # a broken connection: aiomqtt's own handling
-                    if not client._disconnected.done():
-                        client._disconnected.set_exception(exc)
+                except Exception as exc:
+                    broken(exc)
 
-            def add() -> None:
-                fd = sock.fileno()
-                if fd > -1:
-                    loop.add_writer(fd, write)
-
-            if threading.get_ident() == loop_thread:
-                add()  # on the loop's own thread (every PUBACK we send): no wake-up through the self-pipe
-            else:
-                loop.call_soon_threadsafe(add)
+            watch(sock, loop.add_writer, write)
 
         def _on_socket_open(c: Any, userdata: Any, sock: Any) -> None:
             # Replaces aiomqtt's reader, which reads as many packets per wake-up as paho has QoS 1
@@ -204,19 +212,10 @@ class MQTTConnector:
                             return
                     if buffered[1] < len(buffered[0]):
                         loop.call_soon(read)  # bytes in the buffer wake no selector: come back for them
-                except Exception as exc:  # a broken connection: aiomqtt's own handling
-                    if not client._disconnected.done():
-                        client._disconnected.set_exception(exc)
+                except Exception as exc:
+                    broken(exc)
 
-            def add() -> None:
-                fd = sock.fileno()
-                if fd > -1:
-                    loop.add_reader(fd, read)
-
-            if threading.get_ident() == loop_thread:
-                add()
-            else:
-                loop.call_soon_threadsafe(add)  # paho connects from a worker thread
+            watch(sock, loop.add_reader, read)
 
         paho.on_socket_open = _on_socket_open
         paho.on_connect, paho.on_publish = _on_connect, _on_publish
