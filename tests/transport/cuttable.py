@@ -3,7 +3,9 @@
 :class:`CuttableRelay` listens on a loopback port and relays every connection to the broker's
 port, in one thread. :meth:`CuttableRelay.cut` shuts down both sockets of every link it carries:
 the client sees the connection end and mosquitto sees a client vanish without DISCONNECT (so it
-publishes the will), just as when a cable is pulled. New connections are relayed as before.
+publishes the will), just as when a cable is pulled. New connections are relayed as before, unless
+the relay is :meth:`down`: then it cuts and closes every new connection at once, until :meth:`up`
+(a network partition that lasts, then heals).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class CuttableRelay:
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._stopping = False
+        self.is_down = False
         self.errors: list[BaseException] = []
         self._thread = threading.Thread(target=self._run, name=f"relay:{self.port}", daemon=True)
         self._thread.start()
@@ -37,6 +40,15 @@ class CuttableRelay:
             except OSError:
                 pass
         return len(sides) // 2
+
+    def down(self) -> int:
+        """Partition: break every link now open and refuse new ones until :meth:`up`."""
+        self.is_down = True
+        return self.cut()
+
+    def up(self) -> None:
+        """Heal the partition: relay new connections again."""
+        self.is_down = False
 
     def close(self) -> None:
         self._stopping = True
@@ -72,6 +84,9 @@ class CuttableRelay:
         try:
             client, _ = self._listener.accept()
         except BlockingIOError:
+            return
+        if self.is_down:
+            client.close()
             return
         try:
             upstream = socket.create_connection(self._target, timeout=5)
