@@ -65,7 +65,7 @@ class ChaosNode(LineProc):
 
     dump_timeout = 60.0
 
-    def __init__(self, slot: int, url: str, namespace: str, *, stderr: Any) -> None:
+    def __init__(self, slot: int, url: str, namespace: str, *, election: tuple[float, float], stderr: Any) -> None:
         self.slot = slot
         self.started = time.monotonic()
         self.ep: str | None = None
@@ -73,11 +73,14 @@ class ChaosNode(LineProc):
         self.acks: list[tuple[int, float]] = []
         self.published: list[tuple[str, int, int, float]] = []  # (tag, i, id, time)
         self.accepted: list[tuple[int, Any, float]] = []
-        self.masters: list[tuple[int, str, float]] = []
+        self.masters: list[tuple[int, str, float]] = []  # the store's, as this node saw them
+        self.qmasters: list[tuple[int, str, float]] = []  # the queue's
+        self.conflicts: list[tuple[str, float, str]] = []
         self.missed: list[tuple[str, int]] = []
         self.fails: Counter[str] = Counter()
         self.quiets = 0
-        cmd = [sys.executable, str(NODE), url, namespace, "--name", f"n{slot}"]
+        cmd = [sys.executable, str(NODE), url, namespace, "--name", f"n{slot}",
+               "--cycle", str(election[0]), "--gap", str(election[1])]
         super().__init__(cmd, stderr=stderr)
 
     def _line(self, kind: str, rest: str) -> None:
@@ -91,6 +94,10 @@ class ChaosNode(LineProc):
             self.accepted.append((int(msg_id), json.loads(data), float(t)))
         elif kind == "MASTER":
             self.masters.append((int(parts[0]), parts[1], float(parts[2])))
+        elif kind == "QMASTER":
+            self.qmasters.append((int(parts[0]), parts[1], float(parts[2])))
+        elif kind == "CONFLICT":
+            self.conflicts.append((parts[0], float(parts[1]), parts[2]))
         elif kind == "EP":
             self.ep, self.ep_time = parts[0], float(parts[1])
         elif kind == "MISSED":
@@ -133,7 +140,7 @@ class Chaos:
 
     def spawn(self, slot: int) -> ChaosNode:
         err = (self.tmp / f"node{len(self.every)}-slot{slot}.err").open("w")
-        node = ChaosNode(slot, self.url(slot), self.namespace, stderr=err)
+        node = ChaosNode(slot, self.url(slot), self.namespace, election=(self.args.cycle, self.args.gap), stderr=err)
         err.close()
         self.every.append(node)
         return node
@@ -189,7 +196,7 @@ class Chaos:
         return record
 
     def schedule(self) -> list[str]:
-        kinds = [k for k in KINDS if k != "broker" or self.broker is not None]
+        kinds = [k for k in self.args.kinds.split(",") if k != "broker" or self.broker is not None]
         out: list[str] = []
         while len(out) < self.args.faults:
             round_ = list(kinds)
@@ -236,6 +243,12 @@ class Chaos:
                 last: float) -> dict[str, Any]:
         reference = dumps[0]["contents"]
         replicas_equal = self._same(dumps)
+        differences = []  # per replica that differs from the first: key -> (lengths, last items) of both
+        for n, d in zip(self.slots[1:], dumps[1:], strict=True):
+            keys = set(reference) | set(d["contents"])
+            differences.append({"node": n.node_id, "master": d["is_master"], "epoch": d["epoch"], "keys": {
+                k: [[len(x), x[-3:]] if isinstance(x, list) else x for x in (reference.get(k), d["contents"].get(k))]
+                for k in sorted(keys) if reference.get(k) != d["contents"].get(k)}})
         store_acked = store_lost = store_dup = 0
         for n in self.every:
             got = reference.get(json.dumps(f"log-{n.node_id}"), [])
@@ -277,10 +290,16 @@ class Chaos:
         missed_counter = sum(d["endpoint"].get("missed", 0) for d in dumps)
         kinds = Counter(f["kind"] for f in self.faults)
         return {
-            "seed": self.args.seed, "nodes": self.args.nodes, "broker": self.args.broker or "embedded mosquitto",
+            "seed": self.args.seed, "nodes": self.args.nodes, "election": [self.args.cycle, self.args.gap], "broker": self.args.broker or "embedded mosquitto",
             "faults": dict(kinds), "fault_log": self.faults, "node_processes": len(self.every),
+            "masters": [{"slot": n.slot, "node": n.node_id, "store": [[t, m, round(x - self.t0, 2)] for t, m, x in n.masters],
+                         "queue": [[t, m, round(x - self.t0, 2)] for t, m, x in n.qmasters],
+                         "conflicts": [[w, round(x - self.t0, 2), k] for w, x, k in n.conflicts]} for n in self.every],
+            "conflicts": sum(len(n.conflicts) for n in self.every),
             "settle_s": None if settle is None else round(settle, 2),
             "replicas_equal": replicas_equal,
+            "replica_differences": {"first": [self.slots[0].node_id, dumps[0]["is_master"], dumps[0]["epoch"]],
+                                    "others": [x for x in differences if x["keys"]]},
             "store": {"acked": store_acked, "lost": store_lost, "duplicated": store_dup,
                       "failed_writes": sum(n.fails["WFAIL"] for n in self.every)},
             "queue": {"acked": len(published), "accepted": sum(accepted.values()), "dead_lettered": len(dead),
@@ -308,7 +327,7 @@ class Chaos:
 def table(r: dict[str, Any]) -> str:
     rows = [
         ("faults", ", ".join(f"{k} {v}" for k, v in sorted(r["faults"].items())) + f" (total {sum(r['faults'].values())})"),
-        ("node processes", str(r["node_processes"])),
+        ("node processes (election cycle, gap)", f"{r['node_processes']} ({r['election'][0]:g} s, {r['election'][1]:g} s)"),
         ("time to settle after the last fault", "-" if r["settle_s"] is None else f"{r['settle_s']:.1f} s"),
         ("store: acknowledged writes", str(r["store"]["acked"])),
         ("store: lost / duplicated", f"{r['store']['lost']} / {r['store']['duplicated']}"),
@@ -332,8 +351,14 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=20)
     parser.add_argument("--nodes", type=int, default=4, choices=range(3, 6))
     parser.add_argument("--quick", action="store_true", help="3 nodes, 5 faults, shorter pauses")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds to draw from (default {','.join(KINDS)})")
+    parser.add_argument("--cycle", type=float, default=3.0, help="the elections' cycle (s)")
+    parser.add_argument("--gap", type=float, default=1.0, help="the elections' gap (s): claims wait max(gap, 0.5 s) "
+                        "for every live replica's promise (docs/elected-stores.md)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "chaos.json")
     args = parser.parse_args()
+    if set(args.kinds.split(",")) - set(KINDS):
+        parser.error(f"--kinds: choose among {','.join(KINDS)}")
     if args.quick:
         args.nodes, args.faults = 3, min(args.faults, 5)
     chaos = Chaos(args)

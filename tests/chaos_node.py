@@ -36,7 +36,7 @@ from line_procs import out
 import broker_mqtt
 from broker_mqtt import Endpoint
 from broker_mqtt.queue import MessageState, NotHeld, attach_queue
-from broker_mqtt.store import MasterChanged, attach_store
+from broker_mqtt.store import ConflictResolved, ElectedStore, MasterChanged, attach_store
 
 MessagesMissed = getattr(broker_mqtt, "MessagesMissed", None)
 
@@ -131,13 +131,15 @@ async def main() -> None:
                     sender, seq = msg.data
                     ps.setdefault(sender, []).append(seq)
 
-        async def watch() -> None:
-            async with store.events(data=False) as events:
-                if store.master is not None and store.epoch is not None:
-                    out("MASTER", store.epoch[0], store.master, time.monotonic())
+        async def watch(which: str, st: ElectedStore) -> None:
+            async with st.events(data=False) as events:
+                if st.master is not None and st.epoch is not None:
+                    out(which, st.epoch[0], st.master, time.monotonic())
                 async for e in events:
                     if isinstance(e, MasterChanged) and e.master is not None and e.epoch is not None:
-                        out("MASTER", e.epoch[0], e.master, time.monotonic())
+                        out(which, e.epoch[0], e.master, time.monotonic())
+                    elif isinstance(e, ConflictResolved):
+                        out("CONFLICT", which, time.monotonic(), json.dumps(e.key))
 
         async def status() -> None:
             async with ep.status() as events:
@@ -166,7 +168,10 @@ async def main() -> None:
             }
 
         async with anyio.create_task_group() as tg:
-            for fn in (watch, status, pubsub_in):
+            tg.start_soon(watch, "MASTER", store)
+            assert q.store is not None
+            tg.start_soon(watch, "QMASTER", q.store)
+            for fn in (status, pubsub_in):
                 tg.start_soon(fn)
             await anyio.lowlevel.checkpoint()
             out("EP", ep.id.hex, time.monotonic())
