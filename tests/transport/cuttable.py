@@ -1,11 +1,10 @@
 """A TCP relay in front of mosquitto whose links the test can cut: a network cut, for real.
 
 :class:`CuttableRelay` listens on a loopback port and relays every connection to the broker's
-port, in one thread. :meth:`CuttableRelay.cut` shuts down both sockets of every link it carries:
+port, in one thread. :meth:`CuttableRelay.cut` shuts down both sockets of every link it carries (with ``refusing`` set,
+new connections are closed at once too, so the outage lasts):
 the client sees the connection end and mosquitto sees a client vanish without DISCONNECT (so it
-publishes the will), just as when a cable is pulled. New connections are relayed as before, unless
-the relay is :meth:`down`: then it cuts and closes every new connection at once, until :meth:`up`
-(a network partition that lasts, then heals).
+publishes the will), just as when a cable is pulled. New connections are relayed as before.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ class CuttableRelay:
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._stopping = False
-        self.is_down = False
+        self.refusing = False  #: while set, new connections are closed at once (a lasting outage)
         self.errors: list[BaseException] = []
         self._thread = threading.Thread(target=self._run, name=f"relay:{self.port}", daemon=True)
         self._thread.start()
@@ -42,13 +41,13 @@ class CuttableRelay:
         return len(sides) // 2
 
     def down(self) -> int:
-        """Partition: break every link now open and refuse new ones until :meth:`up`."""
-        self.is_down = True
+        """A lasting partition: break every link now open and refuse new ones until :meth:`up`."""
+        self.refusing = True
         return self.cut()
 
     def up(self) -> None:
         """Heal the partition: relay new connections again."""
-        self.is_down = False
+        self.refusing = False
 
     def close(self) -> None:
         self._stopping = True
@@ -85,7 +84,7 @@ class CuttableRelay:
             client, _ = self._listener.accept()
         except BlockingIOError:
             return
-        if self.is_down:
+        if self.refusing:
             client.close()
             return
         try:
