@@ -73,6 +73,7 @@ class ChaosNode(LineProc):
         self.acks: list[tuple[int, float]] = []
         self.published: list[tuple[str, int, int, float]] = []  # (tag, i, id, time)
         self.accepted: list[tuple[int, Any, float]] = []
+        self.accepting: list[tuple[int, Any]] = []
         self.masters: list[tuple[int, str, float]] = []  # the store's, as this node saw them
         self.qmasters: list[tuple[int, str, float]] = []  # the queue's
         self.conflicts: list[tuple[str, float, str]] = []
@@ -101,7 +102,11 @@ class ChaosNode(LineProc):
         elif kind == "EP":
             self.ep, self.ep_time = parts[0], float(parts[1])
         elif kind == "MISSED":
-            self.missed.append((parts[0], int(parts[1])))
+            if parts[1].startswith("/chaos/ps"):  # not the gaps in store and queue commands
+                self.missed.append((parts[0], int(parts[2])))
+        elif kind == "ACCEPTING":
+            msg_id, data = rest.split(" ", 1)
+            self.accepting.append((int(msg_id), json.loads(data)))
         elif kind == "QUIET":
             self.quiets += 1
         else:
@@ -265,7 +270,11 @@ class Chaos:
         for n in self.every:
             for msg_id, data, t in n.accepted:
                 where.setdefault(tuple(data), []).append((msg_id, n.node_id, round(t - self.t0, 2)))
-        queue_lost = sorted(set(published) - set(accepted) - dead)
+        # a consumer killed during its accept printed no ACCEPTED: if the queue no longer holds the
+        # message, the accept went through (or the message is lost: both look alike from here)
+        held = {tuple(x[4]) for d in dumps for x in d["queue"]["live"]}
+        unanswered = {tuple(a[1]) for n in self.every if not n.alive for a in n.accepting} - set(accepted) - held
+        queue_lost = sorted(set(published) - set(accepted) - dead - unanswered)
         queue_dup = sum(c - 1 for c in accepted.values() if c > 1)
         ids: dict[int, set[tuple[Any, ...]]] = {}
         for data, (msg_id, _, _) in published.items():
@@ -286,8 +295,9 @@ class Chaos:
                 if end is not None:
                     lost += max(0, end["pubsub_sent"] - 1 - s["high"])
                 ps_lost += lost
-        reported = sum(m for n in self.every for _, m in n.missed)
-        missed_counter = sum(d["endpoint"].get("missed", 0) for d in dumps)
+        reported = sum(m for n in self.slots for _, m in n.missed)  # by the live subscribers counted above
+        missed_counter = sum(d["endpoint"].get("missed", 0) for d in dumps)  # all topics, store commands too
+        late = sum(d["endpoint"].get("late", 0) for d in dumps)
         kinds = Counter(f["kind"] for f in self.faults)
         return {
             "seed": self.args.seed, "nodes": self.args.nodes, "election": [self.args.cycle, self.args.gap], "broker": self.args.broker or "embedded mosquitto",
@@ -304,12 +314,13 @@ class Chaos:
                       "failed_writes": sum(n.fails["WFAIL"] for n in self.every)},
             "queue": {"acked": len(published), "accepted": sum(accepted.values()), "dead_lettered": len(dead),
                       "lost": len(queue_lost), "duplicated": queue_dup, "ids_reused": id_reused,
+                      "accepted_by_a_killed_consumer": len(unanswered & set(published)),
                       "lost_samples": [[list(x), published[x]] for x in queue_lost[:20]],
                       "duplicated_samples": [[list(x), published.get(x), w] for x, w in where.items()
                                              if len(w) > 1][:20],
                       "drained": drained, "failed_publishes": sum(n.fails["PFAIL"] for n in self.every)},
             "pubsub": {"received": ps_received, "lost": ps_lost, "reported": reported,
-                       "missed_counter": missed_counter, "duplicated": ps_dup},
+                       "missed_counter": missed_counter, "late": late, "duplicated": ps_dup},
             "queue_replicas": [{k: d["queue"][k] for k in ("ready", "acquired", "dead", "live", "other")}
                                for d in dumps],
             "stderr_dir": str(self.tmp),
@@ -333,7 +344,9 @@ def table(r: dict[str, Any]) -> str:
         ("store: lost / duplicated", f"{r['store']['lost']} / {r['store']['duplicated']}"),
         ("store: replicas identical", "yes" if r["replicas_equal"] else "NO"),
         ("queue: acknowledged publishes", str(r["queue"]["acked"])),
-        ("queue: accepted / dead-lettered", f"{r['queue']['accepted']} / {r['queue']['dead_lettered']}"),
+        ("queue: accepted / dead-lettered", f"{r['queue']['accepted']} / {r['queue']['dead_lettered']}"
+                                            f" (+{r['queue']['accepted_by_a_killed_consumer']} accepted as its"
+                                            " consumer was killed)"),
         ("queue: lost / duplicated", f"{r['queue']['lost']} / {r['queue']['duplicated']}"),
         ("queue: message ids given twice", str(r["queue"]["ids_reused"])),
         ("pub/sub: received", str(r["pubsub"]["received"])),

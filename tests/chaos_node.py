@@ -13,7 +13,8 @@ four loads until SIGUSR1, printing one line per fact, flushed at once (times: ``
   ``NOTHELD <id>`` when the lease was lost first;
 * pub/sub: publishes ``[<endpoint id hex>, seq]`` on ``/chaos/ps`` ``--rate`` times a second and
   subscribes to ``/chaos/ps`` (its own are not echoed);
-* ``MISSED <sender> <n>`` per ``MessagesMissed`` status event, when the endpoint reports them.
+* ``MISSED <sender> <topic> <n>`` per ``MessagesMissed`` status event (a gap in a sender's numbers);
+* ``ACCEPTING <id> <json data>`` before each accept (a consumer killed during it leaves no ACCEPTED).
 
 SIGUSR1: stop every producer, wait until the writes in flight are answered, print ``QUIET``.
 SIGUSR2: ``DUMP <json>``: store contents, queue counts and dead letters, per pub/sub sender the
@@ -33,12 +34,9 @@ import anyio
 import anyio.lowlevel
 from line_procs import out
 
-import broker_mqtt
-from broker_mqtt import Endpoint
+from broker_mqtt import Endpoint, MessagesMissed
 from broker_mqtt.queue import MessageState, NotHeld, attach_queue
 from broker_mqtt.store import ConflictResolved, ElectedStore, MasterChanged, attach_store
-
-MessagesMissed = getattr(broker_mqtt, "MessagesMissed", None)
 
 
 async def main() -> None:
@@ -106,6 +104,7 @@ async def main() -> None:
             async with q.consume(prefetch=10) as deliveries:
                 async for d in deliveries:
                     with Busy():
+                        out("ACCEPTING", d.id, json.dumps(d.data))
                         try:
                             await d.accept()
                         except NotHeld:
@@ -144,8 +143,8 @@ async def main() -> None:
         async def status() -> None:
             async with ep.status() as events:
                 async for e in events:
-                    if MessagesMissed is not None and isinstance(e, MessagesMissed):
-                        out("MISSED", getattr(e, "sender", "?"), getattr(e, "missed", 0))
+                    if isinstance(e, MessagesMissed):
+                        out("MISSED", e.sender.hex, e.topic, e.missed)
 
         def dump() -> dict[str, object]:
             senders = {}
