@@ -167,3 +167,13 @@ def test_node_with_an_unreadable_store_file_fails_with_a_message(broker: Embedde
     out = run("node", "--config", str(config))
     assert out.returncode == 1, out.stdout + out.stderr
     assert "broker-mqtt: store 's':" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+@pytest.mark.mosquitto
+def test_node_reconnect_max_is_checked(broker: EmbeddedBroker, tmp_path: Any) -> None:
+    config = tmp_path / "node.toml"
+    config.write_text(f'broker = "{broker.url}"\nreconnect_max = "soon"\n\n[[store]]\nname = "s"\n')
+    out = run("node", "--config", str(config))
+    assert out.returncode == 2 and "reconnect_max must be a number" in out.stderr, out.stderr
+    flag = run("node", "--config", str(config), "--reconnect-max", "0.01")
+    assert flag.returncode == 2 and "--reconnect-max" in flag.stderr, flag.stderr

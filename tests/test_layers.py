@@ -97,6 +97,7 @@ SANS_IO = sorted({
         "record_log", "packing", "backend")),
     "broker_mqtt.queue.model", "broker_mqtt.queue.commands",
     "broker_mqtt.endpoint.dispatch", "broker_mqtt.endpoint.presence", "broker_mqtt.endpoint.outbox",
+    "broker_mqtt.endpoint.backoff",
     "broker_mqtt.endpoint.sequence", "broker_mqtt.spark.topic_pattern", "broker_mqtt.spark.json_rows",
     "broker_mqtt.transport.failover",
     "broker_mqtt.transport.memory_broker",

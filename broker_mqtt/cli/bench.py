@@ -26,6 +26,8 @@ BENCHMARKS = {
     "fuzz": ("fuzz.py", "every network decoder over a million generated and mutated inputs"),
     "queue": ("work_queue.py", "work queue publish->accept and redelivery, beside elected-store puts"),
     "spark": ("spark_emit.py", "Spark rows/s through the bridge, beside a paho baseline (spark extra)"),
+    "rejoin": ("rejoin.py", "network heal -> reconnected, under random overlapping cuts"),
+    "chaos": ("chaos.py", "store, queue and pub/sub under kill -9, SIGSTOP, broker crashes and cuts"),
 }
 
 

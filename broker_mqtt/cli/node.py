@@ -9,6 +9,7 @@ reads ``BROKER_MQTT_URL``)::
     client_id = "gw-1"          # under a broker ACL: the principal's name (docs/security.md)
     signing_key = "gw-1.key"    # optional: seal every PUBLISH (docs/signing.md) ...
     trust = "trust.toml"        # ... and drop what the trusted keys did not seal
+    reconnect_max = 1.0         # cap of the reconnect backoff, seconds (or --reconnect-max)
 
     [[store]]
     name = "site-config"
@@ -47,6 +48,7 @@ import anyio
 import click
 
 from ..endpoint.attaching import Attaching, Closeable
+from ..endpoint.backoff import DEFAULT_RECONNECT_DELAY
 from ..endpoint.endpoint import Endpoint
 from ..endpoint.events import MessagesMissed, PeerAdded, PeerLost, PeerRemoved
 from ..errors import UsageError
@@ -72,7 +74,7 @@ def _load(path: str | None) -> dict[str, Any]:
             config = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         fail(f"cannot read {path}: {exc}", 2)
-    unknown = set(config) - {"broker", "namespace", "name", "store", "queue"}
+    unknown = set(config) - {"broker", "namespace", "name", "store", "queue", "reconnect_max"}
     if unknown:
         fail(f"{path}: unknown settings {sorted(unknown)}", 2)
     for section, allowed in (("store", _STORE_KEYS), ("queue", _QUEUE_KEYS)):
@@ -106,13 +108,17 @@ def _say(text: str) -> None:
 @click.option("--name", default=None, help="This node's name (default: the file's, else the host's).")
 @click.option("--store", "stores", multiple=True, help="Join this elected store (memory backend); repeatable.")
 @click.option("--queue", "queues", multiple=True, help="Join this work queue (memory backend); repeatable.")
+@click.option("--reconnect-max", type=click.FloatRange(min=0.05), default=None, metavar="SECONDS",
+              help="Cap of the reconnect backoff (default: the file's reconnect_max, else "
+                   f"{DEFAULT_RECONNECT_DELAY[1]:g}); a node rejoins within ~1.5x this after a network heal.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port at /metrics (0: any free port; needs the "
               "metrics extra, prometheus_client).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="The address --metrics-port listens on.")
 @logging_options
 def node(broker: str | None, config_path: str | None, namespace: str | None, name: str | None,
-         stores: tuple[str, ...], queues: tuple[str, ...], metrics_port: int | None, metrics_host: str) -> None:
+         stores: tuple[str, ...], queues: tuple[str, ...], reconnect_max: float | None, metrics_port: int | None,
+         metrics_host: str) -> None:
     """Run a long-lived node: an endpoint, its elected stores and work queues, until SIGTERM."""
     if metrics_port is not None:
         try:
@@ -138,6 +144,11 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
                 options[key] = load(str(config[key]))
             except UsageError as exc:
                 fail(f"{key}: {exc}", 2)
+
+    cap = reconnect_max if reconnect_max is not None else config.get("reconnect_max", DEFAULT_RECONNECT_DELAY[1])
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap < 0.05:
+        fail(f"reconnect_max must be a number of seconds >= 0.05, not {cap!r}", 2)
+    options["reconnect_delay"] = (min(DEFAULT_RECONNECT_DELAY[0], cap), cap)
 
     async def run() -> None:
         listener = None

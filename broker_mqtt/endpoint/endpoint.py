@@ -6,11 +6,11 @@ default, transport/mqtt.py; a last will that clears this endpoint's retained pre
 subscribes every filter the subscription table holds, announces presence (presence.py), then runs
 a *sender* (send.py: drains the :class:`~broker_mqtt.endpoint.outbox.Outbox`, one PUBLISH per
 batch) beside a *receiver* (receive.py: dispatches each PUBLISH by its subscription identifiers).
-This module holds the lifecycle, the public API and the wiring of those parts. When the
-connection fails both stop; the task waits with exponential backoff and starts over; the session
-(``clean_start=False``, ``session_expiry`` seconds) makes the broker keep our subscriptions and
-queue QoS 1 messages during the outage, across a broker restart too when the broker persists
-sessions. Applications never see the outage except as :class:`ConnectionLost` / :class:`ConnectionRestored` status events:
+This module holds the lifecycle, the public API and the wiring of those parts. When the connection
+fails both stop; the task waits (backoff.py) and starts over; the session (``clean_start=False``,
+``session_expiry`` seconds) makes the broker keep our subscriptions and queue QoS 1 messages during
+the outage, across a broker restart too when the broker persists sessions. Applications never see
+the outage except as :class:`ConnectionLost` / :class:`ConnectionRestored` status events:
 subscribers keep iterating and publishers keep queueing (up to the outbox bound).
 
 Guarantees (docs/guarantees.md): per publisher and topic, messages arrive in order. QoS 1
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import uuid
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -59,6 +58,7 @@ from ..wire.identity import resolve_identity
 from ..wire.message import Kind, NodeEncoder
 from ..wire.signing import TrustStore
 from ..wire.topics import TopicLayout, validate_prefix, validate_topic
+from .backoff import DEFAULT_RECONNECT_DELAY, Backoff
 from .dispatch import Subscribe, SubscriptionTable, Unsubscribe, minimal_prefixes
 from .event_stream import EventStream
 from .events import ConnectionLost, ConnectionRestored, ErrorCode, ErrorEvent, PeerInfo, StatusEvent
@@ -100,6 +100,9 @@ class Endpoint:
     keys from fleet-signed key records (retained on ``<ns>/k/<client id>``) and publishes its own
     ``key_record`` there.
 
+    ``reconnect_delay=(low, high)``: reconnect waits, ``low`` doubling to the cap ``high``, x0.5-1.5, reset
+    after a connection that lived (backoff.py); the cap bounds heal-to-rejoined (~1.5 * ``high``).
+
     Entering connects (raising :class:`BrokerUnavailable` after ``connect_timeout``); leaving
     says goodbye (PeerRemoved at the peers), flushes what is queued (up to ``close_timeout``),
     ends the MQTT session and cancels every task the endpoint started.
@@ -122,7 +125,7 @@ class Endpoint:
         close_timeout: float = 5.0,
         keepalive: int = 10,
         session_expiry: int = 60,
-        reconnect_delay: tuple[float, float] = (0.05, 5.0),
+        reconnect_delay: tuple[float, float] = DEFAULT_RECONNECT_DELAY,
         max_batch_bytes: int = 256 * 1024,
         max_pending_bytes: int = 64 * 1024 * 1024,
         max_pending_messages: int = 200_000,
@@ -143,6 +146,7 @@ class Endpoint:
         self._close_timeout = close_timeout
         self._keepalive = keepalive
         self._session_expiry = session_expiry
+        Backoff(*reconnect_delay)  # raises UsageError for a bad pair
         self._reconnect_delay = reconnect_delay
         self._subscriber_buffer = subscriber_buffer
         self._max_batch_bytes = max_batch_bytes
@@ -168,6 +172,7 @@ class Endpoint:
         self._uses_shared = False
         self._tg: TaskGroup | None = None
         self._closing = False
+        self._last_error: str | None = None
         self._topic_cache: dict[str, str] = {}
         self._presence_topic = self.layout.presence(self.client_id)
         self._receiver = Receiver(
@@ -223,8 +228,6 @@ class Endpoint:
                     stream._close()
                 self._release_broker()
 
-    _last_error: str | None = None
-
     async def _resolve_broker(self) -> list[BrokerURL]:
         urls, self._uses_shared = await resolve_broker(self._broker_arg)
         return urls
@@ -237,8 +240,7 @@ class Endpoint:
     async def _connection_task(self, *, task_status: TaskStatus[None]) -> None:
         first = True
         attempt = 0
-        low, high = self._reconnect_delay
-        delay = low
+        backoff = Backoff(*self._reconnect_delay)  # resets only after a connection that lived
         connector = self._connector
         assert connector is not None
         # Always clean_start=False: mosquitto 2.0 persists across its restarts only sessions
@@ -256,7 +258,8 @@ class Endpoint:
                     else:
                         self._stats.reconnects += 1
                         self._report(ConnectionRestored(attempt))
-                    first, attempt, delay = False, 0, low
+                    first, attempt = False, 0
+                    backoff.connected(anyio.current_time())
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(self._sender.run, conn)
                         await self._receiver.run(conn.messages())
@@ -282,8 +285,7 @@ class Endpoint:
                 log.warning("%s: broker connection lost (%s); reconnecting", self.name, self._last_error)
                 self._report(ConnectionLost(self._last_error or "connection closed"))
             attempt += 1
-            await anyio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, high)
+            await anyio.sleep(backoff.next_delay(anyio.current_time()))
 
     async def _on_connected(self, conn: Connection) -> None:
         self._sender.max_packet = conn.connack.max_packet
@@ -459,7 +461,6 @@ class Endpoint:
         not fit in one PUBLISH the broker accepts (its maximum packet size, from the last
         CONNACK, less room for the PUBLISH header); for layers that check before they queue."""
         self._sender.check_size(size)
-
 
     async def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything queued so far was taken by the broker; False on timeout."""

@@ -40,6 +40,15 @@ class CuttableRelay:
                 pass
         return len(sides) // 2
 
+    def down(self) -> int:
+        """A lasting partition: break every link now open and refuse new ones until :meth:`up`."""
+        self.refusing = True
+        return self.cut()
+
+    def up(self) -> None:
+        """Heal the partition: relay new connections again."""
+        self.refusing = False
+
     def close(self) -> None:
         self._stopping = True
         self._wake_w.send(b"x")
