@@ -9,7 +9,7 @@ PACKAGES = {
     "broker_mqtt.election": ["MQTTTransport"],
     "broker_mqtt.transport": [
         "MemoryBroker", "MemoryConnector", "Connector", "Connection", "ConnectOptions", "ConnAck", "Received",
-        "Will", "ConnectionClosed", "ConnectRefused", "TLSVerificationFailed",
+        "Will", "ConnectionClosed", "ConnectRefused", "TLSVerificationFailed", "FailoverConnector",
     ],
     "broker_mqtt.store": [
         "attach_master", "attach_clone", "attach_store", "MasterStore", "CloneStore", "ElectedStore",

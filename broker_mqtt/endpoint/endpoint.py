@@ -52,6 +52,7 @@ from ..transport.base import (
 )
 from ..transport.broker_url import BrokerURL, TLSOptions
 from ..transport.embedded import EmbeddedBroker, release_shared_broker, resolve_broker
+from ..transport.failover import FailoverConnector
 from ..transport.mqtt import MQTTConnector
 from ..wire import codec
 from ..wire.identity import resolve_identity
@@ -79,7 +80,10 @@ class Endpoint:
 
     ``broker`` is a URL (``mqtt://[user:password@]host:port``, ``mqtts://...`` with ``tls``), an
     :class:`EmbeddedBroker`, or None: then ``$BROKER_MQTT_URL`` if set, else a mosquitto embedded
-    in this process and shared by every such endpoint of the process. ``connector`` replaces all
+    in this process and shared by every such endpoint of the process. Several URLs (a list, or one
+    string of URLs separated by commas) are the nodes of a clustered broker: the endpoint connects
+    to the first and, whenever an attempt fails or the connection drops, tries the next one
+    (:class:`~broker_mqtt.transport.failover.FailoverConnector`). ``connector`` replaces all
     that: the endpoint then connects through it (any transport, see
     :mod:`broker_mqtt.transport.base`) and ``broker`` and ``tls`` are not used.
 
@@ -103,7 +107,7 @@ class Endpoint:
 
     def __init__(
         self,
-        broker: str | EmbeddedBroker | None = None,
+        broker: str | Sequence[str] | EmbeddedBroker | None = None,
         *,
         name: str | None = None,
         namespace: str = "bm",
@@ -182,7 +186,10 @@ class Endpoint:
     async def __aenter__(self) -> Self:
         self._connector = self._connector_arg
         if self._connector is None:
-            self._connector = MQTTConnector(await self._resolve_broker(), self._tls)
+            urls = await self._resolve_broker()
+            connectors = [MQTTConnector(u, self._tls if self._tls is not None or not u.tls else TLSOptions())
+                          for u in urls]
+            self._connector = connectors[0] if len(connectors) == 1 else FailoverConnector(connectors)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:
@@ -218,11 +225,9 @@ class Endpoint:
 
     _last_error: str | None = None
 
-    async def _resolve_broker(self) -> BrokerURL:
-        url, self._uses_shared = await resolve_broker(self._broker_arg)
-        if url.tls and self._tls is None:
-            self._tls = TLSOptions()
-        return url
+    async def _resolve_broker(self) -> list[BrokerURL]:
+        urls, self._uses_shared = await resolve_broker(self._broker_arg)
+        return urls
 
     def _release_broker(self) -> None:
         if self._uses_shared:
@@ -259,9 +264,10 @@ class Endpoint:
             except* (ConnectionClosed, OSError) as group:  # OSError: should a transport let one through
                 reason = "; ".join(str(e) for e in group.exceptions)
                 self._last_error = reason
-                if first and any(isinstance(e, ConnectRefused) and e.permanent for e in group.exceptions):
+                single = not isinstance(connector, FailoverConnector) or len(connector.connectors) == 1
+                if first and single and any(isinstance(e, ConnectRefused) and e.permanent for e in group.exceptions):
                     raise BrokerUnavailable(f"the broker at {connector} refused the connection: {reason}") from None
-                if first and any(isinstance(e, TLSVerificationFailed) for e in group.exceptions):
+                if first and single and any(isinstance(e, TLSVerificationFailed) for e in group.exceptions):
                     raise BrokerUnavailable(
                         f"TLS: the certificate of {connector} did not verify ({reason}); "
                         "check TLSOptions.ca_file and the broker's host name"

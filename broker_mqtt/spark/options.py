@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from ..errors import UsageError
-from ..transport.broker_url import BrokerURL, TLSOptions
+from ..transport.broker_url import TLSOptions, parse_broker_urls
 from ..wire.topics import validate_prefix, validate_topic
 from .rowid import ROW_ID_KEY
 from .topic_pattern import TopicPattern, TopicTemplate
@@ -87,18 +87,22 @@ class Connection:
         if not url:
             raise UsageError("option 'broker' (mqtt://host:port or mqtts://...) is required "
                              "(or set $BROKER_MQTT_URL on the driver)")
-        parsed = BrokerURL.parse(url)
+        urls = parse_broker_urls(url)  # several, separated by commas: a clustered broker's nodes
         username, password = _get(options, "username"), _get(options, "password")
         if username is not None or password is not None:
-            user = quote(username if username is not None else (parsed.username or ""), safe="")
-            pw = password if password is not None else parsed.password
-            auth = user + (f":{quote(pw, safe='')}" if pw is not None else "")
-            url = f"{'mqtts' if parsed.tls else 'mqtt'}://{auth}@{parsed.host}:{parsed.port}"
-            parsed = BrokerURL.parse(url)
+            rebuilt = []
+            for parsed in urls:
+                user = quote(username if username is not None else (parsed.username or ""), safe="")
+                pw = password if password is not None else parsed.password
+                auth = user + (f":{quote(pw, safe='')}" if pw is not None else "")
+                rebuilt.append(f"{'mqtts' if parsed.tls else 'mqtt'}://{auth}@{parsed.host}:{parsed.port}")
+            url = ",".join(rebuilt)
+            urls = parse_broker_urls(url)
+        parsed = urls[0]
         tls_keys = ("tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsVerify")
         tls: TLSOptions | None = None
-        if parsed.tls or any(_get(options, k) is not None for k in tls_keys):
-            if not parsed.tls:
+        if any(u.tls for u in urls) or any(_get(options, k) is not None for k in tls_keys):
+            if not all(u.tls for u in urls):
                 raise UsageError("TLS options need an mqtts:// broker URL")
             tls = TLSOptions(
                 ca_file=_get(options, "tlsCaFile"),
@@ -119,7 +123,8 @@ class Connection:
         )
 
     def __repr__(self) -> str:
-        return f"Connection({BrokerURL.parse(self.broker)}, namespace={self.namespace!r}, qos={self.qos})"
+        brokers = ",".join(str(u) for u in parse_broker_urls(self.broker))
+        return f"Connection({brokers}, namespace={self.namespace!r}, qos={self.qos})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 The aiomqtt client (mqtt.py) is the default; :class:`MemoryBroker` with :class:`MemoryConnector`
 is a broker in this process, for tests and simulations without mosquitto
-(``Endpoint(connector=MemoryConnector(MemoryBroker()))``).
+(``Endpoint(connector=MemoryConnector(MemoryBroker()))``). :class:`FailoverConnector` tries several
+brokers in turn (``Endpoint("mqtt://node1:1883,mqtt://node2:1883")`` makes one).
 """
 
 from .base import (
@@ -16,6 +17,7 @@ from .base import (
     TLSVerificationFailed,
     Will,
 )
+from .failover import FailoverConnector
 from .memory import MemoryConnector
 from .memory_broker import MemoryBroker
 
@@ -25,4 +27,6 @@ __all__ = [
     # the interface a transport implements (docs/architecture.md, "Adding a transport")
     "Connector", "Connection", "ConnectOptions", "ConnAck", "Received", "Will",
     "ConnectionClosed", "ConnectRefused", "TLSVerificationFailed",
+    # several brokers (a cluster's nodes) tried in turn
+    "FailoverConnector",
 ]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from ..errors import UsageError
 
-__all__ = ["BrokerURL", "TLSOptions"]
+__all__ = ["BrokerURL", "TLSOptions", "parse_broker_urls"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,3 +69,14 @@ class BrokerURL:
     def __str__(self) -> str:  # never shows the password
         user = f"{self.username}@" if self.username else ""
         return f"{'mqtts' if self.tls else 'mqtt'}://{user}{self.host}:{self.port}"
+
+
+def parse_broker_urls(urls: str | Sequence[str]) -> list[BrokerURL]:
+    """Several brokers, in the order to try them: a list of URLs, or one string of URLs separated
+    by commas (``mqtt://a:1883,mqtt://b:1883``: the form that fits an option or an environment
+    variable). Raises :class:`UsageError` naming the URL that is wrong, or for none at all."""
+    items = urls.split(",") if isinstance(urls, str) else list(urls)
+    parsed = [BrokerURL.parse(u.strip()) for u in items if u.strip()]
+    if not parsed:
+        raise UsageError(f"no broker URL in {urls!r}")
+    return parsed

@@ -35,13 +35,14 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
 import anyio
 
 from ..errors import MosquittoNotFound, TransportError
-from .broker_url import BrokerURL
+from .broker_url import BrokerURL, parse_broker_urls
 
 __all__ = ["EmbeddedBroker", "acquire_shared_broker", "find_mosquitto", "release_shared_broker", "resolve_broker"]
 
@@ -375,18 +376,19 @@ def release_shared_broker() -> None:
             _shared = None
 
 
-async def resolve_broker(broker: str | EmbeddedBroker | None) -> tuple[BrokerURL, bool]:
-    """The URL an endpoint given ``broker`` connects to, and whether that is the process's shared
-    embedded broker (then acquired: call :func:`release_shared_broker` when done). ``None`` means
-    ``$BROKER_MQTT_URL`` if set, else the shared broker; an :class:`EmbeddedBroker` not running is
-    started. Raises :class:`UsageError` for a bad URL."""
+async def resolve_broker(broker: str | Sequence[str] | EmbeddedBroker | None) -> tuple[list[BrokerURL], bool]:
+    """The URLs an endpoint given ``broker`` connects to (several: a list, or URLs separated by
+    commas, tried in turn), and whether that is the process's shared embedded broker (then
+    acquired: call :func:`release_shared_broker` when done). ``None`` means ``$BROKER_MQTT_URL`` if
+    set, else the shared broker; an :class:`EmbeddedBroker` not running is started. Raises
+    :class:`UsageError` for a bad URL."""
     if broker is None:
         broker = os.environ.get("BROKER_MQTT_URL") or None
     if broker is None:
         shared = await acquire_shared_broker()
-        return BrokerURL.parse(shared.url), True
+        return [BrokerURL.parse(shared.url)], True
     if isinstance(broker, EmbeddedBroker):
         if not broker.running:
             await broker.astart()
-        return BrokerURL.parse(broker.url), False
-    return BrokerURL.parse(broker), False
+        return [BrokerURL.parse(broker.url)], False
+    return parse_broker_urls(broker), False
