@@ -161,10 +161,11 @@ class EjabberdCluster:
 
     ``url(node, user)`` is the MQTT URL of node ``node`` (1-based) with that user's credentials; ``urls(user)``
     lists every node's. ``acl``: when true (the default) ``mod_mqtt`` lets clients publish and subscribe only
-    the project's topic layout (:data:`LAYOUT`), else everything."""
+    the project's topic layout (:data:`LAYOUT`), else everything. ``mqtt_options``: more ``mod_mqtt`` options
+(YAML values as strings; ``max_queue: unlimited`` and ``max_topic_depth: 32`` unless given)."""
 
     def __init__(self, nodes: int = 2, users: tuple[str, ...] = ("u1", "u2", "u3", "u4"), *,
-                 acl: bool = True, start_timeout: float = 120.0) -> None:
+                 acl: bool = True, mqtt_options: dict[str, str] | None = None, start_timeout: float = 120.0) -> None:
         why = ejabberd_missing()
         if why:
             raise EjabberdError(why)
@@ -172,6 +173,7 @@ class EjabberdCluster:
         self.run = secrets.token_hex(4)
         self.users = users
         self.acl = acl
+        self.mqtt_options = {"max_queue": "unlimited", "max_topic_depth": "32", **(mqtt_options or {})}
         self.start_timeout = start_timeout
         self._tmp = Path(tempfile.mkdtemp(prefix="ejabberd-"))
         self._cookie = secrets.token_hex(16)
@@ -350,8 +352,7 @@ class EjabberdCluster:
             "  mod_mqtt:",
             f"    access_publish: {rules}",
             f"    access_subscribe: {rules}",
-            "    max_queue: unlimited",
-            "    max_topic_depth: 32",
+            *(f"    {k}: {v}" for k, v in self.mqtt_options.items()),
             "",
         ])
 
