@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import queue
 import re
 import secrets
 import shutil
@@ -124,13 +125,14 @@ def mqtt_login(port: int, username: str, password: str, timeout: float = 5.0) ->
     return answer[3] if answer[0] == 0x20 else None
 
 
-# Reads one Erlang expression per line from stdin, prints "ok <result>" or "error <reason>" per line
-# (~w: one line), halts at EOF (when the test process closes the pipe, or dies).
+# Reads one Erlang expression per line from stdin, prints "@@ok <result>" or "@@error <reason>" per line
+# (~w: one line; the VM's own reports, "node not responding" say, go to stdout too and are skipped),
+# halts at EOF (when the test process closes the pipe, or dies).
 _CONTROLLER = (
     "Loop = fun L() -> case io:get_line(\"\") of eof -> halt(0); Line -> "
     "R = try {ok, T, _} = erl_scan:string(Line), {ok, E} = erl_parse:parse_exprs(T), "
     "{value, V, _} = erl_eval:exprs(E, []), {ok, V} catch C:X -> {error, {C, X}} end, "
-    "case R of {ok, Val} -> io:format(\"ok ~w~n\", [Val]); {error, Why} -> io:format(\"error ~w~n\", [Why]) end, "
+    "case R of {ok, Val} -> io:format(\"@@ok ~w~n\", [Val]); {error, Why} -> io:format(\"@@error ~w~n\", [Why]) end, "
     "L() end end, Loop()."
 )
 
@@ -163,10 +165,14 @@ class EjabberdCluster:
     ``url(node, user)`` is the MQTT URL of node ``node`` (1-based) with that user's credentials; ``urls(user)``
     lists every node's. ``acl``: when true (the default) ``mod_mqtt`` lets clients publish and subscribe only
     the project's topic layout (:data:`LAYOUT`), else everything. ``mqtt_options``: more ``mod_mqtt`` options
-(YAML values as strings; ``max_queue: unlimited`` and ``max_topic_depth: 32`` unless given)."""
+(YAML values as strings; ``max_queue: unlimited`` and ``max_topic_depth: 32`` unless given).
+    ``net_ticktime`` (seconds; ejabberd's option, which overrides the VM's; 60 by default): how soon a node takes a silent (hung) peer node for
+    dead. Until then, a client whose session lives on the hung node cannot connect to another node: the
+    takeover of its session waits for the hung node."""
 
     def __init__(self, nodes: int = 2, users: tuple[str, ...] = ("u1", "u2", "u3", "u4"), *,
-                 acl: bool = True, mqtt_options: dict[str, str] | None = None, start_timeout: float = 120.0) -> None:
+                 acl: bool = True, mqtt_options: dict[str, str] | None = None, net_ticktime: int = 10,
+                 start_timeout: float = 120.0) -> None:
         why = ejabberd_missing()
         if why:
             raise EjabberdError(why)
@@ -174,6 +180,7 @@ class EjabberdCluster:
         self.run = secrets.token_hex(4)
         self.users = users
         self.acl = acl
+        self.net_ticktime = net_ticktime
         self.mqtt_options = {"max_queue": "unlimited", "max_topic_depth": "32", **(mqtt_options or {})}
         self.start_timeout = start_timeout
         self._tmp = Path(tempfile.mkdtemp(prefix="ejabberd-"))
@@ -182,6 +189,8 @@ class EjabberdCluster:
         self._epmd: subprocess.Popen[bytes] | None = None
         self._ctl: subprocess.Popen[str] | None = None
         self._ctl_lock = threading.Lock()
+        self._request = 0
+        self._answers: queue.Queue[str | None] = queue.Queue()
         self._ctl_port = _free_port()
         self.nodes = [_Node(i, f"ej{i}_{self.run}@{HOST}", self._tmp) for i in range(1, nodes + 1)]
 
@@ -209,17 +218,37 @@ class EjabberdCluster:
         got = self.eval(f"rpc:call('{n.name}', mnesia, system_info, [running_db_nodes], 5000)")
         return sorted(re.findall(r"ej\d+_\w+@\w+", got)) if got.startswith("[") else []
 
-    def kill(self, node: int) -> None:
-        """SIGKILL node ``node``'s VM (and its port programs): a crash, no goodbye to anyone."""
+    def kill(self, node: int, *, wait: bool = True) -> None:
+        """SIGKILL node ``node``'s VM (and its port programs): a crash, no goodbye to anyone. With ``wait``,
+        returns once the other nodes saw it go."""
         n = self.nodes[node - 1]
         if n.proc is not None and n.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(n.proc.pid, signal.SIGKILL)
             n.proc.wait()
             alive = [m for m in self.nodes if m.running]
-            if alive and self._ctl is not None:  # until the others saw it go (at once on loopback: the socket closes)
+            if wait and alive and self._ctl is not None:  # until the others saw it go (at once on loopback: the socket closes)
                 _wait(lambda: all(n.name not in self.running_nodes(m.index) for m in alive), 60,
                       f"the cluster to see {n.name} gone", step=0.05)
+
+    def stop(self, node: int) -> None:
+        """SIGSTOP node ``node``'s VM: a hung broker node, its sockets open, nothing answered (:meth:`cont`)."""
+        n = self.nodes[node - 1]
+        if n.running:
+            os.killpg(n.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+
+    def cont(self, node: int) -> None:
+        n = self.nodes[node - 1]
+        if n.running:
+            os.killpg(n.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+
+    def healthy(self) -> bool:
+        """Every node running and seeing all the others."""
+        names = sorted(n.name for n in self.nodes)
+        return all(n.running for n in self.nodes) and all(self.running_nodes(n.index) == names for n in self.nodes)
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        _wait(self.healthy, timeout, "every node running and in the cluster", step=0.2)
 
     def restart(self, node: int) -> None:
         """Start a killed node again (same name, ports and spool) and wait until the cluster has all its
@@ -232,15 +261,31 @@ class EjabberdCluster:
         self._wait_cluster()
 
     def eval(self, expression: str, timeout: float = 60.0) -> str:
-        """Evaluate one Erlang expression in the controller VM; its result as written by ``~w``."""
-        assert self._ctl is not None and self._ctl.stdin is not None and self._ctl.stdout is not None
+        """Evaluate one Erlang expression in the controller VM; its result as written by ``~w``. Each request
+        carries a number the answer repeats: a late answer to an earlier request (timed out) is skipped."""
+        assert self._ctl is not None and self._ctl.stdin is not None
         with self._ctl_lock:
-            self._ctl.stdin.write(expression.strip().rstrip(".") + ".\n")
+            self._request += 1
+            n = self._request
+            body = expression.strip().rstrip(".")
+            self._ctl.stdin.write(f"{{{n}, try begin {body} end catch C:X -> {{'$error', C, X}} end}}.\n")
             self._ctl.stdin.flush()
-            line = _readline(self._ctl.stdout, timeout)
-        if line.startswith("ok "):
-            return line[3:]
-        raise EjabberdError(f"{expression}: {line or 'the controller ended'}")
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    line = self._answers.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise EjabberdError(f"{expression}: no answer within {timeout:.0f} s") from None
+                if line is None:
+                    raise EjabberdError(f"{expression}: the controller ended")
+                if line.startswith(f"@@ok {{{n},") and line.endswith("}"):
+                    value = line[len(f"@@ok {{{n},"):-1]
+                    if value.startswith("{'$error',"):
+                        raise EjabberdError(f"{expression}: {value}")
+                    return value
+                if line.startswith("@@error"):
+                    raise EjabberdError(f"{expression}: {line}")
+                # a late answer, or one of the VM's own reports: skipped
 
     def register(self, user: str) -> None:
         got = self.eval(f"rpc:call('{self.nodes[0].name}', ejabberd_auth, try_register, "
@@ -286,6 +331,7 @@ class EjabberdCluster:
              "-noshell", "-eval", _CONTROLLER],
             env=self._env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             preexec_fn=_die_with_parent)  # noqa: PLW1509
+        threading.Thread(target=_read_lines, args=(self._ctl.stdout, self._answers), daemon=True).start()
         for n in self.nodes:
             self._wait_app(n)
         first = self.nodes[0]
@@ -301,7 +347,7 @@ class EjabberdCluster:
 
     def close(self) -> None:
         for n in self.nodes:
-            self.kill(n.index)
+            self.kill(n.index, wait=False)
         if self._ctl is not None:
             with contextlib.suppress(OSError, ValueError):
                 self._ctl.stdin.close()  # type: ignore[union-attr]
@@ -325,10 +371,9 @@ class EjabberdCluster:
                    ERL_INETRC=str(self._tmp / "inetrc"), ERL_MAX_ETS_TABLES="1400", ERL_CRASH_DUMP="/dev/null")
         return env
 
-    @staticmethod
-    def _dist_args(port: int) -> list[str]:
+    def _dist_args(self, port: int) -> list[str]:
         return ["-start_epmd", "false", "-kernel", "inet_dist_listen_min", str(port), "inet_dist_listen_max", str(port),
-                "inet_dist_use_interface", "{127,0,0,1}",
+                "inet_dist_use_interface", "{127,0,0,1}", "net_ticktime", str(self.net_ticktime),
                 "+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none"]
 
     def _config(self, n: _Node) -> str:
@@ -345,6 +390,7 @@ class EjabberdCluster:
             '    ip: "127.0.0.1"',
             "    module: mod_mqtt",
             "    backlog: 1024",
+            f"net_ticktime: {self.net_ticktime}",
             "auth_method: internal",
             "acl:",
             "  local:",
@@ -408,10 +454,9 @@ def _accepts(port: int) -> bool:
         return False
 
 
-def _readline(stream: Any, timeout: float) -> str:
-    """One line from a pipe, or "" after ``timeout`` seconds (the controller is then useless: it is killed)."""
-    result: list[str] = []
-    t = threading.Thread(target=lambda: result.append(stream.readline()), daemon=True)
-    t.start()
-    t.join(timeout)
-    return result[0].rstrip("\n") if result else ""
+def _read_lines(stream: Any, into: queue.Queue[str | None]) -> None:
+    """The controller's stdout, line by line, into a queue; None at its end."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in stream:
+            into.put(line.rstrip("\n"))
+    into.put(None)
