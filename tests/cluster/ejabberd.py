@@ -346,6 +346,12 @@ class EjabberdCluster:
             self._wait_started(n)
 
     def close(self) -> None:
+        try:
+            self._close()
+        finally:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def _close(self) -> None:
         for n in self.nodes:
             self.kill(n.index, wait=False)
         if self._ctl is not None:
@@ -362,7 +368,6 @@ class EjabberdCluster:
                 os.killpg(self._epmd.pid, signal.SIGKILL)
             self._epmd.wait()
             self._epmd = None
-        shutil.rmtree(self._tmp, ignore_errors=True)
 
     # -- internals --------------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
