@@ -26,15 +26,18 @@ mosquitto:
 
 # ejabberd (its mod_mqtt speaks MQTT 5) is the second broker: `make test-cluster` runs tests/cluster/ against
 # a 2-node ejabberd cluster the tests start themselves. The package's postinst starts a system ejabberd
-# (idle, ~13% of a core): it is stopped and disabled, as the tests run their own nodes.
+# (idle, ~13% of a core) under systemd: it is stopped and disabled, as the tests run their own nodes. Without
+# systemd (a container) policy-rc.d usually keeps it from starting; if it runs anyway (as user ejabberd),
+# it is stopped (`ejabberdctl stopped` also stops the epmd it started). `ejabberdctl stop` is not run
+# otherwise: with no node up it would leave an epmd daemon behind.
 ejabberd:
 	@if command -v ejabberdctl >/dev/null 2>&1 || [ -x /usr/sbin/ejabberdctl ]; then :; else \
 	  echo "installing ejabberd with apt-get"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ejabberd; \
 	  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then \
 	    $(SUDO) systemctl disable --now ejabberd >/dev/null 2>&1 || true; \
-	  else \
-	    $(SUDO) /usr/sbin/ejabberdctl stop >/dev/null 2>&1 || true; \
+	  elif pgrep -u ejabberd -x beam.smp >/dev/null 2>&1; then \
+	    $(SUDO) /usr/sbin/ejabberdctl stop >/dev/null 2>&1; $(SUDO) /usr/sbin/ejabberdctl stopped >/dev/null 2>&1 || true; \
 	  fi; \
 	fi
 
