@@ -96,6 +96,8 @@ SANS_IO = sorted({
         "record_log", "packing", "backend")),
     "broker_mqtt.queue.model", "broker_mqtt.queue.commands",
     "broker_mqtt.endpoint.dispatch", "broker_mqtt.endpoint.presence", "broker_mqtt.endpoint.outbox",
+    "broker_mqtt.endpoint.sequence", "broker_mqtt.spark.topic_pattern", "broker_mqtt.spark.json_rows",
+    "broker_mqtt.transport.failover",
     "broker_mqtt.transport.memory_broker",
     "broker_mqtt.spark.sparkplug", "broker_mqtt.spark.sparkplug_wire",
     *(f"asyncactor.{m}" for m in (

@@ -44,7 +44,7 @@ def test_public_api_is_pinned() -> None:
         [
             "__version__", "Attaching", "EventStream", "BrokerMQTTError", "BrokerURL", "BrokerUnavailable", "ConnectionLost",
             "ConnectionRestored", "Count", "DecodeError", "EmbeddedBroker", "EncodeError", "Endpoint",
-            "EndpointStatistics", "EnumValue", "ErrorCode", "ErrorEvent", "Kind", "Message", "MosquittoNotFound",
+            "EndpointStatistics", "EnumValue", "ErrorCode", "ErrorEvent", "Kind", "Message", "MessagesMissed", "MosquittoNotFound",
             "PayloadTooLarge", "PeerAdded", "PeerInfo", "PeerLost", "PeerRemoved", "Port", "PortProtocol",
             "PublishQueueFull", "RawMessage", "RawSubscription", "StatusEvent", "Subscription",
             "TLSOptions", "TopicError", "TransportError", "UsageError", "decode", "encode",

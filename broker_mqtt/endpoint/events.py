@@ -22,6 +22,7 @@ __all__ = [
     "PeerRemoved",
     "ConnectionLost",
     "ConnectionRestored",
+    "MessagesMissed",
     "ErrorCode",
     "ErrorEvent",
 ]
@@ -124,6 +125,18 @@ class ConnectionRestored:
     attempt: int
 
 
+@dataclass(frozen=True, slots=True)
+class MessagesMissed:
+    """``missed`` messages that ``sender`` published on ``topic`` never came: the numbers of its
+    messages there skipped ahead (the broker lost them: a crash before it saved them, a full queue
+    for a slow subscriber, QoS 0). Reported once per gap; counted in ``statistics().missed``.
+    What must not be lost goes through channels, stores or queues (docs/guarantees.md)."""
+
+    sender: uuid.UUID
+    topic: str
+    missed: int
+
+
 class ErrorCode(enum.Enum):
     MALFORMED_MESSAGE = "malformed_message"  #: a PUBLISH on our topics that is not node messages
     MALFORMED_PAYLOAD = "malformed_payload"  #: a node message whose payload does not decode
@@ -143,4 +156,5 @@ class ErrorEvent:
     sender: uuid.UUID | None = None
 
 
-StatusEvent = PeerAdded | PeerLost | PeerRemoved | ConnectionLost | ConnectionRestored | ErrorEvent
+StatusEvent = (PeerAdded | PeerLost | PeerRemoved | ConnectionLost | ConnectionRestored | MessagesMissed
+               | ErrorEvent)

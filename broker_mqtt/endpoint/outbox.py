@@ -6,6 +6,12 @@ one at a time. While the sender waits for the broker, new messages pile into the
 so the batch size adapts to load: a lone message leaves at once, a flood leaves in large
 PUBLISHes. Order is kept per (topic, QoS), which is all MQTT orders anyway.
 
+Coalesced node messages are numbered: each (topic, QoS) is a *stream* with a random id, and a
+batch records the stream and the number of its first message (the sender puts them in the
+PUBLISH's sequence header, broker_mqtt/wire/sequence.py), so receivers see gaps and repeats.
+Raw and retained payloads are not numbered. At most ``max_streams`` streams are remembered (least
+recently used out); a forgotten topic starts a new stream, never reuses numbers.
+
 Bounds (``max_pending_bytes``, ``max_pending_messages``) cover everything accepted and not yet
 confirmed by the broker, the batch in flight included. The I/O layer decides what "full" means
 for the caller: wait while connected, fail with PublishQueueFull while disconnected.
@@ -13,8 +19,9 @@ for the caller: wait while connected, fail with PublishQueueFull while disconnec
 
 from __future__ import annotations
 
+import random
 from bisect import bisect_right
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -32,6 +39,9 @@ class Batch:
     confirmed: bool = False
     urgent: bool = False
     wire: bytes | None = None  #: the PUBLISH payload once first sent (sealed, if signing): resent as is
+    stream: int | None = None  #: numbered node messages: their stream (None: not numbered)
+    first: int = 0  #: the number of the batch's first message in its stream
+    numbers: list[int] | None = field(default=None, repr=False)  #: the stream's [id, next number]
 
 
 class Outbox:
@@ -41,8 +51,13 @@ class Outbox:
         max_batch_bytes: int = 256 * 1024,
         max_pending_bytes: int = 64 * 1024 * 1024,
         max_pending_messages: int = 200_000,
+        max_streams: int = 65_536,
+        rng: random.Random | None = None,
     ) -> None:
         self.max_batch_bytes = max_batch_bytes
+        self.max_streams = max_streams
+        self._rng = rng or random.Random()
+        self._streams: OrderedDict[tuple[str, int], list[int]] = OrderedDict()
         self.max_pending_bytes = max_pending_bytes
         self.max_pending_messages = max_pending_messages
         self.pending_bytes = 0
@@ -75,8 +90,10 @@ class Outbox:
                 self._sealed.append(self._open.pop(key))
                 open_batch = None
             if open_batch is None:
-                open_batch = self._open[key] = Batch(topic, qos)
+                open_batch = self._new_batch(key)
             batch = open_batch
+            assert batch.numbers is not None
+            batch.numbers[1] += 1
         else:
             # Keep per-topic order: whatever is open for this topic goes first.
             opened = self._open.pop((topic, qos), None)
@@ -101,7 +118,7 @@ class Outbox:
         start, begin = 0, 0  # index and running-total offset of the first message not queued
         while start < len(messages):
             if batch is None:
-                batch = self._open[key] = Batch(topic, qos)
+                batch = self._new_batch(key)
             # Messages fit while their running total stays within the batch's room; an empty
             # batch takes at least one, however large.
             stop = bisect_right(ends, begin + limit - len(batch.data), lo=start)
@@ -110,6 +127,8 @@ class Outbox:
             if stop > start:
                 batch.data += b"".join(messages[start:stop])
                 batch.count += stop - start
+                assert batch.numbers is not None
+                batch.numbers[1] += stop - start
                 begin = ends[stop - 1]
                 start = stop
             if start < len(messages):
@@ -117,6 +136,18 @@ class Outbox:
                 batch = None
         self.pending_bytes += ends[-1]
         self.pending_messages += len(messages)
+
+    def _new_batch(self, key: tuple[str, int]) -> Batch:
+        """Open a numbered batch for ``key``, continuing its stream (or starting one)."""
+        numbers = self._streams.get(key)
+        if numbers is None:
+            numbers = self._streams[key] = [self._rng.getrandbits(32), 0]
+            if len(self._streams) > self.max_streams:
+                self._streams.popitem(last=False)
+        else:
+            self._streams.move_to_end(key)
+        batch = self._open[key] = Batch(key[0], key[1], stream=numbers[0], first=numbers[1], numbers=numbers)
+        return batch
 
     def has_room(self, messages: int, size: int) -> bool:
         """Whether ``messages`` more messages of ``size`` bytes in all stay within the bounds

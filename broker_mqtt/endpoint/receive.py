@@ -20,21 +20,28 @@ cannot carry a fresh signature) is taken unsigned: see docs/security.md.
 
 A broker that sends no subscription identifiers (the first such PUBLISH makes the endpoint warn) is
 served by matching topics against the filters instead (:meth:`Receiver._dispatch_by_topic`).
+
+Numbered PUBLISHes (a sequence header, broker_mqtt/wire/sequence.py) of data and unicast pass a
+:class:`~broker_mqtt.endpoint.sequence.SequenceTracker` per subscription they came through: a gap
+is reported once as :class:`MessagesMissed` and counted (``missed``), a repeat is dropped and
+counted (``duplicates``), numbers reported missing that come after all are delivered (``late``).
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 
 from ..errors import UsageError
 from ..transport.base import Received
 from ..wire.identity import endpoint_id
-from ..wire.message import Kind, decode_batch
+from ..wire.message import Kind, decode_sequenced
 from ..wire.signing import Rejection, SignatureError, Verifier
 from ..wire.topics import TopicLayout, validate_topic
 from .dispatch import Filter, SubscriptionTable
-from .events import ErrorCode, ErrorEvent, Message, StatusEvent
+from .events import ErrorCode, ErrorEvent, Message, MessagesMissed, StatusEvent
+from .sequence import IN_ORDER, SequenceTracker, Verdict
 from .statistics import EndpointStatistics
 from .subscription import RawMessage, _Stream
 
@@ -84,6 +91,7 @@ class Receiver:
         self.own_presence: str | None = None
         self.on_own_presence: Callable[[bytes | None], None] | None = None
         self._keys_head = layout.namespace + "/k/"
+        self.sequences = SequenceTracker()
 
     async def run(self, messages: AsyncIterator[Received]) -> None:
         """Dispatch every PUBLISH of ``messages`` until it ends or raises."""
@@ -106,6 +114,7 @@ class Receiver:
                 self.sub_ids_available = False
             await self._dispatch_by_topic(topic, payload, message.retain, message.qos)
             return
+        stream = (sub_ids, message.qos)
         if PRESENCE_SID in sub_ids:
             self._presence_in(topic, payload, message.retain)
         if KEYS_SID in sub_ids and self.on_key_record is not None:
@@ -113,7 +122,7 @@ class Receiver:
         if UNICAST_SID in sub_ids:
             opened = self._opened(topic, payload, self._unicast_head, message.retain)
             if opened is not None:
-                await self._on_node_messages(topic, opened, None)
+                await self._on_node_messages(topic, opened, None, (UNICAST_SID, message.qos))
         filters = self._table.targets(sub_ids)
         if not filters:
             return
@@ -126,7 +135,7 @@ class Receiver:
             return
         opened = self._opened(topic, payload, self._data_head, message.retain)
         if opened is not None:
-            await self._on_node_messages(topic, opened, filters)
+            await self._on_node_messages(topic, opened, filters, stream)
 
     def _opened(self, topic: str, payload: bytes, head: str, retain: bool) -> bytes | None:
         """``payload`` with its seal checked and removed (as is without a verifier); None: dropped.
@@ -167,13 +176,13 @@ class Receiver:
         elif topic.startswith(self._unicast_head):
             opened = self._opened(topic, payload, self._unicast_head, retain)
             if opened is not None:
-                await self._on_node_messages(topic, opened, None)
+                await self._on_node_messages(topic, opened, None, (UNICAST_SID, qos))
         elif topic.startswith(self._data_head):
             split = self._layout.split_sender(topic, self._data_head)
             levels = tuple(split[1].split("/")) if split is not None else ()
             opened = self._opened(topic, payload, self._data_head, retain)
             if opened is not None:
-                await self._on_node_messages(topic, opened, self._table.match(levels))
+                await self._on_node_messages(topic, opened, self._table.match(levels), ("by topic", qos))
         else:
             item = RawMessage(topic, payload, retain, qos)
             for f in self._table.by_filter.values():
@@ -181,15 +190,18 @@ class Receiver:
                     for sub in f.subscribers:
                         await sub._deliver([item])
 
-    async def _on_node_messages(self, topic: str, payload: bytes, filters: list[Filter[_Stream]] | None) -> None:
+    async def _on_node_messages(self, topic: str, payload: bytes, filters: list[Filter[_Stream]] | None,
+                                stream: object = None) -> None:
         """Deliver the node messages of one PUBLISH; ``filters`` None means unicast (match by topic)."""
-        await self._hand_over(self.route(topic, payload, filters))
+        await self._hand_over(self.route(topic, payload, filters, stream))
 
     def route(
-        self, topic: str, payload: bytes, filters: list[Filter[_Stream]] | None
+        self, topic: str, payload: bytes, filters: list[Filter[_Stream]] | None, stream: object = None
     ) -> Iterable[tuple[_Stream, list[Message]]]:
-        """The node messages of one PUBLISH, per subscriber (sans-io; empty lists included)."""
-        messages, error = decode_batch(payload)
+        """The node messages of one PUBLISH, per subscriber (sans-io; empty lists included).
+        ``stream`` names the way it came (subscription ids and QoS) for the sequence check;
+        None: no check."""
+        header, messages, error = decode_sequenced(payload)
         if error is not None:
             self._stats.malformed += 1
             self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, str(error), topic=topic))
@@ -205,6 +217,14 @@ class Receiver:
         expected = split[1]
         expected_slash = "/" + expected
         sender_bytes = sender_id.bytes
+        if header is not None and stream is not None:
+            verdict = self.sequences.check((stream, topic), header[0], header[1], len(messages))
+            if verdict is not IN_ORDER:
+                self._judged(verdict, sender_id, messages[0].topic if messages else expected)
+                if verdict.skip:
+                    messages = messages[verdict.skip:]
+                    if not messages:
+                        return ()
         if filters is None:
             # Unicast: the MQTT topic names the broker topic, so every message matches the same subscribers.
             try:
@@ -245,6 +265,14 @@ class Receiver:
             self._report(ErrorEvent(ErrorCode.FORGED_MESSAGE, f"{forged} node message(s) claim a sender other "
                                     f"than {split[0]!r}, whose topic they came on", topic=topic))
         return [(sub, batch) for sub, _kind, batch in flat]
+
+    def _judged(self, verdict: Verdict, sender: uuid.UUID, topic: str) -> None:
+        stats = self._stats
+        if verdict.missed:
+            stats.missed += verdict.missed
+            self._report(MessagesMissed(sender, topic, verdict.missed))
+        stats.duplicates += verdict.repeated
+        stats.late += verdict.late
 
     async def _hand_over(self, batches: Iterable[tuple[_Stream, list[Message]]]) -> None:
         stats = self._stats

@@ -27,6 +27,7 @@ import anyio
 
 from ..errors import PayloadTooLarge, PublishQueueFull
 from ..transport.base import MAX_PACKET_DEFAULT, ORDERED_WINDOW, Connection, ConnectionClosed
+from ..wire.sequence import sequence_header
 from ..wire.signing import Signer
 from .outbox import Batch, InFlight, Outbox
 from .statistics import EndpointStatistics
@@ -144,7 +145,10 @@ class Sender:
                 while not inflight.full and (batch := outbox.take()) is not None:
                     payload = batch.wire
                     if payload is None:
-                        payload = batch.wire = self._seal(batch.topic, bytes(batch.data))
+                        data = bytes(batch.data)
+                        if batch.stream is not None:
+                            data = sequence_header(batch.stream, batch.first) + data
+                        payload = batch.wire = self._seal(batch.topic, data)
                     try:
                         packet_id = publish(batch.topic, payload, batch.qos, batch.retain)
                     except ConnectionClosed:

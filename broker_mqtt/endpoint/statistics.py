@@ -21,6 +21,9 @@ class EndpointStatistics:
     bad_signatures: int = 0  #: PUBLISHes dropped: unsigned, unknown signer, bad signature or a replay
     rejected: int = 0  #: PUBLISHes the broker refused (PUBACK reason >= 0x80)
     qos0_lost: int = 0  #: QoS 0 messages on the wire when a connection dropped
+    missed: int = 0  #: numbered messages that never came (gaps: lost by the broker, or QoS 0)
+    duplicates: int = 0  #: numbered messages dropped as repeats (resent after a reconnect, redelivered)
+    late: int = 0  #: numbered messages delivered after being reported missed
     reconnects: int = 0
     status_dropped: int = 0  #: status events a full status stream could not take
     pending: int = 0  #: messages queued or in flight now

@@ -252,6 +252,7 @@ class SourceOptions:
     json_schema: str | None = None  #: ``payload=json``: DDL of the document's fields (None: the text as is)
     corrupt_column: str = "_corrupt_record"  #: ``payload=json`` with a schema: what failed to parse
     read_seconds: float = 2.0  #: batch reads: how long to collect messages after subscribing
+    rebirth: bool = True  #: ``payload=sparkplug``: ask edge nodes whose births were missed to send them again
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -275,6 +276,8 @@ class SourceOptions:
             if payload == "sparkplug" and any(p.names for p in patterns):
                 raise UsageError("payload=sparkplug has its own level columns (group, edge_node, device): "
                                  "give plain filters such as spBv1.0/plant1/#")
+        if _get(options, "rebirth") is not None and payload != "sparkplug":
+            raise UsageError("option 'rebirth' is for payload=sparkplug")
         json_schema = _get(options, "jsonSchema")
         if json_schema is not None and payload != "json":
             raise UsageError("option 'jsonSchema' is for payload=json")
@@ -290,4 +293,5 @@ class SourceOptions:
             json_schema=json_schema,
             corrupt_column=_get(options, "columnNameOfCorruptRecord") or "_corrupt_record",
             read_seconds=_number(options, "readSeconds", 2.0, low=0.0, kind=float),
+            rebirth=_bool(options, "rebirth", True),
         )

@@ -45,15 +45,52 @@ def _quoted(name: str) -> str:
     return f"`{name}`"
 
 
+def ddl_field_names(ddl: str) -> list[str]:
+    """The top-level field names of a DDL list of fields (``a INT, `b c` STRUCT<x: INT>, d: STRING``),
+    as far as the source needs them to find clashing columns (Spark parses the DDL itself)."""
+    names: list[str] = []
+    depth, quoted, start = 0, False, 0
+    for i, ch in enumerate(ddl + ","):
+        if ch == "`":
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            item = ddl[start:i].strip()
+            start = i + 1
+            if not item:
+                continue
+            if item.startswith("`"):
+                end = item.find("`", 1)
+                names.append(item[1:end] if end > 0 else item[1:])
+            else:
+                names.append(item.replace(":", " ").split()[0])
+    return names
+
+
 def plain_schema_ddl(options: SourceOptions) -> str:
-    """The source's columns for ``options.payload`` json, raw or sparkplug, as DDL."""
+    """The source's columns for ``options.payload`` json, raw or sparkplug, as DDL. Raises
+    :class:`UsageError` when two columns would have one name (case-insensitively, as Spark resolves)."""
     if options.payload == "sparkplug":
         return SPARKPLUG_READ_COLUMNS
     levels = level_columns(options.patterns)
-    clash = [n for n in levels if n in _FIXED or n == options.corrupt_column]
+    clash = [n for n in levels if n.lower() in _FIXED or n.lower() == options.corrupt_column.lower()]
     if clash:
         raise UsageError(f"topic levels {clash} would clash with the source's own columns "
                          f"({', '.join(sorted(_FIXED))}, {options.corrupt_column}): name them differently")
+    if options.json_schema is not None:
+        fields = ddl_field_names(options.json_schema)
+        taken = {n.lower(): f"topic level {{{n}}}" for n in levels}
+        taken.update({n: "a column of the source" for n in (*_FIXED, options.corrupt_column.lower())})
+        for name in fields:
+            if name.lower() in taken:
+                raise UsageError(
+                    f"jsonSchema field {name!r} has the name of {taken[name.lower()]}: leave it out of "
+                    f"jsonSchema (the topic gives it), or rename the level or field")
     columns = ["topic STRING", *(f"{_quoted(n)} STRING" for n in levels)]
     if options.payload == "raw":
         columns.append("payload BINARY")

@@ -32,11 +32,14 @@ from ..errors import DecodeError
 from .document import to_json
 from .options import SourceOptions
 from .plain_rows import sparkplug_row
-from .sparkplug import SparkplugDecoder
+from .sparkplug import DataType, MetricRow, SparkplugDecoder, command_payload, command_topic
 
 __all__ = ["Receiver", "Row"]
 
 log = logging.getLogger("broker_mqtt.spark")
+
+#: seconds between two rebirth requests to one Sparkplug B edge node
+REBIRTH_INTERVAL = 30.0
 
 #: a buffered row: (topic, sender, received, data) for node messages, a Received PUBLISH for json
 #: and raw, a finished row for sparkplug
@@ -56,6 +59,8 @@ class Receiver:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self.malformed = 0  #: payloads that did not decode (sparkplug), skipped
+        self.rebirths = 0  #: Sparkplug B rebirth requests sent (NCMD Node Control/Rebirth)
+        self._asked: dict[tuple[str, str], float] = {}  # (group, edge node) -> when a rebirth was asked
         self._thread = threading.Thread(target=self._run, name="broker-mqtt-spark-source", daemon=True)
 
     def start(self, timeout: float) -> None:
@@ -163,9 +168,28 @@ class Receiver:
                         log.warning("broker_mqtt source: skipped a Sparkplug B message on %r (%d so far): %s",
                                     msg.topic, self.malformed, exc)
                     continue
+                if self.options.rebirth and metrics:
+                    await self._ask_rebirth(ep, metrics[0])
                 for metric in metrics:
                     if not await self._put(sparkplug_row(metric, received)):
                         return
+
+    async def _ask_rebirth(self, ep: Endpoint, row: MetricRow) -> None:
+        """Ask an edge node whose births this source has not seen (data with unknown aliases, or
+        from a node never born here) to send them again, as a Sparkplug B host application does:
+        an NCMD ``Node Control/Rebirth``, at most once per ``REBIRTH_INTERVAL`` per node."""
+        if row.message_type not in ("NDATA", "DDATA", "DBIRTH") or row.group == "":
+            return
+        if row.online is not None and row.metric is not None:
+            return
+        key = (row.group, row.edge_node)
+        now = time.monotonic()
+        if now - self._asked.get(key, -REBIRTH_INTERVAL) < REBIRTH_INTERVAL:
+            return
+        self._asked[key] = now
+        self.rebirths += 1
+        payload = command_payload([("Node Control/Rebirth", True, DataType.Boolean)], int(time.time() * 1000))
+        await ep.publish_raw(command_topic(row.group, row.edge_node, None), payload, qos=0)
 
     async def _put(self, row: Row) -> bool:
         """Buffer ``row``, waiting (in a thread) while the buffer is full; False once stopping."""

@@ -122,6 +122,9 @@ class EmbeddedBroker:
     packets are refused.
     ``password_file`` (made with ``mosquitto_passwd``) turns anonymous access off.
     ``extra_config`` lines are appended verbatim (e.g. a TLS listener, a bridge for split tests).
+    ``autosave_interval`` (seconds, default 60) is how often mosquitto saves its state: a crash
+    loses what it acknowledged since (subscribers are told: docs/guarantees.md); shorter costs
+    more disk writes. A clean stop or restart always saves.
     """
 
     def __init__(
@@ -133,6 +136,7 @@ class EmbeddedBroker:
         extra_config: str = "",
         password_file: str | None = None,
         start_timeout: float = 10.0,
+        autosave_interval: int = 60,
     ) -> None:
         if not host:
             raise ValueError("host must be an address to bind: 127.0.0.1, 0.0.0.0, ::, ...")
@@ -143,6 +147,9 @@ class EmbeddedBroker:
         self.extra_config = extra_config
         self.password_file = password_file
         self.start_timeout = start_timeout
+        if autosave_interval < 1:
+            raise ValueError("autosave_interval must be at least 1 second")
+        self.autosave_interval = autosave_interval
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_once = False  # the port was bound once: from then on it is kept
@@ -180,7 +187,7 @@ class EmbeddedBroker:
                 f"max_packet_size {self.max_packet_size}",
                 "persistence true",
                 f"persistence_location {self._dir}/",
-                "autosave_interval 60",
+                f"autosave_interval {self.autosave_interval}",
                 "log_dest stderr",
                 "log_type error",
                 "log_type warning",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, NoReturn
@@ -26,7 +27,7 @@ from typing import Any, NoReturn
 import aiomqtt
 import anyio
 from aiomqtt.exceptions import MqttConnectError
-from paho.mqtt.client import MQTT_ERR_SUCCESS, MQTT_LOG_ERR
+from paho.mqtt.client import MQTT_ERR_AGAIN, MQTT_ERR_SUCCESS, MQTT_LOG_ERR
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
@@ -45,6 +46,11 @@ from .broker_url import BrokerURL, TLSOptions
 __all__ = ["MQTTConnector", "MQTTConnection"]
 
 log = logging.getLogger("broker_mqtt")
+
+#: packets read per wake-up of the event loop at most (then other tasks get their turn)
+READ_BURST = 64
+#: bytes read from the socket at once (paho then takes its packets from them)
+RECV_SIZE = 65536
 
 
 def _closed(exc: BaseException) -> ConnectionClosed:
@@ -121,6 +127,7 @@ class MQTTConnector:
 
         # A connection lost before CONNACK: aiomqtt ignores it (and times out); we stop waiting.
         loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
         errors: list[str] = []  # what paho logged as errors before CONNACK (the reason, if any)
         on_disconnect: Any = paho.on_disconnect
         waiting = anyio.CancelScope()
@@ -149,8 +156,69 @@ class MQTTConnector:
                 if fd > -1:
                     loop.add_writer(fd, write)
 
-            loop.call_soon_threadsafe(add)
+            if threading.get_ident() == loop_thread:
+                add()  # on the loop's own thread (every PUBACK we send): no wake-up through the self-pipe
+            else:
+                loop.call_soon_threadsafe(add)
 
+        def _on_socket_open(c: Any, userdata: Any, sock: Any) -> None:
+            # Replaces aiomqtt's reader, which reads as many packets per wake-up as paho has QoS 1
+            # messages in flight (often one) and lets paho make three recv() calls per packet: under
+            # a flood each packet cost a turn of the event loop and three system calls. This one
+            # reads up to READ_BURST packets per wake-up, from a buffer filled 64 KiB at a time.
+            packet_read = getattr(c, "_packet_read", None)  # paho 2.x; else fall back to loop_read
+            sock_recv = getattr(c, "_sock_recv", None)
+            buffered: list[Any] = [b"", 0]  # bytes read from the socket, and how far paho took them
+
+            def recv(bufsize: int) -> bytes:
+                data, pos = buffered
+                if pos >= len(data):
+                    assert sock_recv is not None
+                    chunk: bytes = sock_recv(RECV_SIZE)  # raises BlockingIOError when there is nothing
+                    if not chunk:
+                        buffered[:] = [b"", 0]
+                        return chunk  # the peer closed
+                    data, pos = chunk, 0
+                out = data[pos:pos + bufsize]
+                buffered[:] = [data, pos + len(out)]
+                return bytes(out)
+
+            if packet_read is not None and sock_recv is not None:
+                c._sock_recv = recv
+
+            def read() -> None:
+                try:
+                    if packet_read is None:
+                        c.loop_read()
+                        return
+                    for _ in range(READ_BURST):
+                        if c._sock is None:
+                            return
+                        rc = packet_read()
+                        if rc == MQTT_ERR_AGAIN:
+                            pending = getattr(c._sock, "pending", None)  # TLS: bytes decoded, not read
+                            if pending is None or pending() <= 0:
+                                return
+                        elif rc > 0:
+                            c._loop_rc_handle(rc)
+                            return
+                    if buffered[1] < len(buffered[0]):
+                        loop.call_soon(read)  # bytes in the buffer wake no selector: come back for them
+                except Exception as exc:  # a broken connection: aiomqtt's own handling
+                    if not client._disconnected.done():
+                        client._disconnected.set_exception(exc)
+
+            def add() -> None:
+                fd = sock.fileno()
+                if fd > -1:
+                    loop.add_reader(fd, read)
+
+            if threading.get_ident() == loop_thread:
+                add()
+            else:
+                loop.call_soon_threadsafe(add)  # paho connects from a worker thread
+
+        paho.on_socket_open = _on_socket_open
         paho.on_connect, paho.on_publish = _on_connect, _on_publish
         paho.on_log, paho.on_disconnect = _on_log, _on_disconnect
         paho.on_socket_register_write = _on_socket_register_write
@@ -160,6 +228,9 @@ class MQTTConnector:
                     await stack.enter_async_context(client)
                 if waiting.cancelled_caught:
                     raise _lost_before_connack(errors)
+                # Only errors before CONNACK matter to us; without an on_log paho formats no log line
+                # per packet (its logger still gets them, cheaply, when that level is enabled).
+                paho.on_log = None
                 yield MQTTConnection(client, connack[0] if connack else ConnAck())
         except (aiomqtt.MqttError, OSError) as exc:
             _raise_closed(exc)
@@ -212,7 +283,7 @@ class MQTTConnection:
             _raise_closed(exc)
 
     def messages(self) -> _Messages:
-        return _Messages(self._client.messages)
+        return _Messages(self._client)
 
     async def disconnect_ending_session(self) -> None:
         props = Properties(PacketTypes.DISCONNECT)
@@ -225,21 +296,33 @@ class MQTTConnection:
 
 
 class _Messages:
-    """aiomqtt's message iterator, yielding :class:`Received` and raising ConnectionClosed."""
+    """aiomqtt's message iterator, yielding :class:`Received` and raising ConnectionClosed.
 
-    __slots__ = ("_next",)
+    A message already in aiomqtt's queue is taken at once (private: its ``_queue``); aiomqtt's own
+    iterator would start a task and an ``asyncio.wait`` for each one, which under a flood cost more
+    than the message's own handling. Its iterator still does the waiting, and reports the end."""
 
-    def __init__(self, messages: aiomqtt.client.MessagesIterator) -> None:
-        self._next = messages.__anext__
+    __slots__ = ("_next", "_queue", "_disconnected", "_taken")
+
+    def __init__(self, client: aiomqtt.Client) -> None:
+        self._next = client.messages.__anext__
+        self._queue: asyncio.Queue[aiomqtt.Message] = client._queue
+        self._disconnected: asyncio.Future[None] = client._disconnected
+        self._taken = 0  # messages taken at once since the last turn of the event loop
 
     def __aiter__(self) -> _Messages:
         return self
 
     async def __anext__(self) -> Received:
-        try:
-            message = await self._next()
-        except aiomqtt.MqttError as exc:
-            _raise_closed(exc)
+        if self._queue.qsize() and not self._disconnected.done() and self._taken < READ_BURST:
+            self._taken += 1
+            message = self._queue.get_nowait()
+        else:
+            self._taken = 0
+            try:
+                message = await self._next()
+            except aiomqtt.MqttError as exc:
+                _raise_closed(exc)
         payload = message.payload
         if not isinstance(payload, bytes):
             payload = bytes(payload) if isinstance(payload, bytearray) else b""

@@ -10,7 +10,8 @@ hop count; ``topic`` the broker topic as published; ``payload`` a CBOR byte stri
 value encoded by :mod:`broker_mqtt.wire.codec`. The payload stays packed: forwarding never decodes
 it and a receiver decodes it once, only for a local subscriber that wants it.
 
-One MQTT PUBLISH carries one or more node messages back to back (an RFC 8742 CBOR sequence).
+One MQTT PUBLISH carries one or more node messages back to back (an RFC 8742 CBOR sequence), after
+an optional sequence header that numbers them (:mod:`.sequence`).
 :func:`decode_batch` returns every message decoded before the first malformed one together with
 the error, so one bad item never discards the good items in front of it.
 """
@@ -26,8 +27,10 @@ import cbor2
 
 from ..errors import peer_repr
 from .codec import DecodeError
+from .sequence import split_sequence
 
-__all__ = ["FORMAT_VERSION", "DEFAULT_TTL", "Kind", "NodeMessage", "NodeEncoder", "encode_node", "decode_batch"]
+__all__ = ["FORMAT_VERSION", "DEFAULT_TTL", "Kind", "NodeMessage", "NodeEncoder", "encode_node", "decode_batch",
+           "decode_sequenced"]
 
 FORMAT_VERSION = 1
 DEFAULT_TTL = 16
@@ -220,8 +223,27 @@ def _decode_fast(data: bytes) -> list[NodeMessage] | None:
 def decode_batch(data: bytes) -> tuple[list[NodeMessage], DecodeError | None]:
     """Decode a PUBLISH payload: the messages before the first malformed one, and that error.
 
+    A leading sequence header (:mod:`.sequence`) is skipped: :func:`decode_sequenced` returns it.
     Never raises for malformed input; an empty payload is an error (no message).
     """
+    _header, messages, error = decode_sequenced(data)
+    return messages, error
+
+
+def decode_sequenced(data: bytes) -> tuple[tuple[int, int] | None, list[NodeMessage], DecodeError | None]:
+    """:func:`decode_batch` that also returns the payload's sequence header ``(stream, first)``, or
+    None when it has none (a malformed header is the error, with no message)."""
+    try:
+        header, start = split_sequence(data)
+    except DecodeError as exc:
+        return None, [], exc
+    if start:
+        data = data[start:]
+    messages, error = _decode_messages(data)
+    return header, messages, error
+
+
+def _decode_messages(data: bytes) -> tuple[list[NodeMessage], DecodeError | None]:
     end = len(data)
     if end == 0:
         return [], DecodeError("empty payload: no node message")

@@ -205,3 +205,16 @@ def test_plain_sink_options() -> None:
 def test_bad_sink_options_fail_on_the_driver(columns: list[str], options: dict[str, str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         _sink(columns, **options)
+
+
+def test_ddl_field_names_at_the_top_level_only() -> None:
+    from broker_mqtt.spark.plain_rows import ddl_field_names
+
+    ddl = "a INT, `b, c` STRING, s STRUCT<x: INT, y: ARRAY<STRING>>, m MAP<STRING, DECIMAL(10, 2)>, d: DATE,"
+    assert ddl_field_names(ddl) == ["a", "b, c", "s", "m", "d"]
+
+
+@pytest.mark.parametrize("schema", ["device STRING, temp DOUBLE", "temp DOUBLE, `Device` STRING", "qos INT"])
+def test_a_json_field_named_like_a_level_or_a_fixed_column_is_refused_at_load(schema: str) -> None:
+    with pytest.raises(UsageError, match="leave it out of jsonSchema"):
+        plain_schema_ddl(_source(payload="json", topics="s/{device}/t", jsonSchema=schema))

@@ -268,3 +268,38 @@ def test_sparkplug_sink_sends_device_and_node_commands(spark: Any, broker: Embed
     assert [(m.name, m.value, m.datatype) for m in dcmd.metrics] == [
         ("setpoint", 22.5, DataType.Double), ("speed", 3.0, DataType.Double)]
     assert [m.name for m in got[f"spBv1.0/{namespace}/NCMD/gw1"].metrics] == ["Node Control/Rebirth"]
+
+
+async def _edge_node_that_rebirths(broker: EmbeddedBroker, base: str, asked: list[bytes]) -> None:
+    """Sends data by alias only; when the source asks for a rebirth, sends its births, then data."""
+    async with _client(broker) as client:
+        await client.subscribe(f"{base}/NCMD/gw9", qos=1)
+        await client.publish(*_sparkplug(f"{base}/DDATA/gw9/valve", [Metric(None, 4, None, None, 1.5)], 5)[:2])
+        with anyio.fail_after(60):
+            async for message in client.messages:
+                asked.append(bytes(message.payload))  # type: ignore[arg-type]
+                break
+        await client.publish(*_sparkplug(f"{base}/NBIRTH/gw9", [Metric("bdSeq", None, None, DataType.Int64, 1)], 0)[:2])
+        await client.publish(*_sparkplug(f"{base}/DBIRTH/gw9/valve",
+                                         [Metric("position", 4, None, DataType.Double, 1.5)], 1)[:2])
+        await client.publish(*_sparkplug(f"{base}/DDATA/gw9/valve", [Metric(None, 4, None, None, 2.5)], 2)[:2])
+
+
+def test_sparkplug_source_asks_an_edge_node_it_never_saw_born_to_rebirth(
+        spark: Any, broker: EmbeddedBroker, namespace: str, tmp_path: Path) -> None:
+    base = f"spBv1.0/{namespace}"
+    stream = (spark.readStream.format("broker_mqtt").option("broker", broker.url).option("payload", "sparkplug")
+              .option("topics", f"{base}/#").load())
+    table = "plain_rebirth_" + namespace
+    query = _memory_query(stream, table, tmp_path)
+    asked: list[bytes] = []
+    try:
+        _wait_subscribed(query)
+        anyio.run(_edge_node_that_rebirths, broker, base, asked)
+        rows = _rows_until(spark, table, query, 4)
+    finally:
+        query.stop()
+    request = decode_payload(asked[0])
+    assert [(m.name, m.value) for m in request.metrics] == [("Node Control/Rebirth", True)]
+    data = [(r.metric, r.double_value) for r in rows if r.message_type == "DDATA"]
+    assert data == [(None, 1.5), ("position", 2.5)]  # unnamed before the rebirth, named after

@@ -1,7 +1,8 @@
 """A TCP relay in front of mosquitto whose links the test can cut: a network cut, for real.
 
 :class:`CuttableRelay` listens on a loopback port and relays every connection to the broker's
-port, in one thread. :meth:`CuttableRelay.cut` shuts down both sockets of every link it carries:
+port, in one thread. :meth:`CuttableRelay.cut` shuts down both sockets of every link it carries (with ``refusing`` set,
+new connections are closed at once too, so the outage lasts):
 the client sees the connection end and mosquitto sees a client vanish without DISCONNECT (so it
 publishes the will), just as when a cable is pulled. New connections are relayed as before.
 """
@@ -23,6 +24,7 @@ class CuttableRelay:
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._stopping = False
+        self.refusing = False  #: while set, new connections are closed at once (a lasting outage)
         self.errors: list[BaseException] = []
         self._thread = threading.Thread(target=self._run, name=f"relay:{self.port}", daemon=True)
         self._thread.start()
@@ -72,6 +74,9 @@ class CuttableRelay:
         try:
             client, _ = self._listener.accept()
         except BlockingIOError:
+            return
+        if self.refusing:
+            client.close()
             return
         try:
             upstream = socket.create_connection(self._target, timeout=5)
