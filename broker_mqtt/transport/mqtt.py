@@ -212,6 +212,10 @@ class MQTTConnector:
                 fd = sock.fileno()
                 if fd > -1:
                     loop.add_reader(fd, read)
+                # aiomqtt's on_socket_open, replaced here, also starts its misc loop: paho's loop_misc()
+                # every second sends PINGREQ and drops a connection whose PINGRESP does not come back
+                # (a hung broker, a half-open connection). aiomqtt's on_socket_close cancels it.
+                client._misc_task = loop.create_task(client._misc_loop())
 
             if threading.get_ident() == loop_thread:
                 add()
