@@ -215,7 +215,14 @@ class MQTTConnector:
                 except Exception as exc:
                     broken(exc)
 
-            watch(sock, loop.add_reader, read)
+            def add_reader(fd: int, callback: Callable[[], None]) -> None:
+                loop.add_reader(fd, callback)
+                # aiomqtt's on_socket_open, replaced here, also starts its misc loop: paho's loop_misc()
+                # every second sends PINGREQ and drops a connection whose PINGRESP does not come back
+                # (a hung broker, a half-open connection). aiomqtt's on_socket_close cancels it.
+                client._misc_task = loop.create_task(client._misc_loop())
+
+            watch(sock, add_reader, read)
 
         paho.on_socket_open = _on_socket_open
         paho.on_connect, paho.on_publish = _on_connect, _on_publish
