@@ -127,10 +127,12 @@ def run_members(members: int, per_process: int, kills: int = 3, cycle: float = 1
     import anyio
 
     from broker_mqtt import EmbeddedBroker, Endpoint
+    from broker_mqtt.wire import codec
 
     events: queue.Queue[Any] = queue.Queue()
     namespace = "benchactor"
     publishes = 0
+    kinds: dict[str, int] = {}
     stop = threading.Event()
 
     with EmbeddedBroker() as broker:
@@ -149,8 +151,13 @@ def run_members(members: int, per_process: int, kills: int = 3, cycle: float = 1
 
                         async with anyio.create_task_group() as tg:
                             tg.start_soon(watch)
-                            async for _ in raw:
+                            async for msg in raw:
                                 publishes += 1
+                                try:
+                                    kind = str(codec.decode(msg.payload).get("t"))
+                                except Exception:  # noqa: BLE001 - counted as "?"
+                                    kind = "?"
+                                kinds[kind] = kinds.get(kind, 0) + 1
 
             anyio.run(main)
 
@@ -169,17 +176,27 @@ def run_members(members: int, per_process: int, kills: int = 3, cycle: float = 1
             for host in hosts:
                 host.ready.wait(120)
             all_ready = time.time()
-            time.sleep(max(3 * cycle, 5.0))  # let the last joiners settle
+            # settled: a whole 3 s without more than ~2 messages per cycle (the joiners' init/vers/ping
+            # storm is over: at 100 members it lasts tens of seconds, see docs/asyncactor.md)
+            time.sleep(max(3 * cycle, 3.0))
+            while True:
+                n0 = publishes
+                time.sleep(3.0)
+                if publishes - n0 <= 2 * 3.0 / cycle or time.time() - all_ready > 300:
+                    break
+            settled = time.time()
             while not events.empty():  # sticky: the holder keeps the tag; drain, keep the latest
                 current, _, _ = events.get_nowait()
             # the idle window: CPU of every member process, mosquitto's, and the broker's PUBLISHes
             cpu0 = {h: _proc_cpu(h.proc.pid) for h in hosts}
             broker_cpu0, pub0, w0 = _proc_cpu(broker.pid), publishes, time.monotonic()
+            kinds0 = dict(kinds)
             time.sleep(idle)
             window = time.monotonic() - w0
             cpu = sum(_proc_cpu(h.proc.pid) - cpu0[h] for h in hosts)
             broker_cpu = _proc_cpu(broker.pid) - broker_cpu0
             msgs = publishes - pub0
+            idle_kinds = {k: n - kinds0.get(k, 0) for k, n in sorted(kinds.items()) if n - kinds0.get(k, 0)}
             while not events.empty():
                 current, _, _ = events.get_nowait()
             failovers: list[float] = []
@@ -213,8 +230,10 @@ def run_members(members: int, per_process: int, kills: int = 3, cycle: float = 1
         "gap": gap,
         "first_tag_after_start_s": round(first_tag - t0, 2),
         "all_ready_after_start_s": round(all_ready - t0, 2),
+        "settled_after_start_s": round(settled - t0, 1),
         "idle_window_s": round(window, 1),
         "broker_msgs_per_s": round(msgs / window, 2),
+        "idle_msgs_by_type": idle_kinds,
         "cpu_ms_per_member_s": round(1000 * cpu / window / members, 3),
         "cpu_pct_core_all_members": round(100 * cpu / window, 2),
         "cpu_s_per_member_hour": round(3600 * cpu / window / members, 1),
@@ -228,6 +247,7 @@ def run_members(members: int, per_process: int, kills: int = 3, cycle: float = 1
 
 def _table(rows: list[dict[str, Any]]) -> str:
     cols = [("members", "members"), ("processes", "procs"), ("first_tag_after_start_s", "first tag s"),
+            ("settled_after_start_s", "settled s"),
             ("broker_msgs_per_s", "msgs/s"), ("cpu_ms_per_member_s", "CPU ms/member/s"),
             ("cpu_pct_core_all_members", "CPU % core, all"), ("broker_cpu_pct_core", "mosquitto %"),
             ("failover_max_s", "failover max s")]
