@@ -83,6 +83,73 @@ def _host_role(url: str, namespace: str, names: list[str], cycle: float, gap: fl
     anyio.run(main)
 
 
+def _floor_role(url: str, namespace: str, names: list[str], kind: str) -> None:
+    """Idle clients with no actor, for the floor under a member's CPU: ``bare`` aiomqtt clients
+    (MQTT 5, keepalive 10 s as an Endpoint's, subscribed to the actor topic) or ``endpoint``
+    Endpoints with a raw subscription on it."""
+    import anyio
+
+    async def bare(name: str, ready: list[str]) -> None:
+        import aiomqtt
+
+        from broker_mqtt.transport.broker_url import BrokerURL
+
+        u = BrokerURL.parse(url)
+        async with aiomqtt.Client(u.host, u.port, identifier=name, protocol=aiomqtt.ProtocolVersion.V5,
+                                  keepalive=10) as client:
+            await client.subscribe(f"{namespace}/actor", qos=1)
+            ready.append(name)
+            if len(ready) == len(names):
+                print("READY", flush=True)
+            async for _ in client.messages:
+                pass
+
+    async def endpoint(name: str, ready: list[str]) -> None:
+        from broker_mqtt import Endpoint
+
+        async with Endpoint(url, namespace=namespace, name=name) as ep, ep.subscribe_raw(f"{namespace}/actor") as raw:
+            ready.append(name)
+            if len(ready) == len(names):
+                print("READY", flush=True)
+            async for _ in raw:
+                pass
+
+    async def main() -> None:
+        ready: list[str] = []
+        async with anyio.create_task_group() as tg:
+            for name in names:
+                tg.start_soon(bare if kind == "bare" else endpoint, name, ready)
+
+    anyio.run(main)
+
+
+def run_floor(clients: int, per_process: int, kind: str, idle: float = 30.0) -> dict[str, Any]:
+    """CPU of ``clients`` idle clients of ``kind`` (see :func:`_floor_role`) over one broker."""
+    from broker_mqtt import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        procs = [subprocess.Popen(
+            [sys.executable, __file__, "--role", f"floor-{kind}", "--url", broker.url, "--namespace", "benchactor",
+             "--name", ",".join(f"{kind}{j:03d}" for j in range(i, min(i + per_process, clients)))],
+            stdout=subprocess.PIPE, text=True, cwd=ROOT) for i in range(0, clients, per_process)]
+        try:
+            for proc in procs:
+                assert proc.stdout is not None
+                proc.stdout.readline()  # READY
+            time.sleep(5)
+            cpu0, w0 = sum(_proc_cpu(p.pid) for p in procs), time.monotonic()
+            time.sleep(idle)
+            window = time.monotonic() - w0
+            cpu = sum(_proc_cpu(p.pid) for p in procs) - cpu0
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+    return {"kind": kind, "clients": clients, "processes": len(procs), "idle_window_s": round(window, 1),
+            "cpu_ms_per_client_s": round(1000 * cpu / window / clients, 3),
+            "cpu_pct_core_all": round(100 * cpu / window, 2)}
+
+
 def _proc_cpu(pid: int) -> float:
     """CPU seconds (user + system) of process ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -389,6 +456,7 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=None)
     parser.add_argument("--members", type=int, default=0, help="N members over one broker (module docstring)")
     parser.add_argument("--per-process", type=int, default=10)
+    parser.add_argument("--floor", type=int, default=0, help="N idle bare aiomqtt clients, then N Endpoints")
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of the idle CPU window")
     parser.add_argument("--label", default="", help="a note stored with the results")
     args = parser.parse_args()
@@ -397,6 +465,18 @@ def main() -> None:
         return
     if args.role == "host":
         _host_role(args.url, args.namespace, args.name.split(","), args.cycle, args.gap)
+        return
+    if args.role in ("floor-bare", "floor-endpoint"):
+        _floor_role(args.url, args.namespace, args.name.split(","), args.role.split("-")[1])
+        return
+    if args.floor:
+        rows = [run_floor(args.floor, args.per_process, kind, args.idle) for kind in ("bare", "endpoint")]
+        print(json.dumps(rows, indent=2))
+        out = ROOT / "bench" / "results" / "election_real_floor.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                   "loadavg": [round(x, 2) for x in os.getloadavg()], "label": args.label,
+                                   "runs": rows}, indent=2) + "\n")
         return
     if args.members:
         kills = 3 if args.kills is None else args.kills
