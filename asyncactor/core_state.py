@@ -95,6 +95,7 @@ class CoreState:
         self._known = ALL
         self._pknown = ALL
         self._last_vers_reply = float("-inf")
+        self._last_init_answer = float("-inf")
         self._started = False
         self._out: list[dict[str, Any]] = []
         self._events: list[ActorEvent] = []

@@ -146,6 +146,8 @@ class ActorCore(SplitHealing):
                     self._send_hist(now)
                 case Timer.BEACON:
                     self._send_beacon()
+                case Timer.VERS:
+                    self._answer_init(now)
 
     # ---- the caller's controls -------------------------------------------------------------
     def set_value(self, value: Any, now: float) -> None:
@@ -221,13 +223,27 @@ class ActorCore(SplitHealing):
     def _on_init(self, msg: Init, now: float) -> None:
         if msg.node != self.name:
             if self.phase is not Phase.STARTING and self._history[:1] == (self.name,):
-                self._send(Vers(self.name, self.config))  # tell the newcomer our configuration
+                self._answer_init(now)  # tell the newcomer our configuration
             return
         if self.phase is not Phase.STARTING or not self._started:
             self.stats.duplicate_inits += 1  # duplicating transport or a name clash
             return
         self._goto(Phase.FOLLOWING)
         self._plan_ping(self._slot.at if self._slot else now, now=now)
+
+    def _answer_init(self, now: float) -> None:
+        """Send our ``vers`` for a newcomer's ``init``: at once, or, if we answered one less than
+        ``gap`` ago, once at that answer + ``gap`` for every init until then (a ``vers`` is a
+        broadcast: one sent after a newcomer's init reached us reaches it too). Without this, a
+        group starting at once answered each of N inits from every node that had pinged alone so
+        far, each answer going to all N: 100 members took a minute to settle (docs/asyncactor.md)."""
+        due = self._last_init_answer + self.config.gap
+        if now >= due:
+            self._timers.pop(Timer.VERS, None)
+            self._last_init_answer = now
+            self._send(Vers(self.name, self.config))
+        elif Timer.VERS not in self._timers:
+            self._timers[Timer.VERS] = due
 
     def _on_vers(self, msg: Vers, now: float) -> None:
         if msg.config.version > self.config.version:

@@ -40,6 +40,7 @@ class Timer(enum.Enum):
     HIST = "hist"  # re-broadcast our side's history after a split
     DECIDE = "decide"  # pick the winning side of a healed split
     BEACON = "beacon"  # "it" re-announces its slot mid-slot (heal_beacon)
+    VERS = "vers"  # answer the newcomers whose init came within gap of our last answer
 
 
 @dataclass(slots=True)

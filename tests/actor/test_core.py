@@ -32,6 +32,7 @@ from asyncactor import (
 )
 from asyncactor.history import Relation, relate
 from asyncactor.messages import Hist, Init, Ping, Vers, decode, encode
+from asyncactor.state import Timer
 
 from .simnet import SimNet, overlapping
 
@@ -267,6 +268,28 @@ def test_core_vers_higher_wins_lower_is_answered():
     core.receive(encode(Vers("c", Config(version=1))), 2)
     (answer,) = core.to_send()
     assert answer["t"] == "vers" and answer["version"] == 2
+
+
+def test_core_holder_answers_a_burst_of_inits_once_per_gap():
+    core = ActorCore("a", config=CFG, value=1, rng=random.Random(0))  # gap 1.5
+    core.start(0.0)
+    core.receive({"t": "init", "node": "a"}, 0.1)
+    core.timer(13.1)
+    core.to_send()  # our ping: we hold the slot
+    core.receive({"t": "init", "node": "b"}, 20.0)
+    (answer,) = core.to_send()
+    assert answer["t"] == "vers" and answer["node"] == "a"
+    for at, node in ((20.5, "c"), (21.0, "d")):  # within gap of that answer: one more, at 21.5
+        core.receive({"t": "init", "node": node}, at)
+        assert core.to_send() == []
+    assert core.deadline(Timer.VERS) == pytest.approx(21.5)
+    core.timer(21.5)
+    (answer,) = core.to_send()
+    assert answer["t"] == "vers"
+    assert core.deadline(Timer.VERS) is None
+    core.receive({"t": "init", "node": "e"}, 23.0)  # gap after the last answer: at once
+    (answer,) = core.to_send()
+    assert answer["t"] == "vers" and core.deadline(Timer.VERS) is None
 
 
 def test_core_good_node_event_when_we_have_no_value():
