@@ -127,9 +127,12 @@ class Chaos:
         self.namespace = f"chaos{os.getpid()}"
         self.tmp = Path(tempfile.mkdtemp(prefix="chaos-"))
         self.broker: EmbeddedBroker | None = None
+        self.userinfo = ""  # user:password@ of --broker, kept for the nodes (ejabberd needs them)
         if args.broker:
             u = urlsplit(args.broker)
             self.host, self.port = u.hostname or "127.0.0.1", u.port or 1883
+            if u.username is not None:
+                self.userinfo = u.netloc.rsplit("@", 1)[0] + "@"
         else:
             self.broker = EmbeddedBroker()
             self.broker.start()
@@ -141,7 +144,7 @@ class Chaos:
         self.t0 = self.healed = time.monotonic()
 
     def url(self, slot: int) -> str:
-        return f"mqtt://127.0.0.1:{self.relays[slot].port}"
+        return f"mqtt://{self.userinfo}127.0.0.1:{self.relays[slot].port}"
 
     def spawn(self, slot: int) -> ChaosNode:
         err = (self.tmp / f"node{len(self.every)}-slot{slot}.err").open("w")
