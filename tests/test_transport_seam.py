@@ -27,7 +27,6 @@ from broker_mqtt import (
     PeerRemoved,
 )
 from broker_mqtt.endpoint.presence import PeerTable, PresenceUpdate, presence_payload
-from broker_mqtt.endpoint.receive import mqtt_match
 from broker_mqtt.transport.base import (
     ConnAck,
     ConnectionClosed,
@@ -39,6 +38,7 @@ from broker_mqtt.transport.base import (
 from broker_mqtt.wire.identity import default_client_id
 from broker_mqtt.wire.message import NodeEncoder
 from broker_mqtt.wire.topics import TopicLayout
+from broker_mqtt.wire.topics import mqtt_filter_matches as mqtt_match
 
 pytestmark = pytest.mark.anyio
 

@@ -49,7 +49,7 @@ from ..transport.base import (
     TLSVerificationFailed,
     Will,
 )
-from ..transport.broker_url import BrokerURL, TLSOptions
+from ..transport.broker_url import TLSOptions
 from ..transport.embedded import EmbeddedBroker, release_shared_broker, resolve_broker
 from ..transport.failover import FailoverConnector
 from ..transport.mqtt import MQTTConnector
@@ -146,8 +146,7 @@ class Endpoint:
         self._close_timeout = close_timeout
         self._keepalive = keepalive
         self._session_expiry = session_expiry
-        Backoff(*reconnect_delay)  # raises UsageError for a bad pair
-        self._reconnect_delay = reconnect_delay
+        self._backoff = Backoff(*reconnect_delay)  # raises UsageError for a bad pair; resets only after a connection that lived
         self._subscriber_buffer = subscriber_buffer
         self._max_batch_bytes = max_batch_bytes
         self._status_buffer = status_buffer
@@ -191,8 +190,8 @@ class Endpoint:
     async def __aenter__(self) -> Self:
         self._connector = self._connector_arg
         if self._connector is None:
-            urls = await self._resolve_broker()
-            connectors = [MQTTConnector(u, self._tls if self._tls is not None or not u.tls else TLSOptions())
+            urls, self._uses_shared = await resolve_broker(self._broker_arg)
+            connectors = [MQTTConnector(u, self._tls if self._tls is not None else TLSOptions() if u.tls else None)
                           for u in urls]
             self._connector = connectors[0] if len(connectors) == 1 else FailoverConnector(connectors)
         self._tg = anyio.create_task_group()
@@ -228,10 +227,6 @@ class Endpoint:
                     stream._close()
                 self._release_broker()
 
-    async def _resolve_broker(self) -> list[BrokerURL]:
-        urls, self._uses_shared = await resolve_broker(self._broker_arg)
-        return urls
-
     def _release_broker(self) -> None:
         if self._uses_shared:
             self._uses_shared = False
@@ -240,7 +235,7 @@ class Endpoint:
     async def _connection_task(self, *, task_status: TaskStatus[None]) -> None:
         first = True
         attempt = 0
-        backoff = Backoff(*self._reconnect_delay)  # resets only after a connection that lived
+        backoff = self._backoff
         connector = self._connector
         assert connector is not None
         # Always clean_start=False: mosquitto 2.0 persists across its restarts only sessions

@@ -45,7 +45,7 @@ from .sequence import IN_ORDER, SequenceTracker, Verdict
 from .statistics import EndpointStatistics
 from .subscription import RawMessage, _Stream
 
-__all__ = ["Receiver", "PRESENCE_SID", "UNICAST_SID", "KEYS_SID", "mqtt_match"]
+__all__ = ["Receiver", "PRESENCE_SID", "UNICAST_SID", "KEYS_SID"]
 
 log = logging.getLogger("broker_mqtt")
 
@@ -168,7 +168,7 @@ class Receiver:
             payload = opened
         self._on_presence(topic, payload)
 
-    async def _dispatch_by_topic(self, topic: str, payload: bytes, retain: bool, qos: int = 0) -> None:
+    async def _dispatch_by_topic(self, topic: str, payload: bytes, retain: bool, qos: int) -> None:
         if self._layout.presence_client(topic) is not None:
             self._presence_in(topic, payload, retain)
         elif topic.startswith(self._keys_head) and self.on_key_record is not None:
@@ -186,7 +186,7 @@ class Receiver:
         else:
             item = RawMessage(topic, payload, retain, qos)
             for f in self._table.by_filter.values():
-                if f.levels is None and mqtt_match(f.mqtt_filter, topic):
+                if f.levels is None and mqtt_filter_matches(f.mqtt_filter, topic):
                     for sub in f.subscribers:
                         await sub._deliver([item])
 
@@ -282,6 +282,3 @@ class Receiver:
                 if not sub._deliver_nowait(batch):
                     await sub._deliver(batch)
 
-
-#: Whether MQTT topic ``topic`` matches ``mqtt_filter`` (``+`` and ``#`` wildcards; MQTT 5 §4.7).
-mqtt_match = mqtt_filter_matches

@@ -38,6 +38,7 @@ from .emit import emit_partition
 from .options import SinkOptions, SourceOptions
 from .plain_rows import PlainRows, plain_schema_ddl
 from .receive import Receiver, Row
+from .topic_pattern import level_columns
 
 __all__ = ["BrokerMQTTDataSource", "READ_SCHEMA", "EmitCommitMessage", "register"]
 
@@ -108,7 +109,7 @@ def _shaper(options: SourceOptions, schema: StructType) -> PlainRows | None:
         return None
     json_schema = None
     if options.json_schema is not None:
-        levels = len(PlainRows(options).columns)
+        levels = len(level_columns(options.patterns))
         fields = schema.fields[1 + levels:len(schema.fields) - 4]  # ... fields, corrupt record, qos, retain, received
         json_schema = {"type": "struct", "fields": [f.jsonValue() for f in fields]}
     return PlainRows(options, json_schema)

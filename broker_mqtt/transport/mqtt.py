@@ -68,8 +68,8 @@ def _share_paho_property_tables() -> bool:
     """Make ``paho.mqtt.properties.Properties(packet_type)`` reuse one set of its constant lookup
     tables (``types``, ``names``, ``properties``) instead of rebuilding them per object (module
     docstring), and look names and identifiers up in dicts made from them where paho loops over all 27
-(``getIdentFromName``, ``getNameFromIdent``, ``clear``, which ``unpack`` calls first). Returns False,
-changing nothing, if paho's Properties does not look as expected."""
+    (``getIdentFromName``, ``getNameFromIdent``, ``clear``, which ``unpack`` calls first). Returns False,
+    changing nothing, if paho's Properties does not look as expected."""
     init: Any = Properties.__init__
     if getattr(init, "_broker_mqtt_shared", False):
         return True
@@ -79,13 +79,12 @@ changing nothing, if paho's Properties does not look as expected."""
             and isinstance(tables["properties"], dict) and set(template.__dict__) == {"packetType", *tables}):
         return False
     by_name: dict[str, int] = {name.replace(" ", ""): ident for name, ident in tables["names"].items()}
+    by_ident: dict[int, str] = {ident: name for name, ident in tables["names"].items()}
 
     def __init__(self: Properties, packetType: int) -> None:  # noqa: N803 - paho's parameter name
         d = self.__dict__
         d["packetType"] = packetType
         d.update(tables)
-
-    by_ident: dict[int, str] = {ident: name for name, ident in tables["names"].items()}
 
     def getIdentFromName(self: Properties, compressedName: str) -> int:  # noqa: N802, N803 - paho's names
         return by_name.get(compressedName, -1)  # the loop it replaces: the first name matching, else -1
