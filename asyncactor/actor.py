@@ -5,7 +5,8 @@ Theory of operation
 :class:`Actor` is an async context manager owning a task group with three tasks: the *reader*
 feeds each message from ``transport.monitor()`` to the core, the *timer* sleeps until the core's
 ``next_deadline`` (woken early when that moves closer) and calls ``core.timer``, the *sender*
-drains an unbounded queue into ``transport.send``.  After every core call the layer flushes the
+drains an unbounded queue into ``transport.send``; a fourth follows ``transport.links()`` when the
+transport has it (``core.offline``/``core.online`` as its connection drops and returns).  After every core call the layer flushes the
 core's messages to the sender and its events into an :class:`~asyncactor.queue.EventQueue`, so
 the protocol never waits for the application (slow-consumer policy: docs/asyncactor.md §6).  Only
 anyio APIs are used: it runs on asyncio and trio.
@@ -109,6 +110,9 @@ class Actor:
         await self._tg.__aenter__()
         try:
             await self._tg.start(self._reader)
+            links = getattr(self._transport, "links", None)
+            if links is not None:
+                await self._tg.start(self._links, links)
             self._tg.start_soon(self._sender)
             self._tg.start_soon(self._timer)
             self._core.start(anyio.current_time())
@@ -178,6 +182,20 @@ class Actor:
         self._flush()
         await anyio.lowlevel.checkpoint()  # let the sender run
         return done
+
+    async def offline(self) -> None:
+        """Tell the actor that its transport cannot reach the group (the connection dropped): it
+        bids no more, and gives up a bid in flight, until :meth:`online`; a held tag runs out
+        normally (see ``ActorCore.offline``).  Called for you when the transport has ``links()``
+        (docs/asyncactor.md §10)."""
+        self._core.offline(anyio.current_time())
+        self._flush()
+
+    async def online(self) -> None:
+        """Tell the actor that its transport reaches the group again: it bids only after the
+        holder had time to ping (see ``ActorCore.online``)."""
+        self._core.online(anyio.current_time())
+        self._flush()
 
     async def holder_gone(self, node: str) -> bool:
         """Tell the actor that ``node`` is gone (e.g. its endpoint's MQTT last will arrived): if it
@@ -254,6 +272,19 @@ class Actor:
             async for msg in msgs:
                 self._core.receive(msg, anyio.current_time())
                 self._flush()
+
+    async def _links(self, links: Any, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        async with links() as states:
+            started = False
+            async for up in states:
+                if up:
+                    self._core.online(anyio.current_time())
+                else:
+                    self._core.offline(anyio.current_time())
+                self._flush()
+                if not started:  # the current state is known before we take part
+                    started = True
+                    task_status.started()
 
     async def _sender(self) -> None:
         async for msg in self._out_recv:

@@ -94,6 +94,8 @@ class CoreState:
         # all for a node that saw every ping; a newcomer knows only what the wire told it
         self._known = ALL
         self._pknown = ALL
+        self._offline = False  # the transport cannot reach the group (offline()/online())
+        self._renew_due = False  # a sticky holder's renewal fell due while offline
         self._last_vers_reply = float("-inf")
         self._last_init_answer = float("-inf")
         self._started = False

@@ -73,6 +73,13 @@ class Pinging(CoreState):
         if not self.enabled or self.phase is Phase.STARTING:
             return
         slot = self._slot
+        if self._offline:
+            # a bid made on a view that stopped at the disconnect would reach the group late and
+            # win against pings we never saw; a sticky holder renews once it is back (online),
+            # unless its tag runs out first
+            self._renew_due = self.sticky and slot is not None and slot.node == self.name \
+                and self.phase is Phase.TAGGED
+            return
         if self.sticky and slot is not None and slot.node == self.name and self.phase is Phase.TAGGED:
             slot.at, slot.value = now, self.value  # holder: extend the tag, no new TagEvent
             self._timers[Timer.UNTAG] = now + self.config.cycle + self.config.gap / 2

@@ -207,6 +207,42 @@ class ActorCore(SplitHealing):
             return False
         return True
 
+    def offline(self, now: float) -> None:
+        """The transport lost the group (say, the MQTT connection dropped): bid no more until
+        :meth:`online`, and give up a bid whose ``gap`` is running (its answers cannot reach us; a
+        node that tagged itself while cut off would claim a slot the group never gave it).  A held
+        tag is kept: it runs out normally, and a sticky holder's renewal that falls due meanwhile
+        is sent at :meth:`online` if the tag has not run out by then.  Idempotent."""
+        if self._offline:
+            return
+        self._offline = True
+        if self.phase is Phase.PINGED:
+            self._timers.pop(Timer.TAG, None)
+            self._goto(Phase.FOLLOWING)
+        if self.phase is not Phase.TAGGED:
+            self._timers.pop(Timer.PING, None)
+
+    def online(self, now: float) -> None:
+        """The transport reaches the group again.  Pings sent meanwhile may have been missed, so
+        our view is unconfirmed: we bid only after the holder has had time to ping again (as a
+        newcomer does, counted from now), never at once on the old view.  A sticky holder whose
+        renewal fell due while offline renews now; a node still starting announces itself again
+        (its ``init`` may have been lost).  Idempotent."""
+        if not self._offline:
+            return
+        self._offline = False
+        renew, self._renew_due = self._renew_due, False
+        if self.phase is Phase.STARTING:
+            if self._started:
+                self._send(Init(self.name))
+            return
+        if self.phase is Phase.TAGGED:
+            if renew:
+                self._send_ping(now)
+            return
+        self._await_ping = True
+        self._plan_ping(now)
+
     def update_config(
         self, changes: Mapping[str, Any], now: float, *, allow_short_cycle: bool = False
     ) -> Config:

@@ -7,6 +7,13 @@ dict) to every member of the group, and :meth:`Transport.monitor` — an async c
 yielding an async iterator over the group's messages, the sender's own included, each exactly
 once and unmodified except for the wire encoding (tuples may come back as lists).  Losing
 messages is tolerated only across a network split; duplicating them is not (docs/asyncactor.md §9).
+
+Optionally, a transport that knows when it cannot reach the group (a broker connection) offers
+``links()``: an async context manager yielding an async iterator of booleans, the current state
+first, then each change (True: connected).  The actor then stops bidding while it is cut off and
+re-learns the group when it is back (``ActorCore.offline``/``online``), so a bid made on a view that
+stopped at the disconnect never reaches the group late.  It is not part of :class:`Transport`, so
+transports without it still conform.
 """
 
 from __future__ import annotations

@@ -108,3 +108,35 @@ async def test_sticky_failover_after_a_real_kill(broker: EmbeddedBroker, namespa
         proc.kill()
         proc.wait()
         proc.stdout.close()
+
+
+async def test_the_transport_reports_its_links_and_sends_nothing_while_cut_off(
+        broker: EmbeddedBroker, namespace: str) -> None:
+    """``MQTTTransport.links()`` follows the endpoint's connection (the actor bids only while
+    connected, docs/asyncactor.md §10), and what it is given while disconnected is dropped, not
+    queued for the reconnect (a stale ping would count as a bid on a view the group has left)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "transport"))
+    from cuttable import CuttableRelay
+
+    relay = CuttableRelay(broker.port)
+    try:
+        async with Endpoint(f"mqtt://127.0.0.1:{relay.port}", namespace=namespace, reconnect_delay=(0.05, 0.2)) as ep, \
+                Endpoint(broker, namespace=namespace) as watcher:
+            transport = MQTTTransport(ep, f"{namespace}/links", bound=True)
+            seen = MQTTTransport(watcher, f"{namespace}/links", bound=True)
+            async with transport.links() as states, seen.monitor() as arrived:
+                assert await anext(states) is True
+                relay.down()
+                with anyio.fail_after(30):
+                    assert await anext(states) is False
+                await transport.send({"t": "ping", "node": ep.id.hex, "value": 1, "history": [ep.id.hex]})
+                assert transport.dropped_offline == 1
+                relay.up()
+                with anyio.fail_after(30):
+                    assert await anext(states) is True
+                await transport.send({"t": "init", "node": ep.id.hex})
+                with anyio.fail_after(30):
+                    first = await anext(arrived)
+                assert first["t"] == "init"  # the ping sent while cut off never arrived
+    finally:
+        relay.close()

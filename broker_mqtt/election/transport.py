@@ -20,6 +20,12 @@ Two layouts:
   and counted in :attr:`MQTTTransport.forged` too.
 
 Payloads that are not a CBOR map are counted in :attr:`MQTTTransport.malformed` and skipped.
+
+While the endpoint is disconnected nothing is queued: a message sent then is dropped (counted in
+:attr:`MQTTTransport.dropped_offline`), and :meth:`MQTTTransport.links` tells the actor, which bids
+no more until the connection is back and then re-learns the group (docs/asyncactor.md §10). A node
+cut off from the broker therefore never becomes "it" on its own, and its stale bid never reaches the
+group after the reconnect, where it would have won against the holder's renewals it had missed.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..endpoint.endpoint import Endpoint
+from ..endpoint.events import ConnectionLost, ConnectionRestored
 from ..errors import TopicError, peer_repr
 from ..wire import codec
 from ..wire.identity import endpoint_id, node_endpoint
@@ -53,10 +60,32 @@ class MQTTTransport:
         self._filter = f"{topic}/+" if bound else topic
         self.malformed = 0
         self.forged = 0
+        self.dropped_offline = 0  # messages not sent because the endpoint was disconnected
 
     async def send(self, msg: dict[str, Any]) -> None:
+        if not self.endpoint.connected:
+            # not queued for the reconnect: a ping from before a cut would reach the group late
+            # and count as a bid on a view that is stale by then (the actor re-learns instead)
+            self.dropped_offline += 1
+            return
         # urgent: a ping must not wait behind the endpoint's other traffic (a late re-ping loses the tag)
         await self.endpoint.publish_raw(self._send_topic, codec.encode(msg), qos=1, urgent=True)
+
+    @asynccontextmanager
+    async def links(self) -> AsyncIterator[AsyncIterator[bool]]:
+        """The endpoint's connection state, now and at each change (the actor's optional
+        ``links()``: it bids only while connected, and re-learns the group after a reconnect)."""
+        async with self.endpoint.status() as status:
+
+            async def states() -> AsyncIterator[bool]:
+                yield self.endpoint.connected
+                async for event in status:
+                    if isinstance(event, ConnectionLost):
+                        yield False
+                    elif isinstance(event, ConnectionRestored):
+                        yield True
+
+            yield states()
 
     def _is_forged(self, mqtt_topic: str, msg: dict[str, Any]) -> bool:
         """Whether a bound message's node is not of the endpoint its topic names."""

@@ -119,3 +119,62 @@ def overlapping(tenures: list[tuple[str, float, float]], since: float = float("-
             if n2 != n and e > since and e2 > since and s2 < e:
                 bad.append(((n, s, e), (n2, s2, e2)))
     return bad
+
+
+class CuttableNet(SimNet):
+    """A SimNet over an MQTT-like broker whose nodes' connections can be cut and restored.
+
+    While ``name`` is cut, messages to it wait in its session and arrive right after the heal (QoS 1
+    with a session that outlived the cut); messages it sends are either dropped (``hold_own=False``:
+    what ``broker_mqtt.election.MQTTTransport`` does while disconnected) or held and sent at the heal
+    (``hold_own=True``: an outbox that queues across a reconnect). ``signal=True`` tells the core
+    (``offline`` at the cut, ``online`` at the heal), as the transport's ``links()`` does.
+    """
+
+    def __init__(self, names: list[str], *, hold_own: bool, signal: bool, **kw: Any) -> None:
+        self.hold_own = hold_own
+        self.signal = signal
+        self.cut_nodes: set[str] = set()
+        self.session: dict[str, list[tuple[str, Any]]] = {}
+        self.outbox: dict[str, list[Any]] = {}
+        super().__init__(names, **kw)
+
+    def cut(self, name: str) -> None:
+        self.cut_nodes.add(name)
+        self.session[name], self.outbox[name] = [], []
+        if self.signal:
+            self.cores[name].offline(self.now)
+            self._flush(name)
+
+    def heal(self, name: str) -> None:
+        self.cut_nodes.discard(name)
+        if self.signal:
+            self.cores[name].online(self.now)
+            self._flush(name)
+        for src, wire in self.session.pop(name):
+            heapq.heappush(self.heap, (self.now, next(self.seq), name, (src, wire)))
+        for wire in self.outbox.pop(name):
+            self._broadcast(name, wire)
+
+    def _broadcast(self, name: str, wire: Any) -> None:
+        for dst in self.cores:
+            if dst in self.cut_nodes:
+                self.session[dst].append((name, wire))
+            else:
+                heapq.heappush(self.heap, (self.now + self.latency(name, dst), next(self.seq), dst, (name, wire)))
+
+    def _flush(self, name: str) -> None:
+        core = self.cores[name]
+        for msg in core.to_send():
+            self.sent += 1
+            wire = cbor2.loads(cbor2.dumps(msg))
+            if name in self.cut_nodes:
+                if self.hold_own:
+                    self.outbox[name].append(wire)
+                continue
+            self._broadcast(name, wire)
+        for ev in core.events():
+            self.events.append((self.now, name, ev))
+        d = core.next_deadline
+        if d is not None:
+            heapq.heappush(self.timers, (d, name))

@@ -34,7 +34,7 @@ from asyncactor.history import Relation, relate
 from asyncactor.messages import Hist, Init, Ping, Vers, decode, encode
 from asyncactor.state import Timer
 
-from .simnet import SimNet, overlapping
+from .simnet import CuttableNet, SimNet, overlapping
 
 CFG = Config(cycle=10, gap=1.5)
 
@@ -582,3 +582,113 @@ def test_sim_split_heal_beacon_within_one_cycle(seed):
     assert sorted(flags) == [False, True]
     assert not overlapping(net.tenures(), since=HEAL + SPLIT_CFG.cycle)
     assert [t for t in net.tenures() if t[1] > HEAL + SETTLE]
+
+
+# ---- a node cut off from the broker (offline/online) -------------------------------------------
+STICKY_CFG = Config(cycle=3, gap=1)
+
+
+def _cut_followers(seed: int, *, hold_own: bool, signal: bool, cuts: int = 12) -> tuple[CuttableNet, int]:
+    """Three sticky nodes; ``cuts`` times a follower's connection drops for 1-2.5 s (QoS 1 session:
+    what was sent to it arrives after the heal). Returns the net and how many times the tag moved."""
+    rng = random.Random(seed)
+    net = CuttableNet(["a", "b", "c"], hold_own=hold_own, signal=signal, config=STICKY_CFG, seed=seed,
+                      latency=lambda s, d: 0.0 if s == d else 0.01 + rng.uniform(0, 0.02), value=1, sticky=True)
+    net.run_until(30)
+    def holders() -> list[str]:
+        return [n for n, c in net.cores.items() if c.is_it]
+
+    moves = 0
+    for _ in range(cuts):
+        deadline = net.now + 30
+        while len(holders()) != 1 and net.now < deadline:
+            net.run_until(net.now + 0.1)
+        (holder,) = holders()
+        follower = rng.choice([n for n in net.cores if n != holder])
+        net.run_until(net.now + rng.uniform(0, 2))
+        net.cut(follower)
+        net.run_until(net.now + rng.uniform(1.0, 2.5))
+        net.heal(follower)
+        net.run_until(net.now + 8)
+        moves += holders() != [holder]  # moved, or nobody holds it
+    return net, moves
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sim_a_cut_follower_never_takes_a_live_sticky_holders_tag(seed):
+    net, moves = _cut_followers(seed, hold_own=False, signal=True)
+    assert moves == 0
+    assert overlapping(net.tenures()) == []
+    # nobody tagged itself while cut off: every tenure belongs to the one holder
+    assert len({n for n, _, _ in net.tenures()}) == 1
+
+
+def test_sim_without_offline_a_stale_bid_takes_the_tag():
+    """The bug this guards against (issue 23, found by bench/chaos.py): a follower's bid made while
+    it was cut off reaches the group after the heal, collides with the holder's renewal it missed,
+    and wins (the holder repeating itself is nearest in the collision order)."""
+    moves = sum(_cut_followers(seed, hold_own=True, signal=False)[1] for seed in range(6))
+    assert moves > 0
+
+
+def test_core_offline_gives_up_a_bid_and_bids_again_only_after_a_full_wait_online():
+    core = ActorCore("a", config=STICKY_CFG, value=1, sticky=True, rng=random.Random(0))
+    core.start(0.0)
+    core.receive(core.to_send()[0], 0.0)
+    core.receive(encode(Ping("b", 1, ("b",))), 0.5)  # b holds the tag
+    bid_at = core.deadline(Timer.PING)
+    assert bid_at is not None
+    core.timer(bid_at)
+    assert core.phase is Phase.PINGED and core.to_send()
+    core.offline(bid_at + 0.1)
+    assert core.phase is Phase.FOLLOWING and core.deadline(Timer.TAG) is None
+    assert core.deadline(Timer.PING) is None
+    core.timer(bid_at + 5)
+    assert core.to_send() == [] and not core.is_it  # no bid, no tag while offline
+    assert not any(isinstance(e, TagEvent) for e in core.events())
+    core.online(10.0)
+    # a bid only after the holder had the time to renew (cycle - 1.5 gap) and a margin
+    assert core.deadline(Timer.PING) >= 10.0 + STICKY_CFG.cycle - 1.5 * STICKY_CFG.gap + STICKY_CFG.gap
+    core.offline(11.0)
+    core.offline(11.0)  # idempotent
+    assert core.deadline(Timer.PING) is None
+
+
+def test_core_sticky_holder_renews_when_back_or_loses_the_tag_when_its_tag_ran_out():
+    def holder() -> ActorCore:
+        core = ActorCore("a", config=STICKY_CFG, value=1, sticky=True, rng=random.Random(0))
+        core.start(0.0)
+        core.receive(core.to_send()[0], 0.0)
+        core.timer(core.deadline(Timer.PING))
+        core.timer(core.deadline(Timer.TAG))
+        assert core.is_it
+        core.to_send(), core.events()
+        return core
+
+    core = holder()
+    renew = core.deadline(Timer.PING)
+    core.offline(renew - 0.1)
+    core.timer(renew)
+    assert core.to_send() == [] and core.is_it  # the renewal waits for the connection
+    core.online(renew + 0.3)
+    (ping,) = core.to_send()
+    assert decode(ping) == Ping("a", 1, ("a",)) and core.is_it and core.events() == []
+
+    core = holder()
+    renew = core.deadline(Timer.PING)
+    core.offline(renew - 0.1)
+    core.timer(renew)
+    core.timer(core.deadline(Timer.UNTAG))
+    assert not core.is_it and core.events() == [UntagEvent()]
+    core.online(renew + 5)
+    assert core.to_send() == []  # no stale renewal after the tag ran out
+    assert core.deadline(Timer.PING) is not None
+
+
+def test_core_offline_while_starting_announces_itself_again_online():
+    core = ActorCore("a", config=STICKY_CFG, value=1, sticky=True, rng=random.Random(0))
+    core.start(0.0)
+    assert core.to_send() == [{"t": "init", "node": "a"}]  # lost: we were cut off
+    core.offline(0.1)
+    core.online(1.0)
+    assert core.to_send() == [{"t": "init", "node": "a"}]
