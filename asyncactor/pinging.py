@@ -68,6 +68,7 @@ class Pinging(CoreState):
                 wait = c.cycle + d * c.gap
         at = base + wait
         self._timers[Timer.PING] = at if now is None else max(at, now)
+        self._bid_urgent = release  # a release or a gone holder: bid even if the timer fires late
 
     def _send_ping(self, now: float) -> None:
         if not self.enabled or self.phase is Phase.STARTING:
@@ -89,6 +90,7 @@ class Pinging(CoreState):
             return
         if self.phase is Phase.TAGGED:
             self._untag(UntagEvent())
+        self._late_bids = 0
         self._flush_ping_event()
         self._parent, self._pknown = self._history, self._known
         self._known = moved(self.name, self._history, self._known)

@@ -129,9 +129,16 @@ class ActorCore(SplitHealing):
             due = [(t, k) for k, t in self._timers.items() if t <= now]
             if not due:
                 return
-            _, kind = min(due, key=lambda x: (x[0], list(Timer).index(x[1])))
+            at, kind = min(due, key=lambda x: (x[0], list(Timer).index(x[1])))
             del self._timers[kind]
             match kind:
+                case Timer.PING if self._stale_bid(at, now):
+                    # we were not running when our bid fell due (a paused process, a stalled
+                    # loop): pings that came meanwhile are still unread, and a bid now would
+                    # answer a slot the group has left. Wait as after a reconnect, once.
+                    self._late_bids += 1
+                    self._await_ping = True
+                    self._plan_ping(now)
                 case Timer.PING:
                     self._send_ping(now)
                 case Timer.TAG:
@@ -148,6 +155,15 @@ class ActorCore(SplitHealing):
                     self._send_beacon()
                 case Timer.VERS:
                     self._answer_init(now)
+
+    def _stale_bid(self, due: float, now: float) -> bool:
+        """Whether our bid, due at ``due``, comes more than ``gap / 4`` late and should wait for
+        the messages that arrived meanwhile: once in a row, and never a sticky holder's renewal or
+        a bid after a release or a gone holder (those are meant to be quick)."""
+        if now - due <= self.config.gap / 4 or self._late_bids or self._bid_urgent:
+            return False
+        slot = self._slot
+        return not (self.sticky and slot is not None and slot.node == self.name and self.phase is Phase.TAGGED)
 
     # ---- the caller's controls -------------------------------------------------------------
     def set_value(self, value: Any, now: float) -> None:
@@ -204,6 +220,7 @@ class ActorCore(SplitHealing):
         after = self._timers.get(Timer.PING)
         if before is not None and after is not None and after > before:
             self._timers[Timer.PING] = before  # never later than planned
+            self._bid_urgent = False
             return False
         return True
 

@@ -158,6 +158,7 @@ class Succession(Pinging):
             self._known, self._pknown = wire_known(msg.history, self.config.splits), 0
         self._history, self._parent = history, parent
         self._slot = Slot(msg.node, msg.value, now, msg.history)
+        self._late_bids = 0
         if how is Relation.FRESH:
             self._await_ping = True  # a newcomer bids only once a second ping confirms its view
             self._learning = True

@@ -13,7 +13,8 @@ Faults, one after the other, seeded (``--seed``), ``--faults`` of them, kinds in
   starts in its place 0.5-2 s later;
 * ``stop``: SIGSTOP a random node for 1-6 s, then SIGCONT (a hung node: its sockets stay open);
 * ``broker``: SIGKILL mosquitto (no save), restart it 0.5-3 s later on the same port with the same
-  persistence directory (skipped with ``--broker``);
+  persistence directory (skipped with ``--broker``; ``--broker url1,url2`` spreads the nodes over
+  the nodes of a clustered broker, node i through the (i mod n)th);
 * ``cut``: a node's relay goes down (links cut, new ones refused) for 1-6 s, then heals.
 
 Accounting, after the last fault healed: *settle* is the time until every live node had a store write
@@ -129,15 +130,20 @@ class Chaos:
         self.broker: EmbeddedBroker | None = None
         self.userinfo = ""  # user:password@ of --broker, kept for the nodes (ejabberd needs them)
         if args.broker:
-            u = urlsplit(args.broker)
-            self.host, self.port = u.hostname or "127.0.0.1", u.port or 1883
-            if u.username is not None:
-                self.userinfo = u.netloc.rsplit("@", 1)[0] + "@"
+            # a comma-separated list (the nodes of a clustered broker): node slot i goes through the
+            # (i mod n)th, so the store, queue and stream span the cluster's nodes
+            targets = []
+            for url in args.broker.split(","):
+                u = urlsplit(url.strip())
+                targets.append((u.hostname or "127.0.0.1", u.port or 1883))
+                if u.username is not None:
+                    self.userinfo = u.netloc.rsplit("@", 1)[0] + "@"
         else:
             self.broker = EmbeddedBroker()
             self.broker.start()
-            self.host, self.port = "127.0.0.1", self.broker.port
-        self.relays = [CuttableRelay(self.port, host=self.host) for _ in range(args.nodes)]
+            targets = [("127.0.0.1", self.broker.port)]
+        self.relays = [CuttableRelay(targets[i % len(targets)][1], host=targets[i % len(targets)][0])
+                       for i in range(args.nodes)]
         self.slots: list[ChaosNode] = []
         self.every: list[ChaosNode] = []  # every node process ever started
         self.faults: list[dict[str, Any]] = []
@@ -362,7 +368,8 @@ def table(r: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--broker", help="run against this broker (mqtt://host:port); no broker faults")
+    parser.add_argument("--broker", help="run against this broker (mqtt://host:port; a comma-separated list spreads "
+                                         "the nodes over a cluster's nodes); no broker faults")
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--faults", type=int, default=20)
     parser.add_argument("--nodes", type=int, default=4, choices=range(3, 6))

@@ -27,7 +27,8 @@ After each phase every live node goes quiet and dumps; the contents must be iden
 acknowledged write (of live and killed nodes) present, none applied twice (tests/store/elected_procs.py
 ``check_converged``). Node stderr is kept and scanned for tracebacks. Prints a table, writes
 bench/results/failover.json. Run: ``python bench/failover.py [--kills 10] [--migrations 50]`` (about
-2-3 minutes with the defaults).
+2-3 minutes with the defaults). ``--soak SECONDS`` runs only the baseline phase, for that long, and
+reports its unforced new terms (issue 20: none in 10 minutes at full write load).
 """
 
 from __future__ import annotations
@@ -378,6 +379,12 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="failover-") as tmp, EmbeddedBroker() as broker:
         logdir = Path(tmp)
+        if args.soak:
+            print(f"soak: stable master for {args.soak:.0f} s under full write load", file=sys.stderr, flush=True)
+            soak = _baseline(broker.url, args, logdir, args.soak)
+            return {"soak": soak, "cores": os.cpu_count(), "loadavg_at_start": load, "loadavg_at_end": os.getloadavg(),
+                    "elapsed_s": time.monotonic() - t0, "writers_per_node": args.writers,
+                    "durability": args.durability, "time": time.time()}
         print(f"sticky: {args.kills} kills, cycle {args.cycle} s, gap {args.gap} s", file=sys.stderr, flush=True)
         sticky = sticky_kills(broker.url, args, logdir)
         print(f"rotate: {args.migrations} migrations, cycle {args.rotate_cycle} s, gap {args.rotate_gap} s",
@@ -481,8 +488,27 @@ def main() -> None:
     p.add_argument("--writers", type=int, default=4, help="writes in flight per node")
     p.add_argument("--durability", default="one", choices=["master", "one", "all"])
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "failover.json"))
+    p.add_argument("--soak", type=float, default=0.0, metavar="SECONDS",
+                   help="only the baseline phase, for SECONDS (issue 20: no unforced term change in 10 minutes)")
     args = p.parse_args()
     res = orchestrate(args)
+    if args.soak:
+        b = res["soak"]
+        print(f"soak: sticky, no faults, cycle {b['cycle']} s gap {b['gap']} s, {args.writers} writes in flight "
+              f"per node, durability {args.durability}; load {res['loadavg_at_start'][0]:.1f} -> "
+              f"{res['loadavg_at_end'][0]:.1f}")
+        for label, key, fmt in (("window", "window_s", "{:.0f} s"), ("acked writes/s", "writes_per_s", "{:,.0f}"),
+                                ("unforced new terms", "master_changes_during", "{}"),
+                                ("of which moved the master", "master_moves_during", "{}"),
+                                ("longest ack gap", "longest_ack_gap_s", "{:.3f} s")):
+            value = b.get(key)
+            print(f"  {label:28} {'-' if value is None else fmt.format(value)}")
+        print(f"  {'replicas identical, no write lost':28} {b['check']['ok']}")
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2))
+        print(f"wrote {out}")
+        sys.exit(0 if b["check"]["ok"] and not b["error"] else 1)
     rows = table(res)
     print_table(res, rows)
     res["table"] = rows

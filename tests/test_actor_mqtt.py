@@ -15,6 +15,8 @@ from asyncactor import Actor, DetagEvent, PingEvent, TagEvent, UntagEvent
 from broker_mqtt import EmbeddedBroker, Endpoint, TopicError
 from broker_mqtt.election import MQTTTransport
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "transport"))  # cuttable
+
 pytestmark = [pytest.mark.anyio, pytest.mark.mosquitto]
 
 # Exclusivity needs latency well under gap: a busy 2-core CI machine delays messages by tens of ms,
@@ -115,7 +117,6 @@ async def test_the_transport_reports_its_links_and_sends_nothing_while_cut_off(
     """``MQTTTransport.links()`` follows the endpoint's connection (the actor bids only while
     connected, docs/asyncactor.md §10), and what it is given while disconnected is dropped, not
     queued for the reconnect (a stale ping would count as a bid on a view the group has left)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "transport"))
     from cuttable import CuttableRelay
 
     relay = CuttableRelay(broker.port)

@@ -137,6 +137,7 @@ class CuttableNet(SimNet):
         self.cut_nodes: set[str] = set()
         self.session: dict[str, list[tuple[str, Any]]] = {}
         self.outbox: dict[str, list[Any]] = {}
+        self.paused: dict[str, Any] = {}
         super().__init__(names, **kw)
 
     def cut(self, name: str) -> None:
@@ -156,8 +157,25 @@ class CuttableNet(SimNet):
         for wire in self.outbox.pop(name):
             self._broadcast(name, wire)
 
+    def pause(self, name: str) -> None:
+        """SIGSTOP: the node runs nothing (no timer, no message) until :meth:`resume`; what is sent
+        to it waits in its socket."""
+        self.paused[name] = self.cores.pop(name)
+        self.cut_nodes.add(name)
+        self.session[name] = []
+
+    def resume(self, name: str) -> None:
+        """SIGCONT, the worst order for the node: its overdue timers run before it reads its socket."""
+        core = self.cores[name] = self.paused.pop(name)
+        self.cut_nodes.discard(name)
+        core.timer(self.now)
+        self._flush(name)
+        for _src, wire in self.session.pop(name):
+            core.receive(wire, self.now)
+            self._flush(name)
+
     def _broadcast(self, name: str, wire: Any) -> None:
-        for dst in self.cores:
+        for dst in [*self.cores, *self.paused]:
             if dst in self.cut_nodes:
                 self.session[dst].append((name, wire))
             else:

@@ -692,3 +692,51 @@ def test_core_offline_while_starting_announces_itself_again_online():
     core.offline(0.1)
     core.online(1.0)
     assert core.to_send() == [{"t": "init", "node": "a"}]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sim_a_paused_follower_never_takes_a_live_sticky_holders_tag(seed):
+    """SIGSTOP a follower for 1-6 s; on SIGCONT its overdue bid timer runs before it reads the
+    holder's renewals waiting in its socket. The bid is put off (it fires more than gap/4 late),
+    the renewals are read, and the holder keeps its tag. A pause that ends less than gap/4 after
+    the bid fell due is a message delay like any other (the bid goes out, and may win): those
+    pauses are not drawn here."""
+    rng = random.Random(seed)
+    net = CuttableNet(["a", "b", "c"], hold_own=False, signal=False, config=STICKY_CFG, seed=seed,
+                      latency=lambda s, d: 0.0 if s == d else 0.01 + rng.uniform(0, 0.02), value=1, sticky=True)
+    net.run_until(30)
+    (holder,) = [n for n, c in net.cores.items() if c.is_it]
+    for _ in range(12):
+        follower = rng.choice([n for n in net.cores if n != holder])
+        net.run_until(net.now + rng.uniform(0, 2))
+        net.pause(follower)
+        net.run_until(net.now + rng.uniform(1.0, 6.0))
+        due = net.paused[follower].deadline(Timer.PING)
+        if due is not None and 0 <= net.now - due <= STICKY_CFG.gap / 4:
+            net.run_until(due + STICKY_CFG.gap / 4 + 0.01)
+        net.resume(follower)
+        net.run_until(net.now + 8)
+        assert [n for n, c in net.cores.items() if c.is_it] == [holder]
+    assert {n for n, _, _ in net.tenures()} == {holder}
+
+
+def test_core_a_bid_that_fires_late_waits_once_for_the_pings_that_came_meanwhile():
+    core = ActorCore("a", config=STICKY_CFG, value=1, sticky=True, rng=random.Random(0))
+    core.start(0.0)
+    core.receive(core.to_send()[0], 0.0)
+    core.receive(encode(Ping("b", 1, ("b",))), 0.5)
+    due = core.deadline(Timer.PING)
+    core.timer(due + 3)  # paused for 3 s
+    assert core.to_send() == [] and core.phase is Phase.FOLLOWING
+    again = core.deadline(Timer.PING)
+    assert again >= due + 3 + STICKY_CFG.cycle - 1.5 * STICKY_CFG.gap + STICKY_CFG.gap
+    core.timer(again + 3)  # late again (a node that is always late): it bids this time
+    (ping,) = core.to_send()
+    assert decode(ping).node == "a"
+    # a bid on time is not put off
+    core2 = ActorCore("a", config=STICKY_CFG, value=1, sticky=True, rng=random.Random(0))
+    core2.start(0.0)
+    core2.receive(core2.to_send()[0], 0.0)
+    core2.receive(encode(Ping("b", 1, ("b",))), 0.5)
+    core2.timer(core2.deadline(Timer.PING) + STICKY_CFG.gap / 4)
+    assert len(core2.to_send()) == 1
