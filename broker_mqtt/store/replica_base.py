@@ -119,9 +119,21 @@ class ReplicaBase:
         self._next_hb = now
         self._reclaim_at = now
         self._started = now
+        self._resumed = now  # the last time this replica woke from a pause (see _clock)
         self._now = now
 
     # -- shared steps ---------------------------------------------------------------------------------
+
+    def _clock(self, now: float) -> None:
+        """Note the time of an input. Heartbeats tick every ``heartbeat``, so an input more than
+        ``max(member_timeout / 2, 2 * heartbeat)`` after the previous one means this process was not
+        running (SIGSTOP, a stalled loop): what it knows of the members is stale (by its clock they
+        all look silent), and a claim waits ``member_timeout`` from now to hear them again, as one
+        just started does, before it counts who is live."""
+        config = self.config
+        if now - self._now > max(config.member_timeout / 2, 2 * config.heartbeat):
+            self._resumed = now
+        self._now = now
 
     def _step_down(self) -> None:
         """Stop being master (or claiming). Records past the durable point were acknowledged to

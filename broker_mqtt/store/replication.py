@@ -126,8 +126,9 @@ class Replica(FollowerSide):
         if self.tag and self.role is Role.FOLLOWER:
             times.append(self._reclaim_at)
         if self._claim is not None:
-            times.append(self._claim.deadline)
-            if self._claim.fetching:
+            if self._claim.fetching is None:  # waiting for promises
+                times.append(self._claim.deadline)
+            else:  # fetching: only the sources' deadlines matter (the claim's may have passed)
                 times.extend(self._claim.fetching.values())
         if self._fetch_due():
             times.append(self._fetch_deadline)
@@ -149,14 +150,14 @@ class Replica(FollowerSide):
 
     def tagged(self, now: float) -> None:
         """The election made this node "it": claim mastership (no-op if already master)."""
-        self._now = now
+        self._clock(now)
         self.tag = True
         if self.role is Role.FOLLOWER:
             self._start_claim(now)
 
     def untagged(self, now: float) -> None:
         """This node lost the tag: stop accepting writes at once."""
-        self._now = now
+        self._clock(now)
         self.tag = False
         if self.role is not Role.FOLLOWER:
             was_master = self.role is Role.MASTER
@@ -182,7 +183,7 @@ class Replica(FollowerSide):
         """Queue a write; return its number ``n``, answered later by WriteDone/WriteFailed(n)."""
         if not isinstance(command, WriteCommand):
             raise TypeError(f"not a store write command: {command!r}")
-        self._now = now
+        self._clock(now)
         n = self._writer.write(command, now)
         if self.role is Role.MASTER:
             self._pump_writer(now)  # applied at once; a follower's go to the master together, at to_send
@@ -196,7 +197,7 @@ class Replica(FollowerSide):
         when ``sender`` (the endpoint id in hex that the message's topic proves) is given and is not
         the endpoint the message claims to come from (:func:`.replica_messages.sender_of`); the
         state is unchanged either way."""
-        self._now = now
+        self._clock(now)
         message = decode(msg, me=self.id)
         if sender is not None and sender_of(message) != sender:
             raise ForgedMessage(f"a {msg[0]} message from endpoint {sender} claims to be from {sender_of(message)}")
@@ -207,7 +208,7 @@ class Replica(FollowerSide):
 
     def tick(self, now: float, wall: float) -> None:
         """Run due timers: heartbeats, write retries and timeouts, claims, fetches, expiries."""
-        self._now = now
+        self._clock(now)
         if self.tag and self.role is Role.FOLLOWER and now >= self._reclaim_at:
             self._start_claim(now)  # the tag holder is master, or trying to be
         if now >= self._next_hb:
