@@ -39,6 +39,33 @@ from broker_mqtt.queue import MessageState, NotHeld, attach_queue
 from broker_mqtt.store import ConflictResolved, ElectedStore, MasterChanged, attach_store
 
 
+def trace_elections() -> None:
+    """``CHAOS_TRACE=1``: log (stderr, CLOCK_MONOTONIC times) every election message this node's
+    actors receive and every tag change, and the elected stores' claims, to explain a run."""
+    import logging
+
+    from asyncactor import ActorCore
+
+    logging.basicConfig(level=logging.INFO, format="%(created).3f %(name)s %(message)s", stream=sys.stderr)
+    logging.getLogger("broker_mqtt.endpoint").setLevel(logging.WARNING)
+    receive, timer = ActorCore.receive, ActorCore.timer
+
+    def traced_receive(self: ActorCore, raw: object, now: float) -> None:
+        receive(self, raw, now)
+        print(f"{time.monotonic():.3f} E {self.name[-8:]} got {raw} -> {self.phase.name} {self.history[:3]}",
+              file=sys.stderr, flush=True)
+
+    def traced_timer(self: ActorCore, now: float) -> None:
+        before = self.phase
+        timer(self, now)
+        if self.phase is not before or self._out:
+            print(f"{time.monotonic():.3f} E {self.name[-8:]} timer {before.name}->{self.phase.name} out={self._out}",
+                  file=sys.stderr, flush=True)
+
+    ActorCore.receive = traced_receive  # type: ignore[method-assign]
+    ActorCore.timer = traced_timer  # type: ignore[method-assign]
+
+
 async def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("url")
@@ -201,5 +228,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    if os.environ.get("CHAOS_TRACE"):
+        trace_elections()
     anyio.run(main)
     sys.exit(0)

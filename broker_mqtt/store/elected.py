@@ -433,8 +433,11 @@ class ElectedStore(WriteOperations):
                         for stream in wanting:
                             stream._put(data_event)
                 case ReplicaMasterChanged(master=master, epoch=epoch):
+                    log.info("store %s: %s sees master %s, epoch %s", self.name, self.replica.id, master, epoch)
                     self._emit(MasterChanged(self.name, master, epoch))
                 case ConflictsFound(conflicts=conflicts):
+                    log.warning("store %s: %s merged diverged histories: %d conflicts", self.name, self.replica.id,
+                                len(conflicts))
                     for conflict in conflicts:
                         self._emit(ConflictResolved(self.name, conflict.key, conflict.chosen, conflict.other))
                 case ReplicaStaleChanged(stale=stale, reason=reason):
