@@ -25,6 +25,9 @@ from .versioned import (
 
 __all__ = ["ClaimSide"]
 
+UNBOUNDED_SEQ = 2**62  # an unacknowledged tail's end: any seq of its epoch past the announced end
+SUBSUMED_KEPT = 64  # subsumed histories announced (oldest forgotten first)
+
 
 class ClaimSide(ReplicaBase):
     """Claims: ``claim`` and ``promise`` messages, choosing sources, finishing (merging) a claim."""
@@ -123,7 +126,20 @@ class ClaimSide(ReplicaBase):
         if fresh:
             self._events.append(ConflictsFound(epoch, fresh))
 
+    @staticmethod
+    def _dropped_tails(claim: _Claim) -> list[tuple[Lineage, int]]:
+        """The unacknowledged tails of the deposed masters that promised: each such master
+        announced its history up to where it counted records durable (``_reported``), so a replica
+        holding more of that master's epoch holds records acknowledged to nobody (its
+        acknowledgements were lost, a broker crash, and it was away during the claim). Announced in
+        ``active`` among the subsumed histories, they make such a replica take this master's state
+        by snapshot (its writers re-send) instead of being merged as a diverged history, which a
+        queue's store cannot survive (message ids handed out twice)."""
+        return [(list(lineage), UNBOUNDED_SEQ) for node, (_pos, lineage, _last) in sorted(claim.promises.items())
+                if lineage and lineage[-1][0][1] == node]  # the master of its last epoch
+
     def _finish_claim(self, claim: _Claim, now: float) -> None:
+        dropped = self._dropped_tails(claim)
         conflicts: list[Conflict] = []
         subsumed: list[tuple[Lineage, int]] = []
         if claim.fetched:  # diverged histories: merge them all into a new line of this epoch
@@ -143,7 +159,7 @@ class ClaimSide(ReplicaBase):
         self._durable_seq = self.state.last_seq  # what we took over counts as acknowledged
         self.stats.masterships += 1
         self.stats.merges += bool(claim.fetched)
-        self._subsumed = subsumed or self._subsumed
+        self._subsumed = [*(subsumed or self._subsumed), *dropped][-SUBSUMED_KEPT:]
         for m in self._members.values():
             m.acked = 0
         self._acked_n = {}
