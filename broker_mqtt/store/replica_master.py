@@ -16,7 +16,7 @@ from .commands import ComputedCommand, decode_command
 from .errors import StoreError, StoreProtocolError
 from .replica_base import MAX_ORIGINS, _Member
 from .replica_claim import ClaimSide
-from .replica_events import DataChanged, Durability, Role, WriteDone, WriteFailed
+from .replica_events import Durability, Role, WriteDone, WriteFailed
 from .replica_messages import Ack, Fetch, SnapChunk, SnapFetch, Tail, Write, WriteAck, Writes, group_writes
 from .snapshot_stream import SnapshotReader, touched_keys
 from .versioned import Epoch, Position, Record, compute_op, forget_ops
@@ -161,7 +161,7 @@ class MasterSide(ClaimSide):
         self._log.append(record)
         self._out_log.append(record)
         if changes:
-            self._events.append(DataChanged(changes))
+            self._data_changed(changes)
 
     def _expire(self, wall: float, now: float) -> None:
         while True:
