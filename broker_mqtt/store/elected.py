@@ -117,7 +117,12 @@ class ElectedStore(WriteOperations):
         self._allow_short_cycle = allow_short_cycle
         self.topic = replication_topic(name)
         self.actor_topic = ep.layout.election(name)
-        self._waiters: dict[int, tuple[anyio.Event, list[tuple[str, Any]]]] = {}
+        # writes placed here and not answered: the event each waits on, shared by the writes placed
+        # together (one per pump round, not one per write); their outcomes ("ok", answer) or ("error", exc)
+        self._waiting: dict[int, anyio.Event] = {}
+        self._outcomes: dict[int, tuple[str, Any]] = {}
+        self._round: anyio.Event | None = None  #: the event of the writes placed since the pump last ran
+        self._answered: dict[anyio.Event, None] = {}  #: events to set once the answers are in
         self._streams: list[EventStream[ElectedEvent]] = []
         self._sendq: list[list[Any]] = []
         self._draining = False
@@ -253,16 +258,21 @@ class ElectedStore(WriteOperations):
         if self.closed:
             raise StoreError(f"store {self.name!r} is closed")
         n = self.replica.write(command, anyio.current_time())
-        event = anyio.Event()
-        box: list[tuple[str, Any]] = []  # gets the outcome: ("ok", answer) or ("error", exc)
-        self._waiters[n] = (event, box)
-        self._pump.set()  # drained and sent by the pump, with the writes of the tasks that run before it
+        event = self._round
+        if event is None:  # the first write since the pump ran: it drains and sends this round's writes
+            event = self._round = anyio.Event()
+            self._pump.set()
+        self._waiting[n] = event
         try:
-            await event.wait()
+            while (outcome := self._outcomes.pop(n, None)) is None:
+                await event.wait()
+                if n not in self._outcomes:  # woken with writes placed beside it: its answer is still to come
+                    event = self._waiting[n] = anyio.Event()
         finally:
-            self._waiters.pop(n, None)
-        outcome, value = box[0]
-        if outcome == "error":
+            self._waiting.pop(n, None)
+            self._outcomes.pop(n, None)
+        kind, value = outcome
+        if kind == "error":
             raise value
         return value
 
@@ -333,8 +343,8 @@ class ElectedStore(WriteOperations):
             self.closed = True
             _replicas.get(self.endpoint, set()).discard(self.name)
             self._actor = None
-            for event, box in self._waiters.values():
-                box.append(("error", StoreError(f"store {self.name!r} is closed")))
+            for n, event in self._waiting.items():
+                self._outcomes[n] = ("error", StoreError(f"store {self.name!r} is closed"))
                 event.set()
             self.replica.state.close()
             for s in list(self._streams):
@@ -391,6 +401,7 @@ class ElectedStore(WriteOperations):
         while True:
             await self._pump.wait()
             self._pump = anyio.Event()
+            self._round = None  # the writes placed from now on are the next round
             self._drain()
             await self._flush()
 
@@ -442,16 +453,20 @@ class ElectedStore(WriteOperations):
                         self._emit(ConflictResolved(self.name, conflict.key, conflict.chosen, conflict.other))
                 case ReplicaStaleChanged(stale=stale, reason=reason):
                     self._emit(StaleChanged(self.name, stale, reason))
+        if self._answered:
+            for answered in self._answered:
+                answered.set()
+            self._answered.clear()
         if self.replica.next_deadline < self._sleep_until:
             self._wake.set()  # the timer sleeps past the replica's new deadline
         self._changed.set()
         self._changed = anyio.Event()
 
     def _answer(self, n: int, outcome: tuple[str, Any]) -> None:
-        waiter = self._waiters.get(n)
-        if waiter is not None:
-            waiter[1].append(outcome)
-            waiter[0].set()
+        event = self._waiting.get(n)
+        if event is not None:  # (else its caller was cancelled, or answered already)
+            self._outcomes[n] = outcome
+            self._answered[event] = None
 
     def _emit(self, event: Any) -> None:
         for s in self._streams:

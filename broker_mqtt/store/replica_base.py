@@ -15,6 +15,7 @@ from typing import Any
 
 from .record_log import RecordLog
 from .replica_events import (
+    DataChanged,
     Durability,
     MasterChanged,
     ReplicaConfig,
@@ -26,6 +27,7 @@ from .replica_events import (
 from .replica_messages import ReplicationMessage, encode
 from .snapshot_stream import Incoming, SnapshotReader
 from .versioned import (
+    Change,
     Clock,
     Epoch,
     Lineage,
@@ -205,6 +207,16 @@ class ReplicaBase:
             self.stale = False
             self._events.append(StaleChanged(False, ""))
             self._ack_due = True
+
+    def _data_changed(self, changes: list[Change]) -> None:
+        """Report ``changes`` (not empty): added to the last event when that is a DataChanged too, so
+        that the records applied together make one event, not one each."""
+        events = self._events
+        last = events[-1] if events else None
+        if type(last) is DataChanged:
+            last.changes.extend(changes)
+        else:
+            events.append(DataChanged(changes))
 
     def _send(self, msg: ReplicationMessage) -> None:
         """Queue ``msg``, encoded now: it says what holds when it is sent, not when it is drained."""

@@ -233,6 +233,14 @@ class FollowerSide(MasterSide):
             return
         if epoch < self.epoch or self.role is not Role.FOLLOWER:
             return  # fenced: a deposed master's log
+        if self._verified and not self._ahead and records and records[0].seq == self.state.last_seq + 1:
+            # the usual case: the next records, in order, and none waiting: applied as they come
+            self._apply_records(records)
+            if self.state.last_seq == records[-1].seq:
+                if not self.stale:
+                    self._fetch_deadline = 0.0  # as _drain_ahead does once nothing waits
+                return
+            records = [rec for rec in records if rec.seq > self.state.last_seq]  # out of order: as below
         for rec in records:
             if rec.seq > self.state.last_seq:
                 self._ahead[rec.seq] = rec
@@ -264,7 +272,7 @@ class FollowerSide(MasterSide):
                 self._log.append(rec)
                 self._ack_due = True
                 if changes:
-                    self._events.append(DataChanged(changes))
+                    self._data_changed(changes)
 
     def _drain_ahead(self) -> None:
         while self._ahead:

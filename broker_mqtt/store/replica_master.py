@@ -16,7 +16,7 @@ from .commands import ComputedCommand, decode_command
 from .errors import StoreError, StoreProtocolError
 from .replica_base import MAX_ORIGINS, _Member
 from .replica_claim import ClaimSide
-from .replica_events import DataChanged, Durability, Role, WriteDone, WriteFailed
+from .replica_events import Durability, Role, WriteDone, WriteFailed
 from .replica_messages import Ack, Fetch, SnapChunk, SnapFetch, Tail, Write, WriteAck, Writes, group_writes
 from .snapshot_stream import SnapshotReader, touched_keys
 from .versioned import Epoch, Position, Record, compute_op, forget_ops
@@ -143,7 +143,8 @@ class MasterSide(ClaimSide):
         raise StoreProtocolError(f"endpoint {origin} may not act for {node} (neither its endpoint nor a replica's)")
 
     def _apply_write(self, writer: str, n: int, origin: str, cmd_wire: list[Any]) -> None:
-        wall = self.clock.now() / 1_000_000
+        hlc = self.clock.now()  # the record's stamp, and the wall-clock time its expiries count from
+        wall = hlc / 1_000_000
         result: Any = None
         try:
             cmd = decode_command(cmd_wire)
@@ -151,8 +152,7 @@ class MasterSide(ClaimSide):
             op, result = compute_op(self.state, cmd, wall)  # type: ignore[arg-type]  # decode_command gives a write here: writers send nothing else
         except StoreError as exc:
             op, result = ("noop",), ["error", *exc.to_wire()]
-        self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), origin, writer, n, op,  # type: ignore[arg-type]  # epoch: set while master
-                            result))
+        self._append(Record(self.state.last_seq + 1, self.epoch, hlc, origin, writer, n, op, result))  # type: ignore[arg-type]  # epoch: set while master
         self._acked_n.setdefault(writer, 0)
 
     def _append(self, record: Record) -> None:
@@ -161,7 +161,7 @@ class MasterSide(ClaimSide):
         self._log.append(record)
         self._out_log.append(record)
         if changes:
-            self._events.append(DataChanged(changes))
+            self._data_changed(changes)
 
     def _expire(self, wall: float, now: float) -> None:
         while True:

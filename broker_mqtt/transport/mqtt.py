@@ -202,9 +202,9 @@ class MQTTConnector:
 
         def watch(sock: Any, add: Callable[[int, Callable[[], None]], Any], callback: Callable[[], None]) -> None:
             """``add(fd, callback)`` (the loop's add_reader or add_writer) on the loop's thread: at once when
-            called there (every PUBACK we send: no wake-up through the self-pipe), else soon (paho
-            connects from a worker thread). aiomqtt's own did it from paho's thread unchecked: when
-            the socket closed before it ran (a TLS alert at connect), the loop raised on a dead fd."""
+            called there (no wake-up through the self-pipe), else soon (paho connects from a worker
+            thread). aiomqtt's own did it from paho's thread unchecked: when the socket closed before
+            it ran (a TLS alert at connect), the loop raised on a dead fd."""
             def register() -> None:
                 fd = sock.fileno()
                 if fd > -1:
@@ -216,13 +216,27 @@ class MQTTConnector:
                 loop.call_soon_threadsafe(register)
 
         def _on_socket_register_write(c: Any, userdata: Any, sock: Any) -> None:
+            # paho calls this when it queues a packet while none is waiting to be written (until it
+            # unregisters). On the loop's thread the packets are written on the loop's next turn,
+            # with every packet queued until then, and the selector is asked only when the socket is
+            # full: each packet cost two epoll_ctl calls and a poll for a writable socket before.
             def write() -> None:
                 try:
                     c.loop_write()
                 except Exception as exc:
                     broken(exc)
 
-            watch(sock, loop.add_writer, write)
+            def write_soon() -> None:
+                write()
+                if c.want_write() and c._sock is sock:  # the socket took part of it: the rest when it has room
+                    fd = sock.fileno()
+                    if fd > -1:
+                        loop.add_writer(fd, write)
+
+            if threading.get_ident() == loop_thread:
+                loop.call_soon(write_soon)
+            else:
+                watch(sock, loop.add_writer, write)  # paho connects from a worker thread
 
         def _on_socket_open(c: Any, userdata: Any, sock: Any) -> None:
             # Replaces aiomqtt's reader, which reads as many packets per wake-up as paho has QoS 1

@@ -38,7 +38,7 @@ from broker_mqtt.wire import codec
 EPOCH = (1, "n")
 
 
-@pytest.mark.parametrize("cls", [Version, Change])
+@pytest.mark.parametrize("cls", [Version, Change, Record])
 def test_written_out_init_sets_every_field_with_the_dataclass_defaults(cls: type) -> None:
     fields = dataclasses.fields(cls)
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
