@@ -28,7 +28,8 @@ acknowledged write (of live and killed nodes) present, none applied twice (tests
 ``check_converged``). Node stderr is kept and scanned for tracebacks. Prints a table, writes
 bench/results/failover.json. Run: ``python bench/failover.py [--kills 10] [--migrations 50]`` (about
 2-3 minutes with the defaults). ``--soak SECONDS`` runs only the baseline phase, for that long, and
-reports its unforced new terms (issue 20: none in 10 minutes at full write load).
+reports its unforced new terms (issue 20: none in 10 minutes at full write load); its writers push
+onto lists of 1,000 (``--chunk``), since a push replicates its whole list.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class Node(ElectedProc):
     """An ElectedProc whose acks carry the node's monotonic time, with its stderr kept in a file."""
 
     def __init__(self, url: str, namespace: str, store: str, mode: str, cycle: float, gap: float, *,
-                 writers: int, durability: str, stderr_path: Path, n_hosts: int | None = None) -> None:
+                 writers: int, durability: str, stderr_path: Path, n_hosts: int | None = None, chunk: int = 0) -> None:
         self.stderr_path = stderr_path
         self.started = time.monotonic()
         self.ack_times: list[float] = []
@@ -71,7 +72,7 @@ class Node(ElectedProc):
         self.garbled: list[str] = []  # lines that did not parse
         with stderr_path.open("w") as err:
             super().__init__(url, namespace, store, mode, cycle, gap, writers=writers, durability=durability,
-                             n_hosts=n_hosts, stderr=err)
+                             n_hosts=n_hosts, chunk=chunk, stderr=err)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -127,7 +128,8 @@ class Cluster:
         # (docs/elected-stores.md § 1); sticky keeps the default, as users of it would
         n = Node(self.url, self.namespace, "s", self.mode, self.cycle, self.gap, writers=self.args.writers,
                  durability=self.args.durability, n_hosts=3 if self.mode == "rotate" else None,
-                 stderr_path=self.logdir / f"{self.label}-{len(self.everyone)}.err")
+                 stderr_path=self.logdir / f"{self.label}-{len(self.everyone)}.err",
+                 chunk=1000 if self.args.soak else 0)
         self.live.append(n)
         self.everyone.append(n)
         return n

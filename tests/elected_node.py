@@ -3,7 +3,7 @@
 ``elected_node.py URL NAMESPACE STORE MODE CYCLE GAP [--sqlite PATH] [--writers K] [--durability D]``
 
 Joins elected store STORE and, with ``--writers K`` (K > 0), keeps K writes in flight, each pushing the
-next number onto the list ``log-<node id>``. It prints one line per fact, flushed at once; times are
+next number onto the list ``log-<node id>`` (with ``--chunk C``, number i >= C onto ``log-<node id>/<i // C>``). It prints one line per fact, flushed at once; times are
 this process's ``time.monotonic()`` (CLOCK_MONOTONIC, shared by the processes of one machine):
 
 * ``READY <node id>``
@@ -46,6 +46,9 @@ async def main() -> None:
     p.add_argument("--writers", type=int, default=0)
     p.add_argument("--durability", default="one")
     p.add_argument("--n-hosts", type=int, help="the election's rough group size (asyncactor n_hosts)")
+    p.add_argument("--chunk", type=int, default=0,
+                   help="push onto log-<node id>/<i // CHUNK> (0: one list): a push replicates its whole "
+                        "list, so a long run keeps its lists short")
     args = p.parse_args()
     async with Endpoint(args.url, namespace=args.namespace) as ep:
         store = await attach_store(ep,
@@ -60,7 +63,7 @@ async def main() -> None:
             await store.await_master()
             while not stop.is_set():
                 i = next(counter)
-                await store.push(key, i)
+                await store.push(f"{key}/{i // args.chunk}" if args.chunk and i >= args.chunk else key, i)
                 out("ACK", i, time.monotonic())
 
         async def watch() -> None:

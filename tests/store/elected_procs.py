@@ -27,9 +27,9 @@ class ElectedProc(LineProc):
 
     def __init__(self, url: str, namespace: str, store: str, mode: str, cycle: float, gap: float, *,
                  writers: int = 0, sqlite: str | None = None, durability: str = "one", n_hosts: int | None = None,
-                 stderr: Any = None) -> None:
+                 chunk: int = 0, stderr: Any = None) -> None:
         cmd = [sys.executable, str(HERE / "elected_node.py"), url, namespace, store, mode, str(cycle), str(gap),
-               "--writers", str(writers), "--durability", durability]
+               "--writers", str(writers), "--durability", durability, "--chunk", str(chunk)]
         if n_hosts is not None:
             cmd += ["--n-hosts", str(n_hosts)]
         if sqlite:
@@ -82,7 +82,7 @@ def check_converged(nodes: list[ElectedProc], all_nodes: list[ElectedProc]) -> d
     for d in dumps[1:]:
         assert d["contents"] == reference
     for node in all_nodes:
-        got = reference.get(json.dumps(f"log-{node.node_id}"), [])
+        got = pushed(reference, node.node_id)
         assert len(got) == len(set(got)), f"a write of {node.node_id} applied twice"
         assert got == sorted(got), f"writes of {node.node_id} out of order"
         missing = set(node.acks) - set(got)
@@ -96,6 +96,14 @@ def check_converged(nodes: list[ElectedProc], all_nodes: list[ElectedProc]) -> d
         dumps = [n.dump() for n in nodes]
     assert sum(1 for d in dumps if d["is_master"]) <= 1, [(d["epoch"], d["is_master"]) for d in dumps]
     return reference
+
+
+def pushed(contents: dict[str, Any], node_id: str) -> list[Any]:
+    """What ``node_id``'s writer pushed, in order: list ``log-<id>``, then ``log-<id>/<k>`` by k (``--chunk``)."""
+    base = f"log-{node_id}"
+    chunks = sorted((int(json.loads(k)[len(base) + 1:]), v) for k, v in contents.items()
+                    if json.loads(k).startswith(base + "/"))
+    return [*contents.get(json.dumps(base), []), *(x for _, v in chunks for x in v)]
 
 
 @contextlib.contextmanager
