@@ -61,16 +61,19 @@ class SimNet:
         core = self.cores[name]
         for msg in core.to_send():
             self.sent += 1
-            wire = cbor2.loads(cbor2.dumps(msg))
-            for dst in self.cores:
-                if self.connected(name, dst):
-                    t = self.now + self.latency(name, dst)
-                    heapq.heappush(self.heap, (t, next(self.seq), dst, (name, wire)))
+            self._send(name, cbor2.loads(cbor2.dumps(msg)))
         for ev in core.events():
             self.events.append((self.now, name, ev))
         d = core.next_deadline
         if d is not None:
             heapq.heappush(self.timers, (d, name))
+
+    def _send(self, name: str, wire: Any) -> None:
+        """Deliver one message of ``name`` (already through CBOR) to every node it reaches."""
+        for dst in self.cores:
+            if self.connected(name, dst):
+                t = self.now + self.latency(name, dst)
+                heapq.heappush(self.heap, (t, next(self.seq), dst, (name, wire)))
 
     def run_until(self, until: float) -> None:
         while True:
@@ -181,18 +184,8 @@ class CuttableNet(SimNet):
             else:
                 heapq.heappush(self.heap, (self.now + self.latency(name, dst), next(self.seq), dst, (name, wire)))
 
-    def _flush(self, name: str) -> None:
-        core = self.cores[name]
-        for msg in core.to_send():
-            self.sent += 1
-            wire = cbor2.loads(cbor2.dumps(msg))
-            if name in self.cut_nodes:
-                if self.hold_own:
-                    self.outbox[name].append(wire)
-                continue
+    def _send(self, name: str, wire: Any) -> None:
+        if name not in self.cut_nodes:
             self._broadcast(name, wire)
-        for ev in core.events():
-            self.events.append((self.now, name, ev))
-        d = core.next_deadline
-        if d is not None:
-            heapq.heappush(self.timers, (d, name))
+        elif self.hold_own:
+            self.outbox[name].append(wire)

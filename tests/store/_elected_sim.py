@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,12 +165,20 @@ class SimNet:
     def pause(self, name: str) -> None:
         self.nodes[name].paused = []
 
-    def resume(self, name: str) -> None:
+    def resume(self, name: str, *, first: Callable[[], None] | None = None) -> None:
+        """SIGCONT: the node reads what waited for it. ``first`` runs before that (its overdue timers,
+        an election that ran first: the worst order), and then each message it reads is answered at once."""
         node = self.nodes[name]
         queued, node.paused = node.paused or [], None
+        if first is None:
+            for _src, msg in queued:
+                node.replica.handle(msg, self.now)
+            self._flush(name)
+            return
+        first()
         for _src, msg in queued:
             node.replica.handle(msg, self.now)
-        self._flush(name)
+            self._flush(name)
 
     def partition(self, *groups: set[str]) -> None:
         self.groups = [set(g) for g in groups]

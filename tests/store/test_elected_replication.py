@@ -567,13 +567,13 @@ def test_a_claim_right_after_a_pause_waits_to_hear_the_members_again() -> None:
     net.pause("b")
     load.run(3.0)  # a and c go on; b hears nothing
     node = net.nodes["b"]
-    queued, node.paused = node.paused or [], None  # SIGCONT
-    net.tag("b")  # its overdue election runs before it reads its socket
-    net.untag("a")
-    load.step()  # and its writer goes on
-    for _src, msg in queued:
-        node.replica.handle(msg, net.now)
-        net._flush("b")
+
+    def wakes() -> None:  # its overdue election runs before it reads its socket, and its writer goes on
+        net.tag("b")
+        net.untag("a")
+        load.step()
+
+    net.resume("b", first=wakes)
     load.run(0.5)
     settle(net)
     assert net.masters() == ["b"]
@@ -605,12 +605,12 @@ def test_a_follower_holding_the_deposed_masters_unacknowledged_tail_is_not_merge
     net.tag("c")
     load.run(0.5)
     node = net.nodes["b"]
-    queued, node.paused = node.paused or [], None  # SIGCONT: its overdue heartbeat goes out first
-    node.replica.tick(net.now, 1_000_000 + net.now)
-    net._flush("b")
-    for _src, msg in queued:
-        node.replica.handle(msg, net.now)
+
+    def wakes() -> None:  # its overdue heartbeat goes out before it reads its socket
+        node.replica.tick(net.now, 1_000_000 + net.now)
         net._flush("b")
+
+    net.resume("b", first=wakes)
     load.run(0.5)
     settle(net)
     assert net.masters() == ["c"]
