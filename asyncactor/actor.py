@@ -6,10 +6,10 @@ Theory of operation
 feeds each message from ``transport.monitor()`` to the core, the *timer* sleeps until the core's
 ``next_deadline`` (woken early when that moves closer) and calls ``core.timer``, the *sender*
 drains an unbounded queue into ``transport.send``; a fourth follows ``transport.links()`` when the
-transport has it (``core.offline``/``core.online`` as its connection drops and returns).  After every core call the layer flushes the
-core's messages to the sender and its events into an :class:`~asyncactor.queue.EventQueue`, so
-the protocol never waits for the application (slow-consumer policy: docs/asyncactor.md §6).  Only
-anyio APIs are used: it runs on asyncio and trio.
+transport has it (``core.offline``/``core.online`` as its connection drops and returns).  After
+every core call the layer flushes the core's messages to the sender and its events into an
+:class:`~asyncactor.queue.EventQueue`, so the protocol never waits for the application
+(slow-consumer policy: docs/asyncactor.md §6).  Only anyio APIs are used: it runs on asyncio and trio.
 """
 
 from __future__ import annotations

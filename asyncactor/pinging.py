@@ -30,6 +30,11 @@ class Pinging(CoreState):
         self._timers[Timer.UNTAG] = self._slot.at + self.config.cycle + self.config.gap / 2
         self._plan_beacon(self._slot.at)
 
+    def _renewing(self) -> bool:
+        """We hold the tag in sticky mode: our next ping renews it."""
+        slot = self._slot
+        return self.sticky and slot is not None and slot.node == self.name and self.phase is Phase.TAGGED
+
     # ---- internals: planning and sending our ping ------------------------------------------
     def _plan_ping(
         self, base: float, *, now: float | None = None, release: bool = False, gone: bool = False
@@ -78,10 +83,10 @@ class Pinging(CoreState):
             # a bid made on a view that stopped at the disconnect would reach the group late and
             # win against pings we never saw; a sticky holder renews once it is back (online),
             # unless its tag runs out first
-            self._renew_due = self.sticky and slot is not None and slot.node == self.name \
-                and self.phase is Phase.TAGGED
+            self._renew_due = self._renewing()
             return
-        if self.sticky and slot is not None and slot.node == self.name and self.phase is Phase.TAGGED:
+        if self._renewing():
+            assert slot is not None
             slot.at, slot.value = now, self.value  # holder: extend the tag, no new TagEvent
             self._timers[Timer.UNTAG] = now + self.config.cycle + self.config.gap / 2
             self._send(Ping(self.name, self.value, self._wire_history()))

@@ -160,10 +160,7 @@ class ActorCore(SplitHealing):
         """Whether our bid, due at ``due``, comes more than ``gap / 4`` late and should wait for
         the messages that arrived meanwhile: once in a row, and never a sticky holder's renewal or
         a bid after a release or a gone holder (those are meant to be quick)."""
-        if now - due <= self.config.gap / 4 or self._late_bids or self._bid_urgent:
-            return False
-        slot = self._slot
-        return not (self.sticky and slot is not None and slot.node == self.name and self.phase is Phase.TAGGED)
+        return now - due > self.config.gap / 4 and not (self._late_bids or self._bid_urgent or self._renewing())
 
     # ---- the caller's controls -------------------------------------------------------------
     def set_value(self, value: Any, now: float) -> None:

@@ -58,10 +58,9 @@ class ClaimSide(ReplicaBase):
         self.epoch = epoch
         self._set_master(None, "electing a master")
         live = set(self._live_members())
-        # a node that just started, or just woke from a pause, waits until it has heard the others'
-        # heartbeats: by its clock every member looks silent, and claiming on its own (stale)
-        # history would make it master behind replicas holding acknowledged writes
-        ready = max(now, max(self._started, self._resumed) + self.config.member_timeout)
+        # a node that just started waits until it has heard the others' heartbeats (one that just
+        # woke from a pause too: _progress_claim)
+        ready = max(now, self._started + self.config.member_timeout)
         self._claim = _Claim(epoch, max(now + self.config.claim_timeout, ready), live, {}, ready=ready)
         self._send(Claim(epoch, self.state.position))
         self._progress_claim(now)
@@ -71,7 +70,10 @@ class ClaimSide(ReplicaBase):
         if claim is None or self.role is not Role.CLAIMING:
             return
         if claim.fetching is None:
-            claim.ready = max(claim.ready, self._resumed + self.config.member_timeout)  # paused meanwhile
+            # woke from a pause (before or during the claim): by its clock every member looks
+            # silent, and claiming on its own stale history would make it master behind replicas
+            # holding acknowledged writes; listen for member_timeout first
+            claim.ready = max(claim.ready, self._resumed + self.config.member_timeout)
             claim.deadline = max(claim.deadline, claim.ready)
             if now < claim.ready:
                 return
