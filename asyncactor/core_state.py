@@ -98,6 +98,7 @@ class CoreState:
         self._renew_due = False  # a sticky holder's renewal fell due while offline
         self._late_bids = 0  # bids put off in a row because their timer fired late (a pause)
         self._bid_urgent = False  # the planned bid follows a release or a gone holder
+        self._bid_confirm = False  # the planned bid is confirmed gap/4 later (a silent sticky holder)
         self._last_vers_reply = float("-inf")
         self._last_init_answer = float("-inf")
         self._started = False

@@ -45,6 +45,7 @@ class Pinging(CoreState):
         c = self.config
         period = c.cycle - 1.5 * c.gap
         slot = self._slot
+        confirm = False
         if slot is None:
             wait = c.cycle + 2 * c.gap  # alone as far as we know
         elif self._await_ping and not gone and not self.sticky:
@@ -65,6 +66,7 @@ class Pinging(CoreState):
                     wait += c.gap
             elif self.sticky:
                 wait = period + (0.5 + d / 4) * c.gap
+                confirm = True
                 if self._await_ping and not gone:
                     # unconfirmed view: after the confirmed nodes' bids, but still within
                     # ``cycle`` of the holder's ping (its renewal at ``period`` is overdue by then)
@@ -74,6 +76,7 @@ class Pinging(CoreState):
         at = base + wait
         self._timers[Timer.PING] = at if now is None else max(at, now)
         self._bid_urgent = release  # a release or a gone holder: bid even if the timer fires late
+        self._bid_confirm = confirm  # a sticky holder fell silent: look at our input once more first
 
     def _send_ping(self, now: float) -> None:
         if not self.enabled or self.phase is Phase.STARTING:

@@ -139,6 +139,12 @@ class ActorCore(SplitHealing):
                     self._late_bids += 1
                     self._await_ping = True
                     self._plan_ping(now)
+                case Timer.PING if self._bid_confirm and not self._renewing():
+                    # the holder's renewal is overdue: it may be waiting unread behind us (our
+                    # process stalled, a garbage collection, until about now). Bid only if
+                    # nothing has come by gap/4 from now: the input is read before that.
+                    self._bid_confirm = False
+                    self._timers[Timer.PING] = now + self.config.gap / 4
                 case Timer.PING:
                     self._send_ping(now)
                 case Timer.TAG:
