@@ -112,8 +112,10 @@ class Version:
 # -- log records ---------------------------------------------------------------------------------------
 # op: ["put", key, value, expiry] | ["erase", key] | ["expire", key] | ["clear"] | ["noop"] (a failed write)
 #     | ["forget", key] (drop the key's tombstone; a live value is kept)
+#     | ["push", key, value, expiry] | ["pop", key, expiry] (the key's list with ``value`` appended, or
+#       without its last item: the master sends these, not the whole list, when the key holds a list)
 #     | ["many", [op, ...]] (several of the others, applied in order in one record; not nested)
-_OPS = {"put": 4, "erase": 2, "expire": 2, "clear": 1, "noop": 1, "many": 2, "forget": 2}
+_OPS = {"put": 4, "erase": 2, "expire": 2, "clear": 1, "noop": 1, "many": 2, "forget": 2, "push": 4, "pop": 3}
 
 
 def _op_from_wire(op: Any) -> tuple[Any, ...] | None:

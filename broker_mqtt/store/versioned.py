@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .commands import Clear, ComputedCommand, Erase, Put, PutUnique, WriteCommand
+from .commands import Clear, ComputedCommand, Erase, Pop, Push, Put, PutUnique, WriteCommand
 from .errors import NoSuchKey, StoreDecodeError
 from .history import (
     Change,
@@ -305,6 +305,13 @@ class VersionedState:
             k = pack(op[1])
             if self._tombstones.pop(k, None) is not None:
                 self._dirty[k] = None
+        elif kind == "push" or kind == "pop":
+            key = op[1]
+            k = pack(key)
+            item = self._versions.get(k)
+            items = item[1].value if item is not None and isinstance(item[1].value, (list, tuple)) else ()
+            value = [*items, op[2]] if kind == "push" else list(items[:-1])
+            self._set(k, key, Version(value, record.hlc, record.origin, record.seq, False, op[-1]), changes)
 
     # _set and _tombstone take the key both packed (``k``, the dict key) and as given (``key``), and
     # append the visible change to ``changes``. ``if self._expiring``: a state without expiring keys
@@ -584,4 +591,9 @@ def compute_op(state: VersionedState, cmd: WriteCommand, wall: float) -> tuple[t
         case Clear():
             return ("clear",), None
     exists, current = live(cmd.key)
-    return ("put", cmd.key, _new_value(current, exists, cmd), expiry_of(cmd.expiry)), None
+    value = _new_value(current, exists, cmd)  # raises for a wrong type, as documented
+    if exists and isinstance(cmd, Push):  # the log carries the item, not the whole list
+        return ("push", cmd.key, cmd.value, expiry_of(cmd.expiry)), None
+    if exists and isinstance(cmd, Pop):
+        return ("pop", cmd.key, expiry_of(cmd.expiry)), None
+    return ("put", cmd.key, value, expiry_of(cmd.expiry)), None
