@@ -29,8 +29,9 @@ acknowledged write (of live and killed nodes) present, none applied twice (tests
 bench/results/failover.json. Run: ``python bench/failover.py [--kills 10] [--migrations 50]`` (about
 2-3 minutes with the defaults). ``--soak SECONDS`` runs only the baseline phase, for that long, and
 reports its unforced new terms (issue 20: none in 10 minutes at full write load); its writers push
-onto lists of 1,000 (``--chunk``), since a push replicates its whole list.
-"""
+onto lists of 1,000 (``--chunk``), since every replica copies a list per push. ``--trace DIR`` keeps
+the nodes' stderr there, with their garbage collections, event-loop stalls and the stores' log lines
+(tests/elected_node.py, ``ELECTED_TRACE``)."""
 
 from __future__ import annotations
 
@@ -379,8 +380,11 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
 
     load = os.getloadavg()
     t0 = time.monotonic()
+    if args.trace:
+        os.environ["ELECTED_TRACE"] = "1"  # the nodes log their stalls (tests/elected_node.py)
+        Path(args.trace).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="failover-") as tmp, EmbeddedBroker() as broker:
-        logdir = Path(tmp)
+        logdir = Path(args.trace or tmp)
         if args.soak:
             print(f"soak: stable master for {args.soak:.0f} s under full write load", file=sys.stderr, flush=True)
             soak = _baseline(broker.url, args, logdir, args.soak)
@@ -492,6 +496,8 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "failover.json"))
     p.add_argument("--soak", type=float, default=0.0, metavar="SECONDS",
                    help="only the baseline phase, for SECONDS (issue 20: no unforced term change in 10 minutes)")
+    p.add_argument("--trace", default="", metavar="DIR",
+                   help="keep each node's stderr in DIR, with its collections, loop stalls and store log lines")
     args = p.parse_args()
     res = orchestrate(args)
     if args.soak:

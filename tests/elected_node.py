@@ -16,12 +16,19 @@ this process's ``time.monotonic()`` (CLOCK_MONOTONIC, shared by the processes of
 * ``DUMP <json>``: on SIGUSR2 the node waits until idle and prints its contents.
 
 SIGTERM closes the store (handing mastership over) and exits.
+
+With ``ELECTED_TRACE=1`` in its environment the node writes to stderr when it stalls: every garbage
+collection of generation 2, and every time its event loop woke more than 50 ms late
+(``TRACE gc|lag <ms> <time>``), and the store's log lines; ``bench/failover.py --trace`` sets it.
 """
 
 import argparse
 import dataclasses
+import gc
 import itertools
 import json
+import logging
+import os
 import signal
 import sys
 import time
@@ -32,6 +39,34 @@ from line_procs import out
 
 from broker_mqtt import Endpoint
 from broker_mqtt.store import ConflictResolved, MasterChanged, attach_store
+
+
+def _trace_stalls() -> None:
+    """Log generation-2 collections and their length to stderr (see the module's docstring)."""
+    began = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            began[0] = time.monotonic()
+        else:
+            now = time.monotonic()
+            print(f"TRACE gc {1000 * (now - began[0]):.1f} {now:.3f} collected={info.get('collected')} "
+                  f"objects={len(gc.get_objects())}", file=sys.stderr, flush=True)
+
+    gc.callbacks.append(on_gc)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(created).3f %(name)s %(message)s")
+
+
+async def _watch_lag() -> None:
+    """Log every wake-up of a 20 ms sleep that came more than 50 ms late."""
+    while True:
+        before = time.monotonic()
+        await anyio.sleep(0.02)
+        late = time.monotonic() - before - 0.02
+        if late > 0.05:
+            print(f"TRACE lag {1000 * late:.1f} {time.monotonic():.3f}", file=sys.stderr, flush=True)
 
 
 async def main() -> None:
@@ -47,9 +82,12 @@ async def main() -> None:
     p.add_argument("--durability", default="one")
     p.add_argument("--n-hosts", type=int, help="the election's rough group size (asyncactor n_hosts)")
     p.add_argument("--chunk", type=int, default=0,
-                   help="push onto log-<node id>/<i // CHUNK> (0: one list): a push replicates its whole "
-                        "list, so a long run keeps its lists short")
+                   help="push onto log-<node id>/<i // CHUNK> (0: one list): every replica copies a list "
+                        "per push, so a long run keeps its lists short")
     args = p.parse_args()
+    tracing = bool(os.environ.get("ELECTED_TRACE"))
+    if tracing:
+        _trace_stalls()
     async with Endpoint(args.url, namespace=args.namespace) as ep:
         store = await attach_store(ep,
             args.store, backend="sqlite" if args.sqlite else "memory", path=args.sqlite, mode=args.mode,
@@ -79,6 +117,8 @@ async def main() -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch)
+            if tracing:
+                tg.start_soon(_watch_lag)
             await anyio.lowlevel.checkpoint()
             out("READY", store.node_id)
             for _ in range(args.writers):
