@@ -25,7 +25,7 @@ try:  # as anyio: without sniffio, a running asyncio loop means the asyncio back
 except ModuleNotFoundError:  # pragma: no cover
     sniffio = None
 
-__all__ = ["clock"]
+__all__ = ["clock", "loop_time"]
 
 _WALL_OFFSET = time.time() - time.monotonic()
 _offset: RunVar[float] = RunVar("broker_mqtt.store.clock offset")
@@ -53,3 +53,12 @@ def clock() -> float:
         # the asyncio backend (not trio running as a guest of an asyncio loop)
         _asyncio_loop, _asyncio_offset = loop, offset
     return now + offset
+
+
+def loop_time() -> float:
+    """``anyio.current_time()``, with :func:`clock`'s fast path on the asyncio loop it saw last (no
+    backend lookup per call: a store reads it once per write)."""
+    loop = _get_running_loop()
+    if loop is not None and loop is _asyncio_loop:
+        return loop.time()
+    return anyio.current_time()

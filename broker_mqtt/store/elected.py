@@ -41,7 +41,7 @@ from ..endpoint.events import PeerLost, PeerRemoved
 from ..errors import ForgedMessage, UsageError
 from ..wire.identity import node_endpoint
 from ..wire.message import Kind
-from .clock import clock
+from .clock import clock, loop_time
 from .commands import PutUnique, WriteCommand
 from .errors import StoreDecodeError, StoreError
 from .events import (
@@ -257,7 +257,7 @@ class ElectedStore(WriteOperations):
         """Place any write command; return its answer (put_unique: inserted) once durable."""
         if self.closed:
             raise StoreError(f"store {self.name!r} is closed")
-        n = self.replica.write(command, anyio.current_time())
+        n = self.replica.write(command, loop_time())
         event = self._round
         if event is None:  # the first write since the pump ran: it drains and sends this round's writes
             event = self._round = anyio.Event()
@@ -354,7 +354,7 @@ class ElectedStore(WriteOperations):
     async def _receive_loop(self, sub: Any) -> None:
         async for msg in sub:
             try:
-                self.replica.handle(msg.data, anyio.current_time(), sender=msg.sender_hex)
+                self.replica.handle(msg.data, loop_time(), sender=msg.sender_hex)
             except ForgedMessage as exc:
                 self.forged += 1
                 log.warning("store %s: dropped a forged message: %s", self.name, exc)

@@ -568,8 +568,12 @@ def compute_op(state: VersionedState, cmd: WriteCommand, wall: float) -> tuple[t
     """The log effect of ``cmd`` on ``state`` and its answer; raise StoreError (then a ``noop``).
 
     A :class:`~.commands.ComputedCommand` computes its own (deterministic) effect."""
+    if type(cmd) is Put:  # the usual write: no closures, no match
+        expiry = cmd.expiry
+        return ("put", cmd.key, cmd.value, None if expiry is None else wall + expiry), None
     if isinstance(cmd, ComputedCommand):
         return cmd.compute(state, wall)
+
     def expiry_of(duration: float | None) -> float | None:
         return None if duration is None else wall + duration
 
