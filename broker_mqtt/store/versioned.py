@@ -306,8 +306,7 @@ class VersionedState:
             if self._tombstones.pop(k, None) is not None:
                 self._dirty[k] = None
         elif kind == "push" or kind == "pop":
-            key = op[1]
-            k = pack(key)
+            key, k = op[1], pack(op[1])
             item = self._versions.get(k)
             items = item[1].value if item is not None and isinstance(item[1].value, (list, tuple)) else ()
             value = [*items, op[2]] if kind == "push" else list(items[:-1])
@@ -569,11 +568,9 @@ def compute_op(state: VersionedState, cmd: WriteCommand, wall: float) -> tuple[t
 
     A :class:`~.commands.ComputedCommand` computes its own (deterministic) effect."""
     if type(cmd) is Put:  # the usual write: no closures, no match
-        expiry = cmd.expiry
-        return ("put", cmd.key, cmd.value, None if expiry is None else wall + expiry), None
+        return ("put", cmd.key, cmd.value, None if cmd.expiry is None else wall + cmd.expiry), None
     if isinstance(cmd, ComputedCommand):
         return cmd.compute(state, wall)
-
     def expiry_of(duration: float | None) -> float | None:
         return None if duration is None else wall + duration
 
