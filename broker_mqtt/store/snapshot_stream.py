@@ -119,7 +119,7 @@ def touched_keys(records: Iterable[Record], after_seq: int) -> set[bytes] | None
         for one in (op[1] if op[0] == "many" else (op,)):
             if one[0] == "clear":
                 return None
-            if one[0] in ("put", "erase", "expire", "forget", "push", "pop"):
+            if one[0] != "noop":  # every other op names its key first
                 out.add(pack(one[1]))
     return out
 

@@ -592,9 +592,9 @@ def compute_op(state: VersionedState, cmd: WriteCommand, wall: float) -> tuple[t
         case Clear():
             return ("clear",), None
     exists, current = live(cmd.key)
-    value = _new_value(current, exists, cmd)  # raises for a wrong type, as documented
-    if exists and isinstance(cmd, Push):  # the log carries the item, not the whole list
-        return ("push", cmd.key, cmd.value, expiry_of(cmd.expiry)), None
-    if exists and isinstance(cmd, Pop):
-        return ("pop", cmd.key, expiry_of(cmd.expiry)), None
-    return ("put", cmd.key, value, expiry_of(cmd.expiry)), None
+    if exists and isinstance(current, (list, tuple)):  # the log carries the item, not the whole list
+        if isinstance(cmd, Push):
+            return ("push", cmd.key, cmd.value, expiry_of(cmd.expiry)), None
+        if isinstance(cmd, Pop):
+            return ("pop", cmd.key, expiry_of(cmd.expiry)), None
+    return ("put", cmd.key, _new_value(current, exists, cmd), expiry_of(cmd.expiry)), None
