@@ -5,7 +5,7 @@ replica that has seen no higher epoch adopts it (the fence) and answers ``promis
 and lineage. Once every live member promised (or ``claim_timeout`` passed) the claimant takes the most
 advanced histories: one that contains all others is fetched as a tail or snapshot (nothing when it is
 its own); several that diverged (a healed split) are fetched as snapshots and merged
-(:func:`~.versioned.merge_histories`), each conflict reported once. Then it broadcasts ``active``.
+(:func:`~.state_merge.merge_histories`), each conflict reported once. Then it broadcasts ``active``.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from .packing import pack
 from .replica_base import CONFLICTS_KEPT, ReplicaBase, _Claim
 from .replica_events import ConflictsFound, DataChanged, Role
 from .replica_messages import Active, Claim, Fetch, Promise
+from .state_merge import merge_histories
 from .versioned import (
     Conflict,
     Epoch,
     Lineage,
     Position,
     contains,
-    merge_histories,
 )
 
 __all__ = ["ClaimSide"]

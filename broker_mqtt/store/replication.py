@@ -12,7 +12,7 @@ Theory of operation (``docs/elected-stores.md``; the anyio layer is :mod:`.elect
   within ``member_timeout`` (at most ``claim_timeout``), then takes the most advanced history among
   them and itself: it fetches the missing tail (or a snapshot) from whoever holds it. A claimant that is
   already caught up fetches nothing: the handover is an epoch change. When the histories diverged (a
-  healed split) it fetches every divergent head and merges (:func:`~.versioned.merge`).
+  healed split) it fetches every divergent head and merges (:func:`~.state_merge.merge`).
   Then it broadcasts ``active`` and accepts writes. Losing the tag stops it accepting writes at once.
 * **Writes.** Every replica is also a writer: write ``n`` of writer ``w`` goes to the master (applied at
   once when this node is the master). The master applies a writer's writes in ``n`` order, exactly once

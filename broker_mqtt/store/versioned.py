@@ -6,9 +6,10 @@ Theory of operation (``docs/elected-stores.md``):
   :class:`Version` (value, hybrid-logical-clock time, writing node, the log sequence number of the
   write, and whether it is a *tombstone*: erased keys are remembered so that a merge can tell "erased
   on one side" from "never written"). Tombstones are held apart from the live entries (reads never
-  see them), packed key -> :class:`Version` in erase order, one ``Version`` shared by the tombstones
-  of one record. A ``forget`` op drops a tombstone for good (a store that erases many distinct keys
-  would grow without it); it never touches a live value, and a merge with a replica that still
+  see them), packed key -> ``(hlc, origin, seq)`` in erase order, one tuple shared by the tombstones
+  of one record. Entries are held as plain tuples, out of the garbage collector's walk (see ``Live``).
+  A ``forget`` op drops a tombstone for good (a store that erases many distinct keys would grow
+  without it); it never touches a live value, and a merge with a replica that still
   holds the key's older value then brings that value back, so only tombstones older than any
   plausible split are forgotten: the master of an elected store appends ``forget`` records for the
   tombstones older than ``ReplicaConfig.tombstone_ttl`` (:func:`forget_op`), so every replica
@@ -21,7 +22,7 @@ Theory of operation (``docs/elected-stores.md``):
 * ``applied`` remembers, per writer, the number of its last write in the state (and the answers of its
   recent ``put_unique``s and failed writes): a write that arrives again, at this master or the next
   one, is recognised and not applied twice.
-* :func:`merge` combines two states whose histories diverged (a healed network split): per key the
+* :func:`~.state_merge.merge` combines two states whose histories diverged (a healed network split): per key the
   version with the larger ``(hlc, origin)`` wins (last writer wins; pluggable), and every key that
   both sides wrote since their common history is reported as a :class:`Conflict`.
 * A write command may compute its own effect (:class:`~.commands.ComputedCommand`, e.g. the queue
@@ -83,14 +84,12 @@ __all__ = [
     "Persistence",
     "Resolver",
     "last_writer_wins",
-    "merge",
     "epoch_at",
     "contains",
     "fork_seq",
     "Clock",
     "compute_op",
     "forget_ops",
-    "merge_histories",
     "epoch_from_wire",
     "position_from_wire",
     "position_to_wire",
@@ -147,23 +146,45 @@ class _Applied:
         return Packed(pack_array(parts))
 
 
+# The state holds each key's version as a plain tuple, not a :class:`Version`: a tuple of atoms (a str,
+# bytes or number key and value) is one the garbage collector stops tracking, so a full collection no
+# longer walks every key of the store (300,000 keys: 86 ms -> 1 ms). Readers get Versions built on demand.
+Live = tuple[Any, Any, int, str, int, "float | None"]  # (key, value, hlc, origin, seq, expiry)
+Dead = tuple[int, str, int]  # a tombstone: (hlc, origin, seq)
+
+
+def _live_version(t: Live) -> Version:
+    return Version(t[1], t[2], t[3], t[4], False, t[5])
+
+
+def _dead_version(t: Dead) -> Version:
+    return Version(None, t[0], t[1], t[2], True)
+
+
+def _packed_row(t: Live | Dead) -> bytes:
+    """The persisted form of a live entry or a tombstone: ``pack(Version.to_wire())``."""
+    if len(t) == 6:
+        return pack([t[1], t[2], t[3], t[4], False, t[5]])
+    return pack([None, t[0], t[1], t[2], True, None])
+
+
 class VersionedState:
     """One replica's copy; see the module docstring. In memory only until a :class:`Persistence` is
     attached (:meth:`attach`; ``versioned_sqlite.open_state(path)`` opens a state from its file)."""
 
     def __init__(self) -> None:
-        self._versions: dict[bytes, tuple[Any, Version]] = {}  # live keys only
+        self._versions: dict[bytes, Live] = {}  # live keys only
         self.last_seq = 0
         self.lineage: Lineage = []
         self.applied: dict[str, _Applied] = {}
         self.max_hlc = 0
         self.generation = 0  # grows with every replace(): derived indexes (queues) know to rebuild
-        self._dirty: dict[bytes, Version | None] = {}  # written since the last commit (None: gone)
+        self._dirty: dict[bytes, Live | Dead | None] = {}  # written since the last commit (None: gone)
         self._changed = False
         self._expiring: set[bytes] = set()  # keys whose version has an expiry
         # erased keys -> their tombstone, in erase order (a merge's or a snapshot's: by hlc)
-        self._tombstones: dict[bytes, Version] = {}
-        self._erasing: tuple[Record | None, Version | None] = (None, None)  # the tombstone of the last erasing record
+        self._tombstones: dict[bytes, Dead] = {}
+        self._erasing: tuple[Record | None, Dead | None] = (None, None)  # the tombstone of the last erasing record
         self._forget_after = 0.0  # wall-clock s before which forget_ops finds nothing (the master's pacing)
         self._file: Persistence | None = None
         self.path: Path | None = None  # the file attached, if the opener says
@@ -189,7 +210,7 @@ class VersionedState:
         out: list[bytes] = []
         size = 0
         for k, v in self._tombstones.items():
-            if v.hlc >= before_hlc or len(out) >= limit:
+            if v[0] >= before_hlc or len(out) >= limit:
                 break
             size += len(k)
             if max_bytes is not None and out and size > max_bytes:
@@ -204,36 +225,35 @@ class VersionedState:
 
     def version(self, key: Any) -> Version | None:
         """The key's current version: live, a tombstone, or None (never written, or forgotten)."""
-        k = pack(key)
-        item = self._versions.get(k)
-        return self._tombstones.get(k) if item is None else item[1]
+        return self.packed_version(pack(key))
 
     def get(self, key: Any) -> Any:
         item = self._versions.get(pack(key))
         if item is None:
             raise NoSuchKey(key)
-        return item[1].value
+        return item[1]
 
     def exists(self, key: Any) -> bool:
         return pack(key) in self._versions
 
     def keys(self) -> list[Any]:
-        return [k for k, _ in self._versions.values()]
+        return [t[0] for t in self._versions.values()]
 
     def items(self) -> list[tuple[Any, Any]]:
-        return [(k, v.value) for k, v in self._versions.values()]
+        return [(t[0], t[1]) for t in self._versions.values()]
 
     def __len__(self) -> int:
         return len(self._versions)
 
     def versions(self) -> list[tuple[Any, Version]]:
         """Every ``(key, version)``, tombstones included (after the live keys)."""
-        return [*self._versions.values(), *((unpack(k), v) for k, v in self._tombstones.items())]
+        return [*((t[0], _live_version(t)) for t in self._versions.values()),
+                *((unpack(k), _dead_version(t)) for k, t in self._tombstones.items())]
 
     def _keyed(self) -> dict[bytes, tuple[Any, Version]]:
         """Packed key -> ``(key, version)``, tombstones included."""
-        out = dict(self._versions)
-        out.update((k, (unpack(k), v)) for k, v in self._tombstones.items())
+        out = {k: (t[0], _live_version(t)) for k, t in self._versions.items()}
+        out.update((k, (unpack(k), _dead_version(t))) for k, t in self._tombstones.items())
         return out
 
     def packed_keys(self) -> Iterable[bytes]:
@@ -243,15 +263,19 @@ class VersionedState:
     def packed_version(self, k: bytes) -> Version | None:
         """The version of the key packed as ``k`` (a tombstone included), or None."""
         item = self._versions.get(k)
-        return self._tombstones.get(k) if item is None else item[1]
+        if item is not None:
+            return _live_version(item)
+        dead = self._tombstones.get(k)
+        return None if dead is None else _dead_version(dead)
 
     def next_expiry(self) -> tuple[float, Any] | None:
         """``(expiry, key)`` of the key that expires first, or None."""
         best: tuple[float, Any] | None = None
         for k in self._expiring:
-            key, v = self._versions[k]
-            if v.expiry is not None and (best is None or v.expiry < best[0]):
-                best = (v.expiry, key)
+            t = self._versions[k]
+            expiry = t[5]
+            if expiry is not None and (best is None or expiry < best[0]):
+                best = (expiry, t[0])
         return best
 
     def applied_n(self, writer: str) -> int:
@@ -270,7 +294,7 @@ class VersionedState:
         for one in (op[1] if op[0] == "many" else (op,)):
             if one[0] == "put":  # the usual op: applied here, a call less per op
                 key = one[1]
-                self._set(pack(key), key, Version(one[2], hlc, origin, seq, False, one[3]), changes)
+                self._set(pack(key), (key, one[2], hlc, origin, seq, one[3]), changes)
             else:
                 self._apply_op(one, record, changes)
         if not self.lineage or self.lineage[-1][0] != record.epoch:
@@ -299,8 +323,8 @@ class VersionedState:
             key = op[1]
             self._tombstone(pack(key), key, record, changes, kind == "expire")
         elif kind == "clear":
-            for k, (key, _) in list(self._versions.items()):
-                self._tombstone(k, key, record, changes, False)
+            for k, t in list(self._versions.items()):
+                self._tombstone(k, t[0], record, changes, False)
         elif kind == "forget":
             k = pack(op[1])
             if self._tombstones.pop(k, None) is not None:
@@ -308,33 +332,33 @@ class VersionedState:
         elif kind == "push" or kind == "pop":
             key, k = op[1], pack(op[1])
             item = self._versions.get(k)
-            items = item[1].value if item is not None and isinstance(item[1].value, (list, tuple)) else ()
+            items = item[1] if item is not None and isinstance(item[1], (list, tuple)) else ()
             value = [*items, op[2]] if kind == "push" else list(items[:-1])
-            self._set(k, key, Version(value, record.hlc, record.origin, record.seq, False, op[-1]), changes)
+            self._set(k, (key, value, record.hlc, record.origin, record.seq, op[-1]), changes)
 
-    # _set and _tombstone take the key both packed (``k``, the dict key) and as given (``key``), and
-    # append the visible change to ``changes``. ``if self._expiring``: a state without expiring keys
-    # (a work queue's) skips the set operation.
+    # _set takes the key packed (``k``, the dict key) and its new entry, _tombstone the key packed and as
+    # given (``key``); both append the visible change to ``changes``. ``if self._expiring``: a state
+    # without expiring keys (a work queue's) skips the set operation.
 
-    def _set(self, k: bytes, key: Any, version: Version, changes: list[Change]) -> None:
+    def _set(self, k: bytes, entry: Live, changes: list[Change]) -> None:
         old = self._versions.get(k)
-        self._versions[k] = (key, version)
-        self._dirty[k] = version
-        if version.expiry is not None:
+        self._versions[k] = entry
+        self._dirty[k] = entry
+        if entry[5] is not None:
             self._expiring.add(k)
         elif self._expiring:
             self._expiring.discard(k)
         if old is None:
             if self._tombstones:
                 self._tombstones.pop(k, None)
-            changes.append(Change(key, False, None, True, version.value, version.origin))
+            changes.append(Change(entry[0], False, None, True, entry[1], entry[3]))
         else:
-            changes.append(Change(key, True, old[1].value, True, version.value, version.origin))
+            changes.append(Change(entry[0], True, old[1], True, entry[1], entry[3]))
 
     def _tombstone(self, k: bytes, key: Any, record: Record, changes: list[Change], expired: bool) -> None:
         rec, dead = self._erasing
-        if rec is not record or dead is None:  # one Version for every tombstone of a record
-            dead = Version(None, record.hlc, record.origin, record.seq, True)
+        if rec is not record or dead is None:  # one tuple for every tombstone of a record
+            dead = (record.hlc, record.origin, record.seq)
             self._erasing = (record, dead)
         old = self._versions.pop(k, None)
         self._dirty[k] = dead
@@ -344,30 +368,30 @@ class VersionedState:
             self._tombstones.pop(k, None)  # re-inserted below, at the end: the order is that of erasure
         self._tombstones[k] = dead
         if old is not None:
-            changes.append(Change(key, True, old[1].value, False, None, record.origin, expired))
+            changes.append(Change(key, True, old[1], False, None, record.origin, expired))
 
     def replace(self, versions: Iterable[tuple[Any, Version]], *, last_seq: int, lineage: Lineage,
                 applied: dict[str, _Applied], max_hlc: int) -> list[Change]:
         """Replace everything (a snapshot or a merge); return the visible changes."""
-        new: dict[bytes, tuple[Any, Version]] = {}
-        dead: list[tuple[int, bytes, Version]] = []
+        new: dict[bytes, Live] = {}
+        dead: list[tuple[int, bytes, Dead]] = []
         for key, v in versions:
             if v.deleted:
-                dead.append((v.hlc, pack(key), v))
+                dead.append((v.hlc, pack(key), (v.hlc, v.origin, v.seq)))
             else:
-                new[pack(key)] = (key, v)
+                new[pack(key)] = (key, v.value, v.hlc, v.origin, v.seq, v.expiry)
         changes: list[Change] = []
-        for k, (key, v) in self._versions.items():
+        for k, t in self._versions.items():
             item = new.get(k)
             if item is None:
-                changes.append(Change(key, True, v.value, False, None, None))
-            elif item[1].value != v.value or type(item[1].value) is not type(v.value):
-                changes.append(Change(key, True, v.value, True, item[1].value, item[1].origin))
-        for k, (key, v) in new.items():
+                changes.append(Change(t[0], True, t[1], False, None, None))
+            elif item[1] != t[1] or type(item[1]) is not type(t[1]):
+                changes.append(Change(t[0], True, t[1], True, item[1], item[3]))
+        for k, t in new.items():
             if k not in self._versions:
-                changes.append(Change(key, False, None, True, v.value, v.origin))
+                changes.append(Change(t[0], False, None, True, t[1], t[3]))
         self._versions = new
-        self._expiring = {k for k, (_, v) in new.items() if v.expiry is not None}
+        self._expiring = {k for k, t in new.items() if t[5] is not None}
         self._index_tombstones(dead)
         self._changed = True
         self.last_seq, self.lineage = last_seq, list(lineage)
@@ -420,13 +444,13 @@ class VersionedState:
     def load(self, rows: Iterator[tuple[bytes, bytes]], meta: Callable[[], dict[str, Any]]) -> None:
         """Read persisted versions and header into this (empty) state: ``rows`` yields ``(packed key,
         packed version)``, ``meta()`` the decoded header rows (:meth:`StateFile.open`'s loader)."""
-        dead: list[tuple[int, bytes, Version]] = []
+        dead: list[tuple[int, bytes, Dead]] = []
         for k, v in rows:
             version = Version.from_wire(unpack(v))
             if version.deleted:
-                dead.append((version.hlc, k, version))
+                dead.append((version.hlc, k, (version.hlc, version.origin, version.seq)))
                 continue
-            self._versions[k] = (unpack(k), version)
+            self._versions[k] = (unpack(k), version.value, version.hlc, version.origin, version.seq, version.expiry)
             if version.expiry is not None:
                 self._expiring.add(k)
         header = meta()
@@ -438,7 +462,7 @@ class VersionedState:
             self.max_hlc = parts["hlc"]
             self.applied = {w: _Applied(n, s, {int(i): r for i, r in res}) for w, n, s, res in parts["applied"]}
 
-    def _index_tombstones(self, dead: list[tuple[int, bytes, Version]]) -> None:
+    def _index_tombstones(self, dead: list[tuple[int, bytes, Dead]]) -> None:
         """Hold these ``(hlc, packed key, tombstone)`` as the tombstones, oldest first."""
         dead.sort(key=lambda item: (item[0], item[1]))
         self._tombstones = {k: v for _, k, v in dead}
@@ -455,11 +479,11 @@ class VersionedState:
             "applied": [[w, a.n, a.seq, a.packed_results()] for w, a in self.applied.items()],
         }
         if self._rewrite_all:
-            rows = [(k, pack(v.to_wire())) for k, (_, v) in self._versions.items()]
-            rows.extend((k, pack(v.to_wire())) for k, v in self._tombstones.items())
+            rows = [(k, _packed_row(t)) for k, t in self._versions.items()]
+            rows.extend((k, _packed_row(t)) for k, t in self._tombstones.items())
             gone: list[tuple[bytes]] = []
         else:
-            rows = [(k, pack(v.to_wire())) for k, v in self._dirty.items() if v is not None]
+            rows = [(k, _packed_row(t)) for k, t in self._dirty.items() if t is not None]
             gone = [(k,) for k, v in self._dirty.items() if v is None]
         self._file.write(header, rows, gone, replace_all=self._rewrite_all)
         self._dirty.clear()
@@ -472,73 +496,6 @@ class VersionedState:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-
-def _same(a: Version, b: Version) -> bool:
-    """Both sides ended with the same value (e.g. the same write applied on each): no conflict."""
-    return a.deleted == b.deleted and (a.deleted or (type(a.value) is type(b.value) and a.value == b.value))
-
-
-def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_writer_wins
-          ) -> tuple[list[tuple[Any, Version]], dict[str, _Applied], list[Conflict]]:
-    """Merge two diverged states: ``(versions, applied, conflicts)``. Deterministic: the result does
-    not depend on which state is ``a``. A conflict is a key both sides wrote after their fork."""
-    fork = fork_seq(a.lineage, a.last_seq, b.lineage, b.last_seq)
-    keyed_a = a._keyed()
-    keyed_b = b._keyed()
-    out: list[tuple[Any, Version]] = []
-    conflicts: list[Conflict] = []
-    for k in sorted(keyed_a.keys() | keyed_b.keys()):
-        ia, ib = keyed_a.get(k), keyed_b.get(k)
-        if ia is None or ib is None:
-            item = ia if ib is None else ib
-            assert item is not None
-            out.append(item)
-            continue
-        va, vb = ia[1], ib[1]
-        if (va.hlc, va.origin) == (vb.hlc, vb.origin):
-            out.append(ia)
-            continue
-        first, second = (va, vb) if (va.hlc, va.origin) > (vb.hlc, vb.origin) else (vb, va)
-        chosen = resolver(ia[0], first, second)
-        other = second if chosen is first else first
-        out.append((ia[0], chosen))
-        if va.seq > fork and vb.seq > fork and not _same(va, vb):
-            conflicts.append(Conflict(ia[0], chosen, other))
-    applied: dict[str, _Applied] = {}
-    for side in (a.applied, b.applied):
-        for w, entry in side.items():
-            mine = applied.get(w)
-            if mine is None or entry.n > mine.n:
-                applied[w] = _Applied(entry.n, entry.seq, {**(mine.results if mine else {}), **entry.results})
-            else:
-                mine.results = {**entry.results, **mine.results}
-    return out, applied, conflicts
-
-
-def merge_histories(states: list[VersionedState], epoch: Epoch, *, resolver: Resolver = last_writer_wins
-                    ) -> tuple[dict[str, Any], list[Conflict]]:
-    """Merge diverged histories into a new line of ``epoch``: ``(replace() arguments, conflicts)``.
-
-    The new lineage is the histories' common prefix followed by ``epoch`` from the fork on; its last
-    seq lies past every input's, so no input's position is contained in it (followers take a snapshot).
-    """
-    first = states[0]
-    fork = min([fork_seq(first.lineage, first.last_seq, s.lineage, s.last_seq) for s in states[1:]]
-               or [first.last_seq])
-    merged, conflicts = first, []
-    for other in states[1:]:
-        versions, applied, found = merge(merged, other, resolver=resolver)
-        conflicts.extend(found)
-        step = VersionedState()
-        step.replace(versions, last_seq=max(merged.last_seq, other.last_seq),
-                     lineage=[(e, s) for e, s in merged.lineage if s <= fork],
-                     applied=applied, max_hlc=max(merged.max_hlc, other.max_hlc))
-        merged = step
-    lineage = [*((e, s) for e, s in first.lineage if s <= fork), (epoch, fork + 1)]
-    parts = {"versions": list(merged.versions()), "last_seq": max(s.last_seq for s in states) + 1,
-             "lineage": lineage, "applied": merged.applied, "max_hlc": merged.max_hlc}
-    return parts, conflicts
 
 
 def forget_ops(state: VersionedState, wall: float, ttl: float | None, *, records: int = FORGET_RECORDS

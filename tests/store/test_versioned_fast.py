@@ -22,6 +22,7 @@ from broker_mqtt.store.errors import StoreDecodeError
 from broker_mqtt.store.packing import pack as _pack
 from broker_mqtt.store.packing import pack_array as _pack_array
 from broker_mqtt.store.packing import unpack as _unpack
+from broker_mqtt.store.state_merge import merge
 from broker_mqtt.store.versioned import (
     RESULTS_KEPT,
     Change,
@@ -30,7 +31,6 @@ from broker_mqtt.store.versioned import (
     VersionedState,
     _Applied,
     _op_from_wire,
-    merge,
 )
 from broker_mqtt.store.versioned_sqlite import open_state
 from broker_mqtt.wire import codec
