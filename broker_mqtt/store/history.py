@@ -103,10 +103,44 @@ class Version:
             value, hlc, origin, seq, deleted, expiry = wire
         except (TypeError, ValueError) as exc:
             raise StoreDecodeError(f"bad version {peer_repr(wire, 100)}") from exc
-        if not (isinstance(hlc, int) and isinstance(origin, str) and isinstance(seq, int)
+        if not (isinstance(hlc, int) and isinstance(origin, str) and isinstance(seq, int) and 0 <= seq <= _SEQ_MASK
                 and isinstance(deleted, bool) and (expiry is None or isinstance(expiry, (int, float)))):
             raise StoreDecodeError(f"bad version {peer_repr(wire, 100)}")
         return cls(value, hlc, origin, seq, deleted, expiry)
+
+
+# -- stamps: (hlc, origin, seq) as one int ----------------------------------------------------------------
+_SEQ_BITS = 64
+_ORIGIN_BITS = 32
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
+_ORIGIN_MASK = (1 << _ORIGIN_BITS) - 1
+STAMP_HLC_SHIFT = _SEQ_BITS + _ORIGIN_BITS
+
+
+class Stamps:
+    """A state's int stamps, each ``(hlc, origin, seq)`` in one int (an int is no object the garbage
+    collector tracks; a tuple holding a str may be one), and the origins seen, numbered. ``stamp >>
+    STAMP_HLC_SHIFT`` is the hlc."""
+
+    __slots__ = ("names", "numbers")
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.numbers: dict[str, int] = {}
+
+    def stamp(self, hlc: int, origin: str, seq: int) -> int:
+        """Raises StoreDecodeError for a seq outside ``[0, 2**64)`` (a peer's)."""
+        if not 0 <= seq <= _SEQ_MASK:
+            raise StoreDecodeError(f"seq {seq} out of range")
+        i = self.numbers.get(origin)
+        if i is None:
+            i = self.numbers[origin] = len(self.names)
+            self.names.append(origin)
+        return (((hlc << _SEQ_BITS) | seq) << _ORIGIN_BITS) | i
+
+    def parts(self, stamp: int) -> tuple[int, str, int]:
+        """``(hlc, origin, seq)``."""
+        return stamp >> STAMP_HLC_SHIFT, self.names[stamp & _ORIGIN_MASK], (stamp >> _ORIGIN_BITS) & _SEQ_MASK
 
 
 # -- log records ---------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ Theory of operation (``docs/elected-stores.md``):
   write, and whether it is a *tombstone*: erased keys are remembered so that a merge can tell "erased
   on one side" from "never written"). Tombstones are held apart from the live entries (reads never
   see them), packed key -> ``(hlc, origin, seq)`` in erase order, one tuple shared by the tombstones
-  of one record. Entries are held as plain tuples, out of the garbage collector's walk (see ``Live``).
+  of one record. Entries are held out of the garbage collector's walk (see :class:`~.history.Stamps`).
   A ``forget`` op drops a tombstone for good (a store that erases many distinct keys would grow
   without it); it never touches a live value, and a merge with a replica that still
   holds the key's older value then brings that value back, so only tombstones older than any
@@ -49,6 +49,7 @@ from typing import Any, Protocol
 from .commands import Clear, ComputedCommand, Erase, Pop, Push, Put, PutUnique, WriteCommand
 from .errors import NoSuchKey, StoreDecodeError
 from .history import (
+    STAMP_HLC_SHIFT,
     Change,
     Clock,
     Conflict,
@@ -57,6 +58,7 @@ from .history import (
     Position,
     Record,
     Resolver,
+    Stamps,
     Version,
     _op_from_wire,
     contains,
@@ -146,26 +148,22 @@ class _Applied:
         return Packed(pack_array(parts))
 
 
-# The state holds each key's version as a plain tuple, not a :class:`Version`: a tuple of atoms (a str,
-# bytes or number key and value) is one the garbage collector stops tracking, so a full collection no
-# longer walks every key of the store (300,000 keys: 86 ms -> 1 ms). Readers get Versions built on demand.
-Live = tuple[Any, Any, int, str, int, "float | None"]  # (key, value, hlc, origin, seq, expiry)
-Dead = tuple[int, str, int]  # a tombstone: (hlc, origin, seq)
+# The state holds no object per key that the garbage collector tracks (unless the value is a list or a
+# dict): per key the value, an int stamp (hlc, seq and origin in one) and, if it expires, a float, in
+# three dicts; the key itself is its packed bytes. A dict holding no tracked object is one the collector
+# stops walking, and a full collection walks every object it tracks: with a Version object per key, a
+# store's every key (300,000 keys: 86 ms per full collection; then 1 ms).
+_ABSENT: Any = object()
 
 
-def _live_version(t: Live) -> Version:
-    return Version(t[1], t[2], t[3], t[4], False, t[5])
+def _key_of(k: bytes) -> Any:
+    """The key packed as ``k``: an array comes back a tuple (hashable; a list and a tuple are the same key)."""
+    key = unpack(k)
+    return _as_tuple(key) if type(key) is list else key
 
 
-def _dead_version(t: Dead) -> Version:
-    return Version(None, t[0], t[1], t[2], True)
-
-
-def _packed_row(t: Live | Dead) -> bytes:
-    """The persisted form of a live entry or a tombstone: ``pack(Version.to_wire())``."""
-    if len(t) == 6:
-        return pack([t[1], t[2], t[3], t[4], False, t[5]])
-    return pack([None, t[0], t[1], t[2], True, None])
+def _as_tuple(items: list[Any]) -> tuple[Any, ...]:
+    return tuple(_as_tuple(x) if type(x) is list else x for x in items)
 
 
 class VersionedState:
@@ -173,18 +171,20 @@ class VersionedState:
     attached (:meth:`attach`; ``versioned_sqlite.open_state(path)`` opens a state from its file)."""
 
     def __init__(self) -> None:
-        self._versions: dict[bytes, Live] = {}  # live keys only
+        # live keys: packed key -> value, -> stamp (Stamps), -> expiry (only the keys that expire)
+        self._values: dict[bytes, Any] = {}
+        self._stamps: dict[bytes, int] = {}
+        self._expiring: dict[bytes, float] = {}
+        self._stamper = Stamps()
         self.last_seq = 0
         self.lineage: Lineage = []
         self.applied: dict[str, _Applied] = {}
         self.max_hlc = 0
         self.generation = 0  # grows with every replace(): derived indexes (queues) know to rebuild
-        self._dirty: dict[bytes, Live | Dead | None] = {}  # written since the last commit (None: gone)
+        self._dirty: set[bytes] = set()  # keys written since the last commit (live, erased or forgotten)
         self._changed = False
-        self._expiring: set[bytes] = set()  # keys whose version has an expiry
-        # erased keys -> their tombstone, in erase order (a merge's or a snapshot's: by hlc)
-        self._tombstones: dict[bytes, Dead] = {}
-        self._erasing: tuple[Record | None, Dead | None] = (None, None)  # the tombstone of the last erasing record
+        # erased keys -> their tombstone's stamp, in erase order (a merge's or a snapshot's: by hlc)
+        self._tombstones: dict[bytes, int] = {}
         self._forget_after = 0.0  # wall-clock s before which forget_ops finds nothing (the master's pacing)
         self._file: Persistence | None = None
         self.path: Path | None = None  # the file attached, if the opener says
@@ -204,13 +204,13 @@ class VersionedState:
     def old_tombstones(self, before_hlc: int, limit: int) -> list[Any]:
         """Up to ``limit`` keys whose tombstone is older than ``before_hlc``, oldest first (in the
         order they were erased: a tombstone that came with a merge may wait behind younger ones)."""
-        return [unpack(k) for k in self._old_tombstones(before_hlc, limit)]
+        return [_key_of(k) for k in self._old_tombstones(before_hlc, limit)]
 
     def _old_tombstones(self, before_hlc: int, limit: int, max_bytes: int | None = None) -> list[bytes]:
         out: list[bytes] = []
         size = 0
-        for k, v in self._tombstones.items():
-            if v[0] >= before_hlc or len(out) >= limit:
+        for k, stamp in self._tombstones.items():
+            if stamp >> STAMP_HLC_SHIFT >= before_hlc or len(out) >= limit:
                 break
             size += len(k)
             if max_bytes is not None and out and size > max_bytes:
@@ -228,55 +228,63 @@ class VersionedState:
         return self.packed_version(pack(key))
 
     def get(self, key: Any) -> Any:
-        item = self._versions.get(pack(key))
-        if item is None:
+        value = self._values.get(pack(key), _ABSENT)
+        if value is _ABSENT:
             raise NoSuchKey(key)
-        return item[1]
+        return value
 
     def exists(self, key: Any) -> bool:
-        return pack(key) in self._versions
+        return pack(key) in self._values
 
     def keys(self) -> list[Any]:
-        return [t[0] for t in self._versions.values()]
+        """Every live key, decoded from its packed form (an array key as a tuple)."""
+        return [_key_of(k) for k in self._values]
 
     def items(self) -> list[tuple[Any, Any]]:
-        return [(t[0], t[1]) for t in self._versions.values()]
+        return [(_key_of(k), v) for k, v in self._values.items()]
 
     def __len__(self) -> int:
-        return len(self._versions)
+        return len(self._values)
 
     def versions(self) -> list[tuple[Any, Version]]:
         """Every ``(key, version)``, tombstones included (after the live keys)."""
-        return [*((t[0], _live_version(t)) for t in self._versions.values()),
-                *((unpack(k), _dead_version(t)) for k, t in self._tombstones.items())]
+        return [(_key_of(k), v) for k, v in self._packed_versions()]
+
+    def _packed_versions(self) -> Iterator[tuple[bytes, Version]]:
+        parts, expiring = self._stamper.parts, self._expiring
+        for k, value in self._values.items():
+            hlc, origin, seq = parts(self._stamps[k])
+            yield k, Version(value, hlc, origin, seq, False, expiring.get(k))
+        for k, stamp in self._tombstones.items():
+            hlc, origin, seq = parts(stamp)
+            yield k, Version(None, hlc, origin, seq, True)
 
     def _keyed(self) -> dict[bytes, tuple[Any, Version]]:
         """Packed key -> ``(key, version)``, tombstones included."""
-        out = {k: (t[0], _live_version(t)) for k, t in self._versions.items()}
-        out.update((k, (unpack(k), _dead_version(t))) for k, t in self._tombstones.items())
-        return out
+        return {k: (_key_of(k), v) for k, v in self._packed_versions()}
 
     def packed_keys(self) -> Iterable[bytes]:
         """Every key (tombstones included) as :func:`~.packing.pack` gives it (a streamed snapshot's order)."""
-        return itertools.chain(self._versions.keys(), self._tombstones.keys())
+        return itertools.chain(self._values.keys(), self._tombstones.keys())
 
     def packed_version(self, k: bytes) -> Version | None:
         """The version of the key packed as ``k`` (a tombstone included), or None."""
-        item = self._versions.get(k)
-        if item is not None:
-            return _live_version(item)
-        dead = self._tombstones.get(k)
-        return None if dead is None else _dead_version(dead)
+        value = self._values.get(k, _ABSENT)
+        if value is not _ABSENT:
+            hlc, origin, seq = self._stamper.parts(self._stamps[k])
+            return Version(value, hlc, origin, seq, False, self._expiring.get(k))
+        stamp = self._tombstones.get(k)
+        if stamp is None:
+            return None
+        hlc, origin, seq = self._stamper.parts(stamp)
+        return Version(None, hlc, origin, seq, True)
 
     def next_expiry(self) -> tuple[float, Any] | None:
         """``(expiry, key)`` of the key that expires first, or None."""
-        best: tuple[float, Any] | None = None
-        for k in self._expiring:
-            t = self._versions[k]
-            expiry = t[5]
-            if expiry is not None and (best is None or expiry < best[0]):
-                best = (expiry, t[0])
-        return best
+        if not self._expiring:
+            return None
+        k, expiry = min(self._expiring.items(), key=lambda item: item[1])
+        return expiry, _key_of(k)
 
     def applied_n(self, writer: str) -> int:
         a = self.applied.get(writer)
@@ -290,13 +298,14 @@ class VersionedState:
             raise ValueError(f"record {record.seq} does not follow {self.last_seq}")
         changes: list[Change] = []
         op = record.op
-        hlc, origin, seq = record.hlc, record.origin, record.seq
+        origin = record.origin
+        stamp = self._stamper.stamp(record.hlc, origin, record.seq)
         for one in (op[1] if op[0] == "many" else (op,)):
             if one[0] == "put":  # the usual op: applied here, a call less per op
                 key = one[1]
-                self._set(pack(key), (key, one[2], hlc, origin, seq, one[3]), changes)
+                self._set(pack(key), key, one[2], stamp, origin, one[3], changes)
             else:
-                self._apply_op(one, record, changes)
+                self._apply_op(one, stamp, origin, changes)
         if not self.lineage or self.lineage[-1][0] != record.epoch:
             self.lineage.append((record.epoch, record.seq))
         self.last_seq = record.seq
@@ -315,89 +324,95 @@ class VersionedState:
             self.applied = dict(keep)
         return changes
 
-    def _apply_op(self, op: tuple[Any, ...], record: Record, changes: list[Change]) -> None:
-        """Apply one op of ``record``, not a ``put`` (apply does those) nor a ``many``; append its visible
-        changes to ``changes``."""
+    def _apply_op(self, op: tuple[Any, ...], stamp: int, origin: str, changes: list[Change]) -> None:
+        """Apply one op of a record (its ``stamp``, its ``origin``), not a ``put`` (apply does those) nor
+        a ``many``; append its visible changes to ``changes``."""
         kind = op[0]
         if kind == "erase" or kind == "expire":
             key = op[1]
-            self._tombstone(pack(key), key, record, changes, kind == "expire")
+            self._tombstone(pack(key), key, stamp, origin, changes, kind == "expire")
         elif kind == "clear":
-            for k, t in list(self._versions.items()):
-                self._tombstone(k, t[0], record, changes, False)
+            for k in list(self._values):
+                self._tombstone(k, _key_of(k), stamp, origin, changes, False)
         elif kind == "forget":
             k = pack(op[1])
             if self._tombstones.pop(k, None) is not None:
-                self._dirty[k] = None
+                self._dirty.add(k)
         elif kind == "push" or kind == "pop":
             key, k = op[1], pack(op[1])
-            item = self._versions.get(k)
-            items = item[1] if item is not None and isinstance(item[1], (list, tuple)) else ()
+            items = self._values.get(k)
+            items = items if isinstance(items, (list, tuple)) else ()
             value = [*items, op[2]] if kind == "push" else list(items[:-1])
-            self._set(k, (key, value, record.hlc, record.origin, record.seq, op[-1]), changes)
+            self._set(k, key, value, stamp, origin, op[-1], changes)
 
-    # _set takes the key packed (``k``, the dict key) and its new entry, _tombstone the key packed and as
-    # given (``key``); both append the visible change to ``changes``. ``if self._expiring``: a state
-    # without expiring keys (a work queue's) skips the set operation.
+    # _set and _tombstone take the key both packed (``k``, the dict key) and as given (``key``), and
+    # append the visible change to ``changes``. ``if self._expiring``: a state without expiring keys
+    # (a work queue's) skips the dict operation.
 
-    def _set(self, k: bytes, entry: Live, changes: list[Change]) -> None:
-        old = self._versions.get(k)
-        self._versions[k] = entry
-        self._dirty[k] = entry
-        if entry[5] is not None:
-            self._expiring.add(k)
+    def _set(self, k: bytes, key: Any, value: Any, stamp: int, origin: str, expiry: float | None,
+             changes: list[Change]) -> None:
+        old = self._values.get(k, _ABSENT)
+        self._values[k] = value
+        self._stamps[k] = stamp
+        self._dirty.add(k)
+        if expiry is not None:
+            self._expiring[k] = expiry
         elif self._expiring:
-            self._expiring.discard(k)
-        if old is None:
+            self._expiring.pop(k, None)
+        if old is _ABSENT:
             if self._tombstones:
                 self._tombstones.pop(k, None)
-            changes.append(Change(entry[0], False, None, True, entry[1], entry[3]))
+            changes.append(Change(key, False, None, True, value, origin))
         else:
-            changes.append(Change(entry[0], True, old[1], True, entry[1], entry[3]))
+            changes.append(Change(key, True, old, True, value, origin))
 
-    def _tombstone(self, k: bytes, key: Any, record: Record, changes: list[Change], expired: bool) -> None:
-        rec, dead = self._erasing
-        if rec is not record or dead is None:  # one tuple for every tombstone of a record
-            dead = (record.hlc, record.origin, record.seq)
-            self._erasing = (record, dead)
-        old = self._versions.pop(k, None)
-        self._dirty[k] = dead
-        if self._expiring:
-            self._expiring.discard(k)
-        if old is None:
+    def _tombstone(self, k: bytes, key: Any, stamp: int, origin: str, changes: list[Change], expired: bool) -> None:
+        old = self._values.pop(k, _ABSENT)
+        self._dirty.add(k)
+        if old is _ABSENT:
             self._tombstones.pop(k, None)  # re-inserted below, at the end: the order is that of erasure
-        self._tombstones[k] = dead
-        if old is not None:
-            changes.append(Change(key, True, old[1], False, None, record.origin, expired))
+        else:
+            del self._stamps[k]
+            if self._expiring:
+                self._expiring.pop(k, None)
+        self._tombstones[k] = stamp
+        if old is not _ABSENT:
+            changes.append(Change(key, True, old, False, None, origin, expired))
 
     def replace(self, versions: Iterable[tuple[Any, Version]], *, last_seq: int, lineage: Lineage,
                 applied: dict[str, _Applied], max_hlc: int) -> list[Change]:
-        """Replace everything (a snapshot or a merge); return the visible changes."""
-        new: dict[bytes, Live] = {}
-        dead: list[tuple[int, bytes, Dead]] = []
+        """Replace everything (a snapshot or a merge); return the visible changes. Raises
+        StoreDecodeError for a version whose seq is out of range (nothing replaced then)."""
+        stamper = Stamps()
+        values: dict[bytes, Any] = {}
+        stamps: dict[bytes, int] = {}
+        expiring: dict[bytes, float] = {}
+        dead: list[tuple[int, bytes, int]] = []
         for key, v in versions:
+            k, stamp = pack(key), stamper.stamp(v.hlc, v.origin, v.seq)
             if v.deleted:
-                dead.append((v.hlc, pack(key), (v.hlc, v.origin, v.seq)))
-            else:
-                new[pack(key)] = (key, v.value, v.hlc, v.origin, v.seq, v.expiry)
+                dead.append((v.hlc, k, stamp))
+                continue
+            values[k], stamps[k] = v.value, stamp
+            if v.expiry is not None:
+                expiring[k] = v.expiry
         changes: list[Change] = []
-        for k, t in self._versions.items():
-            item = new.get(k)
-            if item is None:
-                changes.append(Change(t[0], True, t[1], False, None, None))
-            elif item[1] != t[1] or type(item[1]) is not type(t[1]):
-                changes.append(Change(t[0], True, t[1], True, item[1], item[3]))
-        for k, t in new.items():
-            if k not in self._versions:
-                changes.append(Change(t[0], False, None, True, t[1], t[3]))
-        self._versions = new
-        self._expiring = {k for k, t in new.items() if t[5] is not None}
+        for k, old in self._values.items():
+            new = values.get(k, _ABSENT)
+            if new is _ABSENT:
+                changes.append(Change(_key_of(k), True, old, False, None, None))
+            elif new != old or type(new) is not type(old):
+                changes.append(Change(_key_of(k), True, old, True, new, stamper.parts(stamps[k])[1]))
+        for k, new in values.items():
+            if k not in self._values:
+                changes.append(Change(_key_of(k), False, None, True, new, stamper.parts(stamps[k])[1]))
+        self._values, self._stamps, self._expiring, self._stamper = values, stamps, expiring, stamper
         self._index_tombstones(dead)
         self._changed = True
         self.last_seq, self.lineage = last_seq, list(lineage)
         self.applied = {w: _Applied(a.n, a.seq, dict(a.results)) for w, a in applied.items()}
         self.max_hlc = max(self.max_hlc, max_hlc)
-        self._dirty = {}
+        self._dirty = set()
         self._rewrite_all = True
         self.generation += 1
         return changes
@@ -444,15 +459,17 @@ class VersionedState:
     def load(self, rows: Iterator[tuple[bytes, bytes]], meta: Callable[[], dict[str, Any]]) -> None:
         """Read persisted versions and header into this (empty) state: ``rows`` yields ``(packed key,
         packed version)``, ``meta()`` the decoded header rows (:meth:`StateFile.open`'s loader)."""
-        dead: list[tuple[int, bytes, Dead]] = []
+        dead: list[tuple[int, bytes, int]] = []
+        stamp = self._stamper.stamp
         for k, v in rows:
             version = Version.from_wire(unpack(v))
             if version.deleted:
-                dead.append((version.hlc, k, (version.hlc, version.origin, version.seq)))
+                dead.append((version.hlc, k, stamp(version.hlc, version.origin, version.seq)))
                 continue
-            self._versions[k] = (unpack(k), version.value, version.hlc, version.origin, version.seq, version.expiry)
+            self._values[k] = version.value
+            self._stamps[k] = stamp(version.hlc, version.origin, version.seq)
             if version.expiry is not None:
-                self._expiring.add(k)
+                self._expiring[k] = version.expiry
         header = meta()
         self._index_tombstones(dead)
         if "state" in header:
@@ -462,11 +479,15 @@ class VersionedState:
             self.max_hlc = parts["hlc"]
             self.applied = {w: _Applied(n, s, {int(i): r for i, r in res}) for w, n, s, res in parts["applied"]}
 
-    def _index_tombstones(self, dead: list[tuple[int, bytes, Dead]]) -> None:
-        """Hold these ``(hlc, packed key, tombstone)`` as the tombstones, oldest first."""
+    def _index_tombstones(self, dead: list[tuple[int, bytes, int]]) -> None:
+        """Hold these ``(hlc, packed key, stamp)`` as the tombstones, oldest first."""
         dead.sort(key=lambda item: (item[0], item[1]))
-        self._tombstones = {k: v for _, k, v in dead}
-        self._erasing = (None, None)
+        self._tombstones = {k: stamp for _, k, stamp in dead}
+
+    def _row(self, k: bytes) -> bytes | None:
+        """The persisted form of the key packed as ``k`` (``pack(Version.to_wire())``), None if gone."""
+        v = self.packed_version(k)
+        return None if v is None else pack(v.to_wire())
 
     def commit(self) -> None:
         """Make everything applied so far durable (no-op without a persistence). Raises BackendError."""
@@ -478,13 +499,17 @@ class VersionedState:
             "seq": self.last_seq, "lineage": lineage_to_wire(self.lineage), "hlc": self.max_hlc,
             "applied": [[w, a.n, a.seq, a.packed_results()] for w, a in self.applied.items()],
         }
+        gone: list[tuple[bytes]] = []
         if self._rewrite_all:
-            rows = [(k, _packed_row(t)) for k, t in self._versions.items()]
-            rows.extend((k, _packed_row(t)) for k, t in self._tombstones.items())
-            gone: list[tuple[bytes]] = []
+            rows = [(k, pack(v.to_wire())) for k, v in self._packed_versions()]
         else:
-            rows = [(k, _packed_row(t)) for k, t in self._dirty.items() if t is not None]
-            gone = [(k,) for k, v in self._dirty.items() if v is None]
+            rows = []
+            for k in self._dirty:
+                row = self._row(k)
+                if row is None:
+                    gone.append((k,))
+                else:
+                    rows.append((k, row))
         self._file.write(header, rows, gone, replace_all=self._rewrite_all)
         self._dirty.clear()
         self._rewrite_all = False

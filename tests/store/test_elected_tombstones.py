@@ -145,7 +145,7 @@ def test_forget_ops_respect_the_limits_and_share_one_version_per_record() -> Non
     state.apply(Record(1, (1, "m"), 10, "o", "w", 1, ("many", [("put", i, i, None) for i in range(5)])))
     state.apply(Record(2, (1, "m"), 20, "o", "w", 2, ("many", [("erase", i) for i in range(3)])))
     state.apply(Record(3, (1, "m"), 30, "o", "w", 3, ("erase", 3)))
-    assert state._tombstones[pack(0)] is state._tombstones[pack(2)]  # one tuple per record
+    assert state._tombstones[pack(0)] is state._tombstones[pack(2)]  # one stamp per record
     assert state.version(0) == state.version(2) == Version(None, 20, "o", 2, True)
     assert next(forget_ops(state, 0.000025, 0.0)) == ("many", [("forget", 0), ("forget", 1), ("forget", 2)])
     assert len(list(forget_ops(state, 0.000025, 0.0, records=5))) == 5  # (not applied: the same op again)

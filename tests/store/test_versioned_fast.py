@@ -19,6 +19,7 @@ import cbor2
 import pytest
 
 from broker_mqtt.store.errors import StoreDecodeError
+from broker_mqtt.store.history import Stamps
 from broker_mqtt.store.packing import pack as _pack
 from broker_mqtt.store.packing import pack_array as _pack_array
 from broker_mqtt.store.packing import unpack as _unpack
@@ -166,7 +167,7 @@ def test_random_ops_keep_the_indexes_consistent() -> None:
         assert sorted(map(repr, s.items())) == sorted(map(repr, visible.items()))
         dead = [_pack(key) for key, v in s.versions() if v.deleted]
         assert sorted(s._tombstones) == sorted(dead)
-        assert s._expiring == {_pack(key) for key, v in s.versions() if v.expiry is not None and not v.deleted}
+        assert set(s._expiring) == {_pack(key) for key, v in s.versions() if v.expiry is not None and not v.deleted}
 
 
 # -- the persisted header: cached answer encodings against the plain encoding --------------------------
@@ -227,3 +228,40 @@ def test_header_with_many_writers_and_after_a_merge(tmp_path: Path) -> None:
         a.commit()
         assert _stored_header(tmp_path / "a.db") == _plain_header(a)
         assert isinstance(a.applied["w5"], _Applied)
+
+
+# -- entries held out of the garbage collector's walk -------------------------------------------------------
+
+def test_a_state_of_plain_values_holds_nothing_the_garbage_collector_walks() -> None:
+    import gc
+
+    s = VersionedState()
+    for i in range(1, 2001):
+        s.apply(Record(i, EPOCH, 10 * i, f"o{i % 3}", "w", i, ("put", f"k{i}", i, 5.0 if i % 2 else None)))
+    s.commit()
+    gc.collect()  # a full collection stops tracking the dicts that hold only untracked objects
+    assert not any(gc.is_tracked(d) for d in (s._values, s._stamps, s._expiring, s._tombstones))
+    assert s.version("k7") == Version(7, 70, "o1", 7, False, 5.0)
+    assert s.version("k8") == Version(8, 80, "o2", 8, False, None)
+
+
+def test_a_version_whose_seq_does_not_fit_a_stamp_is_malformed() -> None:
+    with pytest.raises(StoreDecodeError):
+        Version.from_wire([1, 10, "o", 2**64, False, None])
+    with pytest.raises(StoreDecodeError):
+        Version.from_wire([1, 10, "o", -1, False, None])
+    assert Version.from_wire([1, -10, "o", 2**64 - 1, False, None]).seq == 2**64 - 1
+
+
+def test_a_stamp_gives_back_what_it_was_made_of() -> None:
+    stamps = Stamps()
+    for hlc, origin, seq in [(0, "a", 0), (-5, "b", 2**64 - 1), (2**60, "a", 12345), (1, "", 1)]:
+        assert stamps.parts(stamps.stamp(hlc, origin, seq)) == (hlc, origin, seq)
+    assert stamps.names == ["a", "b", ""]
+
+
+def test_array_keys_come_back_as_tuples() -> None:
+    s = VersionedState()
+    _apply(s, ("put", (1, (2, 3)), "v", None), ("put", [4, 5], "w", None))
+    assert sorted(s.keys(), key=repr) == [(1, (2, 3)), (4, 5)]
+    assert s.get([1, [2, 3]]) == "v"
