@@ -67,9 +67,8 @@ class SnapshotReader:
         size = scanned = 0
         while i < len(keys):
             k = keys[i]
-            v = versions.packed_version(k)
-            if v is not None and v.seq > since_seq:
-                pv = pack(v.to_wire())
+            pv = versions.packed_row(k, since_seq)
+            if pv is not None:
                 n = len(k) + len(pv) + ENTRY_OVERHEAD
                 if entries and size + n > budget:
                     break
@@ -96,8 +95,7 @@ class SnapshotReader:
             return out[-1]
 
         for k in keys:
-            v = self.state.packed_version(k)
-            pv = None if v is None else pack(v.to_wire())
+            pv = self.state.packed_row(k)
             add(len(k) + (len(pv) if pv else 1) + ENTRY_OVERHEAD)[0].append((k, pv))
         for w, a in self.state.applied.items():
             row = [w, a.n, a.seq, [[n, r] for n, r in a.results.items()]]

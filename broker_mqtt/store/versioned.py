@@ -49,6 +49,8 @@ from typing import Any, Protocol
 from .commands import Clear, ComputedCommand, Erase, Pop, Push, Put, PutUnique, WriteCommand
 from .errors import NoSuchKey, StoreDecodeError
 from .history import (
+    _ORIGIN_BITS,
+    _SEQ_MASK,
     STAMP_HLC_SHIFT,
     Change,
     Clock,
@@ -388,24 +390,30 @@ class VersionedState:
         stamps: dict[bytes, int] = {}
         expiring: dict[bytes, float] = {}
         dead: list[tuple[int, bytes, int]] = []
+        inserted: list[Change] = []  # (the keys as given: no key is decoded again)
+        updated: dict[bytes, Change] = {}
+        before = self._values
         for key, v in versions:
             k, stamp = pack(key), stamper.stamp(v.hlc, v.origin, v.seq)
             if v.deleted:
                 dead.append((v.hlc, k, stamp))
                 continue
-            values[k], stamps[k] = v.value, stamp
+            new = values[k] = v.value
+            stamps[k] = stamp
             if v.expiry is not None:
                 expiring[k] = v.expiry
-        changes: list[Change] = []
-        for k, old in self._values.items():
-            new = values.get(k, _ABSENT)
-            if new is _ABSENT:
-                changes.append(Change(_key_of(k), True, old, False, None, None))
+            old = before.get(k, _ABSENT)
+            if old is _ABSENT:
+                inserted.append(Change(key, False, None, True, new, v.origin))
             elif new != old or type(new) is not type(old):
-                changes.append(Change(_key_of(k), True, old, True, new, stamper.parts(stamps[k])[1]))
-        for k, new in values.items():
-            if k not in self._values:
-                changes.append(Change(_key_of(k), False, None, True, new, stamper.parts(stamps[k])[1]))
+                updated[k] = Change(key, True, old, True, new, v.origin)
+        changes: list[Change] = []  # erased and updated keys in their order here, then the inserted ones
+        for k, old in before.items():
+            if k not in values:
+                changes.append(Change(_key_of(k), True, old, False, None, None))
+            elif k in updated:
+                changes.append(updated[k])
+        changes.extend(inserted)
         self._values, self._stamps, self._expiring, self._stamper = values, stamps, expiring, stamper
         self._index_tombstones(dead)
         self._changed = True
@@ -484,10 +492,17 @@ class VersionedState:
         dead.sort(key=lambda item: (item[0], item[1]))
         self._tombstones = {k: stamp for _, k, stamp in dead}
 
-    def _row(self, k: bytes) -> bytes | None:
-        """The persisted form of the key packed as ``k`` (``pack(Version.to_wire())``), None if gone."""
-        v = self.packed_version(k)
-        return None if v is None else pack(v.to_wire())
+    def packed_row(self, k: bytes, after_seq: int = -1) -> bytes | None:
+        """The key packed as ``k`` in its persisted and snapshot form (``pack(Version.to_wire())``, a
+        tombstone included) if it was last written after ``after_seq``; else (or if gone) None."""
+        value = self._values.get(k, _ABSENT)
+        stamp = self._stamps[k] if value is not _ABSENT else self._tombstones.get(k)
+        if stamp is None or (stamp >> _ORIGIN_BITS) & _SEQ_MASK <= after_seq:
+            return None
+        hlc, origin, seq = self._stamper.parts(stamp)
+        if value is _ABSENT:
+            return pack([None, hlc, origin, seq, True, None])
+        return pack([value, hlc, origin, seq, False, self._expiring.get(k)])
 
     def commit(self) -> None:
         """Make everything applied so far durable (no-op without a persistence). Raises BackendError."""
@@ -505,7 +520,7 @@ class VersionedState:
         else:
             rows = []
             for k in self._dirty:
-                row = self._row(k)
+                row = self.packed_row(k)
                 if row is None:
                     gone.append((k,))
                 else:
