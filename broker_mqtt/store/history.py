@@ -140,7 +140,12 @@ class Stamps:
 
     def parts(self, stamp: int) -> tuple[int, str, int]:
         """``(hlc, origin, seq)``."""
-        return stamp >> STAMP_HLC_SHIFT, self.names[stamp & _ORIGIN_MASK], (stamp >> _ORIGIN_BITS) & _SEQ_MASK
+        return stamp >> STAMP_HLC_SHIFT, self.names[stamp & _ORIGIN_MASK], Stamps.seq_of(stamp)
+
+    @staticmethod
+    def seq_of(stamp: int) -> int:
+        """The seq of ``stamp`` (no origin table needed)."""
+        return (stamp >> _ORIGIN_BITS) & _SEQ_MASK
 
 
 # -- log records ---------------------------------------------------------------------------------------
