@@ -105,6 +105,8 @@ class ReplicaBase:
         # master side
         self._held: dict[str, dict[int, tuple[str, list[Any]]]] = {}
         self._acked_n: dict[str, int] = {}
+        # writer -> n -> the answer of each write applied here and not yet answered (see _apply_write)
+        self._unanswered: dict[str, dict[int, Any]] = {}
         self._origins: dict[str, str] = {}  # writer -> the endpoint its writes came from (for its answers)
         self._out_log: list[Record] = []
         # writer side

@@ -165,6 +165,7 @@ class ClaimSide(ReplicaBase):
         for m in self._members.values():
             m.acked = 0
         self._acked_n = {}
+        self._unanswered = {}
         self._send(Active(claim.epoch, self.state.position, self.state.lineage, conflicts, self._subsumed))
         if conflicts:
             self._conflicts_seen.add(claim.epoch)

@@ -24,6 +24,7 @@ from .writer_core import NoMaster
 
 __all__ = ["MasterSide"]
 
+MAX_UNANSWERED = 65_536  #: answers of applied, not yet durable writes the master keeps per writer
 MAX_WINDOW = 64  #: snapshot chunks one ``sfetch`` gets at most
 CHUNK_HEADROOM = 1024  #: bytes of a chunk message left for its fields beside the entries (and its two keys)
 
@@ -154,6 +155,16 @@ class MasterSide(ClaimSide):
             op, result = ("noop",), ["error", *exc.to_wire()]
         self._append(Record(self.state.last_seq + 1, self.epoch, hlc, origin, writer, n, op, result))  # type: ignore[arg-type]  # epoch: set while master
         self._acked_n.setdefault(writer, 0)
+        if result is not None:
+            # The state remembers a writer's last RESULTS_KEPT answers (for repeats), but more writes
+            # with answers can be applied before they are durable (a round of 256 put_uniques or
+            # acquires): each answer is kept here until it is sent, so none is answered as None.
+            unanswered = self._unanswered.get(writer)
+            if unanswered is None:
+                unanswered = self._unanswered[writer] = {}
+            unanswered[n] = result
+            if len(unanswered) > MAX_UNANSWERED:
+                del unanswered[next(iter(unanswered))]  # the oldest: answered from the state's, if it has it
 
     def _append(self, record: Record) -> None:
         changes = self.state.apply(record)
@@ -196,6 +207,19 @@ class MasterSide(ClaimSide):
                 continue
             self._acked_n[writer] = a.n
             results = {n: r for n, r in a.results.items() if acked < n <= a.n}
+            unanswered = self._unanswered.get(writer)
+            if unanswered:
+                sent = []
+                for n, r in unanswered.items():  # in n order: past a.n nothing is durable yet
+                    if n > a.n:
+                        break
+                    sent.append(n)
+                    if n > acked:
+                        results[n] = r
+                for n in sent:
+                    del unanswered[n]
+                if not unanswered:
+                    del self._unanswered[writer]
             if writer == self.id:
                 self._writer.answered(a.n, results)
                 self._collect_answers()

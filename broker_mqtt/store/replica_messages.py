@@ -266,9 +266,16 @@ def group_writes(writes: list[Write]) -> list[Write | Writes]:
 
 
 def split(wire: list[Any]) -> list[list[Any]] | None:
-    """A ``log``, ``writes`` or ``tail`` wire list too large for one message, as two halves (each means
-    what its part of the whole meant); None if it cannot be split (one record or write, another kind)."""
+    """A ``log``, ``writes``, ``tail`` or ``wack`` wire list too large for one message, as two halves
+    (each means what its part of the whole meant; a ``wack``'s first half answers up to the write before
+    the second half's first answer); None if it cannot be split (one record, write or answer, another
+    kind)."""
     kind = wire[0]
+    if kind == "wack" and len(wire[4]) >= 2:
+        results = sorted(wire[4], key=lambda item: item[0])
+        half = len(results) // 2
+        return [[*wire[:3], results[half][0] - 1, results[:half], *wire[5:]],
+                [*wire[:4], results[half:], *wire[5:]]]
     at = {"log": 2, "writes": 3, "tail": 3}.get(kind) if isinstance(kind, str) else None
     if at is None or len(wire[at]) < 2:
         return None

@@ -223,3 +223,47 @@ async def test_store_writer_repeats_are_answered_not_applied(broker: EmbeddedBro
             assert len(s) == 51
         await sa.close()
         await sb.close()
+
+
+@pytest.mark.anyio
+async def test_put_uniques_placed_together_each_get_their_own_answer(broker: EmbeddedBroker, namespace: str) -> None:
+    """More put_uniques in flight at once than the state remembers answers per writer (RESULTS_KEPT):
+    each one placed on a fresh key answers True, each on a taken key False, from a replica (the master's
+    or a follower's) and from a writer without a replica."""
+    from broker_mqtt.store.commands import PutUnique
+    from broker_mqtt.store.versioned import RESULTS_KEPT
+    from broker_mqtt.store.writer import StoreWriter
+
+    election = {"cycle": CYCLE, "gap": GAP}
+    n = 3 * RESULTS_KEPT
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b, \
+            Endpoint(broker, namespace=namespace) as w:
+        sa = await attach_store(a, "uniq", election=election)
+        sb = await attach_store(b, "uniq", election=election)
+        assert await sa.await_master(15) and await sb.await_master(15)
+        rounds: list[dict[Any, bool]] = []
+
+        async with StoreWriter(w, "uniq", "writer-without-replica") as writer:
+            assert await writer.await_master(10)
+
+            async def place(store: Any, key: Any, answers: dict[Any, bool]) -> None:
+                if store is writer:
+                    answers[key] = bool(await writer.write(PutUnique(key, 1, None, "", 0)))
+                else:
+                    answers[key] = await store.put_unique(key, 1)
+
+            with anyio.fail_after(30):
+                for _ in range(2):  # fresh keys, then the same keys again (taken)
+                    answers: dict[Any, bool] = {}
+                    async with anyio.create_task_group() as tg:
+                        for i in range(n):
+                            for who, store in (("a", sa), ("b", sb), ("w", writer)):
+                                tg.start_soon(place, store, (who, i), answers)
+                    rounds.append(answers)
+        keys = {(who, i) for who in "abw" for i in range(n)}
+        assert rounds[0] == dict.fromkeys(keys, True)
+        assert rounds[1] == dict.fromkeys(keys, False)
+        assert await sa.await_idle(10) and await sb.await_idle(10)
+        assert len(sa) == len(sb) == 3 * n
+        await sa.close()
+        await sb.close()

@@ -19,7 +19,7 @@ from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
 from broker_mqtt.store.errors import StoreDecodeError, TypeClash
 from broker_mqtt.store.record_log import RecordLog, op_count
 from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig, StaleChanged
-from broker_mqtt.store.versioned import Clock, Record, VersionedState, fork_seq
+from broker_mqtt.store.versioned import RESULTS_KEPT, Clock, Record, VersionedState, fork_seq
 from broker_mqtt.store.versioned_sqlite import open_state
 
 
@@ -267,6 +267,31 @@ def test_put_unique_and_errors_are_answered_to_the_writer() -> None:
     assert done[first] is True and done[second] is False
     assert isinstance(net.nodes["b"].failed[bad], TypeClash)
     assert net.contents("b")["u"] == 1
+
+
+@pytest.mark.parametrize("writer", ["a", "b"])
+def test_every_answer_of_a_round_larger_than_the_states_memory_reaches_its_writer(writer: str) -> None:
+    """The state remembers each writer's last RESULTS_KEPT answers (for repeats). 200 put_uniques and
+    100 failing increments placed together are applied before any is durable: each write still gets
+    its own answer, not None (which put_unique read as "not inserted" though it inserted)."""
+    net = SimNet(["a", "b"], seed=13)
+    net.tag("a")
+    net.run(0.5)
+    net.write("a", Put("text", "x"))
+    net.run(0.5)
+    replica = net.nodes[writer].replica
+    fresh = [replica.write(PutUnique(f"u{i}", i, None, "", 0), net.now) for i in range(200)]
+    taken = [replica.write(PutUnique(f"u{i}", -i, None, "", 0), net.now) for i in range(50)]
+    bad = [replica.write(Increment("text", 1), net.now) for _ in range(100)]
+    assert len(fresh) + len(taken) + len(bad) > 4 * RESULTS_KEPT
+    net._flush(writer)
+    net.run(1.0)
+    node = net.nodes[writer]
+    assert [node.done.get(n) for n in fresh] == [True] * 200
+    assert [node.done.get(n) for n in taken] == [False] * 50
+    assert all(isinstance(node.failed.get(n), TypeClash) for n in bad)
+    assert net.contents("a") == net.contents("b")
+    assert not net.nodes["a"].replica._unanswered  # every kept answer was sent, and dropped
 
 
 def test_durability_one_waits_for_another_replica() -> None:

@@ -132,3 +132,17 @@ def test_a_batch_too_large_for_one_message_splits_into_halves_that_mean_the_same
     tail = split(encode(Tail(E2, "c.0", recs[:2], 9, "b.0")))
     assert tail is not None and [decode(h) for h in tail] == [Tail(E2, "c.0", [r], 9, "b.0") for r in recs[:2]]
     assert split(encode(Log(E2, recs[:1]))) is None and split(encode(Ack(E2, "c.0", 4))) is None
+
+
+def test_an_answer_too_large_for_one_message_splits_into_answers_that_mean_the_same() -> None:
+    # writes 1..10 answered; 3, 5, 9 and 10 with results: the first half answers 1..8, the second 9..10
+    wack = WriteAck(E2, "w", 10, {3: True, 5: ["error", "x"], 9: False, 10: [[1, b"m", 1]]}, "b")
+    halves = split(encode(wack))
+    assert halves is not None
+    assert [decode(h) for h in halves] == [WriteAck(E2, "w", 8, {3: True, 5: ["error", "x"]}, "b"),
+                                           WriteAck(E2, "w", 10, {9: False, 10: [[1, b"m", 1]]}, "b")]
+    replica_answer = WriteAck(E2, "w", 10, {9: False, 3: True}, None)  # any order; no origin: the log topic
+    halves = split(encode(replica_answer))
+    assert halves is not None and [decode(h) for h in halves] == [WriteAck(E2, "w", 8, {3: True}, None),
+                                                                  WriteAck(E2, "w", 10, {9: False}, None)]
+    assert split(encode(WriteAck(E2, "w", 10, {3: True}, None))) is None  # one answer: no halves
