@@ -29,6 +29,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from ..errors import peer_repr
 from ..store.errors import StoreError
 from .batching import GroupCommit
 from .commands import Acquire, ReleaseOwner, Renew, Settle
@@ -237,7 +238,14 @@ class Consumer:
         seen = self.queue._arrivals
         got: list[Any] = []
         try:
-            got = await self.queue.write(Acquire(self.owner, n, self.lease))
+            answer = await self.queue.write(Acquire(self.owner, n, self.lease))
+            if isinstance(answer, list):
+                got = answer
+            else:  # its answer was forgotten (a repeat answered by a new master that no longer holds
+                # it): what it acquired, if anything, is redelivered when its lease ends
+                log.warning("queue %s: an acquire was answered %s, not its messages", self.queue.name,
+                            peer_repr(answer, 40))
+                await anyio.sleep(0.5)
         except StoreError as exc:  # NoMaster after write_timeout, say: keep trying
             log.warning("queue %s: acquire failed: %s", self.queue.name, exc)
             await anyio.sleep(0.5)
