@@ -104,7 +104,8 @@ class ReplicaBase:
         self._reader: SnapshotReader | None = None
         # master side
         self._held: dict[str, dict[int, tuple[str, list[Any]]]] = {}
-        self._acked_n: dict[str, int] = {}
+        self._acked_n: dict[str, int] = {}  # writer -> the last n answered (this mastership)
+        self._unacked: dict[str, None] = {}  # the writers with writes applied and not yet answered
         # writer -> n -> the answer of each write applied here and not yet answered (see _apply_write)
         self._unanswered: dict[str, dict[int, Any]] = {}
         self._origins: dict[str, str] = {}  # writer -> the endpoint its writes came from (for its answers)

@@ -165,6 +165,7 @@ class ClaimSide(ReplicaBase):
         for m in self._members.values():
             m.acked = 0
         self._acked_n = {}
+        self._unacked = {}
         self._unanswered = {}
         self._send(Active(claim.epoch, self.state.position, self.state.lineage, conflicts, self._subsumed))
         if conflicts:

@@ -107,6 +107,7 @@ class MasterSide(ClaimSide):
         done = self.state.applied_n(writer)
         if n <= done:  # a repeat (its answer was lost, or it went to an earlier master): answer again
             self._acked_n[writer] = min(self._acked_n.get(writer, 0), n - 1)
+            self._unacked[writer] = None
             self._advance_durable()
             return
         if n > done + 1:
@@ -155,6 +156,7 @@ class MasterSide(ClaimSide):
             op, result = ("noop",), ["error", *exc.to_wire()]
         self._append(Record(self.state.last_seq + 1, self.epoch, hlc, origin, writer, n, op, result))  # type: ignore[arg-type]  # epoch: set while master
         self._acked_n.setdefault(writer, 0)
+        self._unacked[writer] = None
         if result is not None:
             # The state remembers a writer's last RESULTS_KEPT answers (for repeats), but more writes
             # with answers can be applied before they are durable (a round of 256 put_uniques or
@@ -201,10 +203,16 @@ class MasterSide(ClaimSide):
                 durable = min(acks)
         self._durable_seq = max(self._durable_seq, durable)
         members: dict[str, _Member] | None = None
-        for writer, acked in list(self._acked_n.items()):
+        answered: list[str] = []
+        for writer in list(self._unacked):  # not every writer this master has heard: an ack costs what it answers
+            acked = self._acked_n.get(writer, 0)
             a = self.state.applied.get(writer)
-            if a is None or a.n <= acked or a.seq > durable:
+            if a is None or a.n <= acked:
+                answered.append(writer)  # nothing to answer (forgotten by the state, or answered)
                 continue
+            if a.seq > durable:
+                continue  # its last write is not durable yet (nor, then, answered in part: see below)
+            answered.append(writer)
             self._acked_n[writer] = a.n
             results = {n: r for n, r in a.results.items() if acked < n <= a.n}
             unanswered = self._unanswered.get(writer)
@@ -231,6 +239,8 @@ class MasterSide(ClaimSide):
                     origin = None  # a replica's writer: answered on the log topic, after the records
                 # else a writer without a replica: answered at its endpoint only
                 self._send(WriteAck(self.epoch or (0, ""), writer, a.n, results, origin))
+        for writer in answered:
+            del self._unacked[writer]
 
     def _pump_writer(self, now: float) -> None:
         """Route this node's own writes: applied here when master, else sent to the master."""

@@ -294,6 +294,33 @@ def test_every_answer_of_a_round_larger_than_the_states_memory_reaches_its_write
     assert not net.nodes["a"].replica._unanswered  # every kept answer was sent, and dropped
 
 
+def test_a_master_answers_each_of_many_writers_once_and_then_forgets_them() -> None:
+    """300 writers without a replica (Spark tasks, say), two writes each: each writer gets one answer
+    up to its last write, and the master's list of writers to answer is empty again (an ack looks
+    only at the writers it may answer, not at every writer the master has heard)."""
+    net = SimNet(["a", "b"], seed=14)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    epoch = list(master.epoch)
+    out = record_sends(master)
+    for w in range(300):
+        for n in (1, 2):
+            master.handle(["write", f"job-{w}", n, "e" * 32, Put(f"k{w}", n).to_wire(), epoch], net.now)
+    net._flush("a")
+    net.run(0.5)
+    answers = [m for m in out if m[0] == "wack"]
+    assert sorted((m[2], m[3]) for m in answers) == sorted((f"job-{w}", 2) for w in range(300))
+    assert not master._unacked
+    assert net.contents("b") == {f"k{w}": 2 for w in range(300)}
+    sent = len(out)
+    master.handle(["write", "job-7", 2, "e" * 32, Put("k7", 2).to_wire(), epoch], net.now)  # a repeat
+    net._flush("a")
+    net.run(0.5)
+    assert [(m[2], m[3]) for m in out[sent:] if m[0] == "wack"] == [("job-7", 2)]  # answered again
+    assert not master._unacked
+
+
 def test_durability_one_waits_for_another_replica() -> None:
     net = SimNet(["a", "b"], seed=11, latency=(0.05, 0.05))
     net.tag("a")
