@@ -152,9 +152,10 @@ class FollowerSide(MasterSide):
         if msg.header is None:
             return
         del self._snaps[source]
-        parts = inc.parts(msg.header)  # (a malformed entry raises StoreDecodeError: the fetch starts over)
+        # a malformed entry raises StoreDecodeError (from here, or from the state taking it, which then
+        # changes nothing): the fetch starts over
+        self._take_snapshot(inc.parts(msg.header), msg.epoch, source, now)
         self._snap_done[source] = (msg.epoch, msg.header[0])
-        self._take_snapshot(parts, msg.epoch, source, now)
 
     def _snap_ask(self, inc: Incoming, now: float) -> None:
         inc.asked, inc.left = (inc.cursor, inc.since), self.config.snapshot_window
@@ -171,24 +172,25 @@ class FollowerSide(MasterSide):
             self._fetch_deadline = now + self.config.fetch_timeout
 
     def _take_snapshot(self, parts: dict[str, Any], epoch: Any, source: str, now: float) -> None:
-        self.stats.snapshots_installed += 1
-        self.stats.snapshot_entries += len(parts["versions"])
+        entries = len(parts["versions"])
         claim = self._claim
         if claim is not None and claim.fetching is not None and epoch == claim.epoch:
             if source not in claim.fetching:
                 return
-            claim.fetching.pop(source)
             if claim.fetched is None:  # one history ahead of ours, too far for a tail
                 self._install(parts)
             else:
                 remote = VersionedState()
                 remote.replace(**parts)
                 claim.fetched[source] = remote
+            claim.fetching.pop(source)  # (after: a malformed snapshot leaves the claim waiting for it)
+            self._count_snapshot(entries)
             self._progress_claim(now)
             return
         if epoch != self.epoch:
             return
         self._install(parts)
+        self._count_snapshot(entries)
         self._drain_ahead()
         self._check_synced(parts["last_seq"])
 
@@ -285,10 +287,14 @@ class FollowerSide(MasterSide):
         if not self._ahead:
             self._fetch_deadline = 0.0 if not self.stale else self._fetch_deadline
 
+    def _count_snapshot(self, entries: int) -> None:
+        self.stats.snapshots_installed += 1
+        self.stats.snapshot_entries += entries
+
     def _install(self, parts: dict[str, Any]) -> None:
+        changes = self.state.replace(**parts)  # first: raises StoreDecodeError with nothing changed
         self._discard_after = None
         self._verified = True
-        changes = self.state.replace(**parts)
         self.clock.observe(self.state.max_hlc)
         self._log.clear()
         self._ack_due = True

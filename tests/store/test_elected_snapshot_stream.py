@@ -9,6 +9,7 @@ from typing import Any
 from _elected_sim import SimNet, record_sends
 
 from broker_mqtt.store.commands import Erase, Put
+from broker_mqtt.store.errors import StoreDecodeError
 from broker_mqtt.store.replication import ReplicaConfig
 from broker_mqtt.wire import codec
 
@@ -154,3 +155,39 @@ def test_tombstones_travel_in_the_stream() -> None:
         assert net.contents("c") == net.contents("a") and not c.stale
         assert c.state.tombstones == 200
         assert c.state.version("k0000").deleted  # type: ignore[union-attr]
+
+
+def test_a_malformed_entry_installs_nothing_and_the_fetch_starts_over() -> None:
+    """The joiner decodes each staged entry as its state takes it: one malformed entry (a hostile or
+    broken source) makes the install fail whole, with nothing of it taken, and the fetch starts over."""
+    with filled() as net:
+        mangled: list[list[Any]] = []
+        a = net.nodes["a"].replica
+        send = a.to_send
+
+        def mangle_once() -> list[list[Any]]:
+            out = send()
+            for m in out:
+                if not mangled and m[0] == "schunk" and m[2] == "c.0" and m[7]:
+                    key, _ = m[7][-1]
+                    m[7][-1] = [key, codec.encode(["not", "a", "version"])]  # valid CBOR, not a version
+                    mangled.append(m)
+            return out
+
+        a.to_send = mangle_once  # type: ignore[method-assign]
+        c = net.add("c").replica
+        refused: list[Exception] = []
+        handle = c.handle
+
+        def counting(msg: Any, now: float, **kw: Any) -> None:
+            try:
+                handle(msg, now, **kw)
+            except StoreDecodeError as exc:  # as ElectedStore's receive loop counts it
+                refused.append(exc)
+                assert len(c.state) == 0 and c.stats.snapshots_installed == 0  # nothing of it taken
+
+        c.handle = counting  # type: ignore[method-assign]
+        net.run(6.0)
+        assert mangled and len(refused) == 1 and "bad snapshot chunk: bad version" in str(refused[0])
+        assert net.contents("c") == net.contents("a") and not c.stale
+        assert c.stats.snapshots_installed == 1
