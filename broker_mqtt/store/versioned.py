@@ -513,16 +513,17 @@ class VersionedState:
             "applied": [[w, a.n, a.seq, a.packed_results()] for w, a in self.applied.items()],
         }
         gone: list[tuple[bytes]] = []
-        if self._rewrite_all:
-            rows = [(k, row) for k in self.packed_keys() if (row := self.packed_row(k)) is not None]
-        else:
-            rows = []
+        changed: list[tuple[bytes, bytes]] = []
+        if not self._rewrite_all:
             for k in self._dirty:
                 row = self.packed_row(k)
                 if row is None:
                     gone.append((k,))
                 else:
-                    rows.append((k, row))
+                    changed.append((k, row))
+        # all of them: packed as SQLite takes them, never all at once in memory
+        rows = ((k, row) for k in self.packed_keys() if (row := self.packed_row(k)) is not None) \
+            if self._rewrite_all else changed
         self._file.write(header, rows, gone, replace_all=self._rewrite_all)
         self._dirty.clear()
         self._rewrite_all = False
