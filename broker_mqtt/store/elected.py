@@ -124,6 +124,7 @@ class ElectedStore(WriteOperations):
         self._round: anyio.Event | None = None  #: the event of the writes placed since the pump last ran
         self._answered: dict[anyio.Event, None] = {}  #: events to set once the answers are in
         self._streams: list[EventStream[ElectedEvent]] = []
+        replica.wants_data = self._wants_data  # an installed snapshot builds its changes only if wanted
         self._sendq: list[list[Any]] = []
         self._draining = False
         self._wake = anyio.Event()
@@ -467,6 +468,9 @@ class ElectedStore(WriteOperations):
         if event is not None:  # (else its caller was cancelled, or answered already)
             self._outcomes[n] = outcome
             self._answered[event] = None
+
+    def _wants_data(self) -> bool:
+        return any(s.data for s in self._streams)
 
     def _emit(self, event: Any) -> None:
         for s in self._streams:

@@ -10,6 +10,7 @@ log, catching up), and :class:`~.replication.Replica`, the public face (theory o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,10 @@ __all__ = ["ReplicaBase", "CONFLICTS_KEPT", "MAX_ORIGINS"]
 
 CONFLICTS_KEPT = 100_000  #: conflicts a replica remembers, so that it reports each one once
 MAX_ORIGINS = 100_000  #: writers whose endpoint the master remembers, to answer them there
+
+
+def _always() -> bool:
+    return True
 
 
 @dataclass(slots=True)
@@ -104,6 +109,10 @@ class ReplicaBase:
         self._reader: SnapshotReader | None = None
         # master side
         self._held: dict[str, dict[int, tuple[str, list[Any]]]] = {}
+        #: Whether anyone wants the data changes of a whole-state replacement (a snapshot installed, a
+        #: merge): the I/O layer sets it (ElectedStore: an open event stream wants data). False: none
+        #: is built (a joiner's would be one per key).
+        self.wants_data: Callable[[], bool] = _always
         self._acked_n: dict[str, int] = {}  # writer -> the last n answered (this mastership)
         self._unacked: dict[str, None] = {}  # the writers with writes applied and not yet answered
         # writer -> n -> the answer of each write applied here and not yet answered (see _apply_write)

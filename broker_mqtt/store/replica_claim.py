@@ -149,7 +149,7 @@ class ClaimSide(ReplicaBase):
             # the merged histories, as they were: followers at any of their positions take the merge
             subsumed = [(list(s.lineage), s.last_seq) for s in states]
             parts, conflicts = merge_histories(states, claim.epoch, resolver=self.resolver)
-            changes = self.state.replace(**parts)
+            changes = self.state.replace(**parts, report=self.wants_data())
             self.clock.observe(self.state.max_hlc)
             self._log.clear()
             if changes:

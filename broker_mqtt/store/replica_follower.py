@@ -181,7 +181,7 @@ class FollowerSide(MasterSide):
                 self._install(parts)
             else:
                 remote = VersionedState()
-                remote.replace(**parts)
+                remote.replace(**parts, report=False)  # merged later; its changes are not ours
                 claim.fetched[source] = remote
             claim.fetching.pop(source)  # (after: a malformed snapshot leaves the claim waiting for it)
             self._count_snapshot(entries)
@@ -292,7 +292,8 @@ class FollowerSide(MasterSide):
         self.stats.snapshot_entries += entries
 
     def _install(self, parts: dict[str, Any]) -> None:
-        changes = self.state.replace(**parts)  # first: raises StoreDecodeError with nothing changed
+        # first: raises StoreDecodeError with nothing changed
+        changes = self.state.replace(**parts, report=self.wants_data())
         self._discard_after = None
         self._verified = True
         self.clock.observe(self.state.max_hlc)

@@ -380,9 +380,10 @@ class VersionedState:
             changes.append(Change(key, True, old, False, None, origin, expired))
 
     def replace(self, versions: Iterable[tuple[Any, Version]], *, last_seq: int, lineage: Lineage,
-                applied: dict[str, _Applied], max_hlc: int) -> list[Change]:
-        """Replace everything (a snapshot or a merge); return the visible changes. Raises
-        StoreDecodeError for a version whose seq is out of range (nothing replaced then)."""
+                applied: dict[str, _Applied], max_hlc: int, report: bool = True) -> list[Change]:
+        """Replace everything (a snapshot or a merge); return the visible changes (``report=False``:
+        none built, an empty list; a joiner's would be one per key). Raises StoreDecodeError for a
+        version whose seq is out of range (nothing replaced then)."""
         stamper = Stamps()
         values: dict[bytes, Any] = {}
         stamps: dict[bytes, int] = {}
@@ -400,13 +401,15 @@ class VersionedState:
             stamps[k] = stamp
             if v.expiry is not None:
                 expiring[k] = v.expiry
+            if not report:
+                continue
             old = before.get(k, _ABSENT)
             if old is _ABSENT:
                 inserted.append(Change(key, False, None, True, new, v.origin))
             elif new != old or type(new) is not type(old):
                 updated[k] = Change(key, True, old, True, new, v.origin)
         changes: list[Change] = []  # erased and updated keys in their order here, then the inserted ones
-        for k, old in before.items():
+        for k, old in before.items() if report else ():
             if k not in values:
                 changes.append(Change(_key_of(k), True, old, False, None, None))
             elif k in updated:

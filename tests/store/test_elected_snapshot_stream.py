@@ -191,3 +191,18 @@ def test_a_malformed_entry_installs_nothing_and_the_fetch_starts_over() -> None:
         assert mangled and len(refused) == 1 and "bad snapshot chunk: bad version" in str(refused[0])
         assert net.contents("c") == net.contents("a") and not c.stale
         assert c.stats.snapshots_installed == 1
+
+
+def test_a_joiner_builds_the_changes_of_a_snapshot_only_when_they_are_wanted() -> None:
+    """One change per key for a joiner's event streams; none built when nobody wants data changes."""
+    with filled() as net:
+        c = net.add("c")
+        c.replica.wants_data = lambda: False
+        d = net.add("d")  # the default: wanted
+        net.run(3.0)
+        assert net.contents("c") == net.contents("d") == net.contents("a")
+        assert c.replica.stats.snapshots_installed == d.replica.stats.snapshots_installed == 1
+        assert c.changes == 0 and d.changes == 400
+        net.write("a", Put("k0000", "new"))  # a change after the install is reported whatever the flag
+        net.run(1.0)
+        assert c.changes == 1 and d.changes == 401
