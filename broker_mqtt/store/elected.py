@@ -38,7 +38,7 @@ import anyio
 from ..endpoint.attaching import attaching
 from ..endpoint.event_stream import EventStream
 from ..endpoint.events import PeerLost, PeerRemoved
-from ..errors import ForgedMessage, UsageError
+from ..errors import ForgedMessage, UsageError, peer_repr
 from ..wire.identity import node_endpoint
 from ..wire.message import Kind
 from .clock import clock, loop_time
@@ -248,8 +248,15 @@ class ElectedStore(WriteOperations):
     # -- writes ---------------------------------------------------------------------------------------
 
     async def put_unique(self, key: Any, value: Any, *, expiry: float | None = None) -> bool:
-        """Put only if ``key`` is absent; return whether it inserted (decided by the master)."""
-        return bool(await self.write(PutUnique(key, value, expiry, "", 0)))
+        """Put only if ``key`` is absent; return whether it inserted (decided by the master). Raises
+        StoreError when the answer was forgotten (a repeat, answered by a later master after more than
+        the 64 answers the state keeps per writer): the write was applied, and whether it inserted is
+        unknown (read the key)."""
+        answer = await self.write(PutUnique(key, value, expiry, "", 0))
+        if not isinstance(answer, bool):
+            raise StoreError(f"store {self.name!r}: the answer of put_unique({peer_repr(key, 40)}) was "
+                             "forgotten (a repeat answered by a later master); whether it inserted is unknown")
+        return answer
 
     async def _write(self, command: WriteCommand) -> Any:
         return await self.write(command)

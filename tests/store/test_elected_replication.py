@@ -16,7 +16,7 @@ from _elected_sim import SimNet, record_sends
 
 from broker_mqtt.queue.commands import Publish
 from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
-from broker_mqtt.store.errors import StoreDecodeError, TypeClash
+from broker_mqtt.store.errors import StoreDecodeError, StoreError, TypeClash
 from broker_mqtt.store.record_log import RecordLog, op_count
 from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig, StaleChanged
 from broker_mqtt.store.versioned import RESULTS_KEPT, Clock, Record, VersionedState, fork_seq
@@ -669,3 +669,23 @@ def test_a_follower_holding_the_deposed_masters_unacknowledged_tail_is_not_merge
     assert all(n.replica.stats.merges == 0 for n in net.nodes.values()), [n.replica.stats for n in net.nodes.values()]
     assert all(not n.conflicts for n in net.nodes.values())
     load.check(["a", "b", "c"])
+
+
+@pytest.mark.anyio
+async def test_a_put_unique_whose_answer_was_forgotten_raises_rather_than_answering_false() -> None:
+    from broker_mqtt.store.elected import ElectedStore
+
+    class Answering:  # what ElectedStore.put_unique needs: a name, and write()'s answer
+        name = "s"
+
+        def __init__(self, answer: Any) -> None:
+            self.answer = answer
+
+        async def write(self, command: Any) -> Any:
+            assert isinstance(command, PutUnique)
+            return self.answer
+
+    assert await ElectedStore.put_unique(Answering(True), "k", 1) is True  # type: ignore[arg-type]
+    assert await ElectedStore.put_unique(Answering(False), "k", 1) is False  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="forgotten"):  # a repeat answered past RESULTS_KEPT
+        await ElectedStore.put_unique(Answering(None), "k", 1)  # type: ignore[arg-type]
