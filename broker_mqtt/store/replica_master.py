@@ -209,9 +209,11 @@ class MasterSide(ClaimSide):
             a = self.state.applied.get(writer)
             if a is None or a.n <= acked:
                 answered.append(writer)  # nothing to answer (forgotten by the state, or answered)
+                if a is None:
+                    self._unanswered.pop(writer, None)
                 continue
             if a.seq > durable:
-                continue  # its last write is not durable yet (nor, then, answered in part: see below)
+                continue  # its last write is not durable yet: its writes are answered together once it is
             answered.append(writer)
             self._acked_n[writer] = a.n
             results = {n: r for n, r in a.results.items() if acked < n <= a.n}
