@@ -64,6 +64,18 @@ class ElectedProc(LineProc):
             return self.masters[-1] if self.masters else None
 
 
+def _divergence(nodes: list[ElectedProc], dumps: list[dict[str, Any]], i: int) -> str:
+    """What differs between the first node's dump and node ``i``'s, and how each node stands."""
+    a, b = dumps[0]["contents"], dumps[i]["contents"]
+    keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    def size(v: Any) -> Any:
+        return f"{len(v)} items" if isinstance(v, list) else v
+
+    diff = [(k, size(a.get(k)), size(b.get(k))) for k in keys[:5]]
+    state = [(n.node_id, d["epoch"], d["is_master"], d["master"], d.get("stats")) for n, d in zip(nodes, dumps, strict=True)]
+    return f"node {i} differs from node 0 in {len(keys)} keys, e.g. (key, at 0, at {i}) {diff}; nodes: {state}"
+
+
 def check_converged(nodes: list[ElectedProc], all_nodes: list[ElectedProc]) -> dict[str, Any]:
     """Dump ``nodes``; assert identical contents, every acknowledged push of ``all_nodes`` present,
     none applied twice. Returns the common contents."""
@@ -79,8 +91,8 @@ def check_converged(nodes: list[ElectedProc], all_nodes: list[ElectedProc]) -> d
             break
         time.sleep(0.1)
     reference = dumps[0]["contents"]
-    for d in dumps[1:]:
-        assert d["contents"] == reference
+    for i, d in enumerate(dumps[1:], 1):
+        assert d["contents"] == reference, _divergence(nodes, dumps, i)
     for node in all_nodes:
         got = pushed(reference, node.node_id)
         assert len(got) == len(set(got)), f"a write of {node.node_id} applied twice"
