@@ -51,7 +51,7 @@ class RecordLog:
         op = record.op
         self._records.append((record.seq, record.epoch, record.hlc, record.origin, record.writer, record.n, op,
                               record.result))
-        self.ops += max(len(op[1]), 1) if op[0] == "many" else 1  # op_count, inline: once per write
+        self.ops += op_count(op)
         records = self._records
         while self.ops > self.keep and len(records) > 1:
             self.ops -= op_count(records.popleft()[_OP])
