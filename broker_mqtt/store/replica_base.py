@@ -10,6 +10,7 @@ log, catching up), and :class:`~.replication.Replica`, the public face (theory o
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +116,9 @@ class ReplicaBase:
         self.wants_data: Callable[[], bool] = _always
         self._acked_n: dict[str, int] = {}  # writer -> the last n answered (this mastership)
         self._unacked: dict[str, None] = {}  # the writers with writes applied and not yet answered
+        # writer -> (seq, n) of its last write in each log message sent and not yet answered: what
+        # an ack short of its latest write answers (see _advance_durable)
+        self._rounds: dict[str, deque[tuple[int, int]]] = {}
         # writer -> n -> the answer of each write applied here and not yet answered (see _apply_write)
         self._unanswered: dict[str, dict[int, Any]] = {}
         self._origins: dict[str, str] = {}  # writer -> the endpoint its writes came from (for its answers)

@@ -166,6 +166,7 @@ class ClaimSide(ReplicaBase):
             m.acked = 0
         self._acked_n = {}
         self._unacked = {}
+        self._rounds = {}
         self._unanswered = {}
         self._send(Active(claim.epoch, self.state.position, self.state.lineage, conflicts, self._subsumed))
         if conflicts:

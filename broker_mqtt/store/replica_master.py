@@ -9,6 +9,7 @@ writes go through its :class:`~.writer_core.WriterCore` like anyone's.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from ..wire.identity import node_endpoint
@@ -25,6 +26,7 @@ from .writer_core import NoMaster
 __all__ = ["MasterSide"]
 
 MAX_UNANSWERED = 65_536  #: answers of applied, not yet durable writes the master keeps per writer
+MAX_ROUNDS = 1024  #: log messages per writer whose ends the master notes to answer them one by one
 MAX_WINDOW = 64  #: snapshot chunks one ``sfetch`` gets at most
 CHUNK_HEADROOM = 1024  #: bytes of a chunk message left for its fields beside the entries (and its two keys)
 
@@ -209,19 +211,28 @@ class MasterSide(ClaimSide):
             a = self.state.applied.get(writer)
             if a is None or a.n <= acked:
                 answered.append(writer)  # nothing to answer (forgotten by the state, or answered)
+                self._rounds.pop(writer, None)
                 if a is None:
                     self._unanswered.pop(writer, None)
                 continue
-            if a.seq > durable:
-                continue  # its last write is not durable yet: its writes are answered together once it is
-            answered.append(writer)
-            self._acked_n[writer] = a.n
-            results = {n: r for n, r in a.results.items() if acked < n <= a.n}
+            if a.seq <= durable:
+                upto = a.n
+                answered.append(writer)
+                self._rounds.pop(writer, None)
+            else:  # its last write is not durable yet: answer the log messages before it that are
+                rounds = self._rounds.get(writer)
+                upto = 0
+                while rounds and rounds[0][0] <= durable:
+                    upto = rounds.popleft()[1]
+                if upto <= acked:
+                    continue
+            self._acked_n[writer] = upto
+            results = {n: r for n, r in a.results.items() if acked < n <= upto}
             unanswered = self._unanswered.get(writer)
             if unanswered:
                 sent = []
-                for n, r in unanswered.items():  # in n order: past a.n nothing is durable yet
-                    if n > a.n:
+                for n, r in unanswered.items():  # in n order: past upto nothing is answered yet
+                    if n > upto:
                         break
                     sent.append(n)
                     if n > acked:
@@ -231,7 +242,7 @@ class MasterSide(ClaimSide):
                 if not unanswered:
                     del self._unanswered[writer]
             if writer == self.id:
-                self._writer.answered(a.n, results)
+                self._writer.answered(upto, results)
                 self._collect_answers()
             else:
                 if members is None:
@@ -240,9 +251,27 @@ class MasterSide(ClaimSide):
                 if writer in members:
                     origin = None  # a replica's writer: answered on the log topic, after the records
                 # else a writer without a replica: answered at its endpoint only
-                self._send(WriteAck(self.epoch or (0, ""), writer, a.n, results, origin))
+                self._send(WriteAck(self.epoch or (0, ""), writer, upto, results, origin))
         for writer in answered:
             del self._unacked[writer]
+
+    def _note_rounds(self, records: list[Record]) -> None:
+        """Before the log message of ``records`` goes out: note, for each writer still to answer, its
+        last write in it, so that an ack of that message answers the writer up to there even when
+        later writes of the same writer are applied (pipelined rounds are answered one by one, not
+        all at once when the last is durable)."""
+        last = {r.writer: (r.seq, r.n) for r in records}
+        rounds = self._rounds
+        unacked = self._unacked
+        for writer, mark in last.items():
+            if writer not in unacked:
+                continue  # "$expiry", or answered already (a repeat's record)
+            marks = rounds.get(writer)
+            if marks is None:
+                marks = rounds[writer] = deque()
+            marks.append(mark)
+            if len(marks) > MAX_ROUNDS:
+                marks.popleft()  # the oldest: answered with a later one
 
     def _pump_writer(self, now: float) -> None:
         """Route this node's own writes: applied here when master, else sent to the master."""

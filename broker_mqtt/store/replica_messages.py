@@ -62,9 +62,13 @@ __all__ = [
     "group_writes",
     "split",
     "MAX_GROUP",
+    "LOG_GROUP",
 ]
 
-MAX_GROUP = 256  #: writes per ``writes`` message, records per ``log`` message
+MAX_GROUP = 256  #: writes per ``writes`` message
+#: records per ``log`` message: a round of 256 writes goes out as four, each acknowledged and answered
+#: on its own, so that the master applies the next writes while the followers take the first
+LOG_GROUP = 64
 
 
 @dataclass(frozen=True, slots=True)

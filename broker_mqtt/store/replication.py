@@ -58,7 +58,7 @@ from .replica_events import (
 )
 from .replica_follower import FollowerSide
 from .replica_messages import (
-    MAX_GROUP,
+    LOG_GROUP,
     Ack,
     Active,
     Claim,
@@ -106,6 +106,13 @@ class Replica(FollowerSide):
     @property
     def is_master(self) -> bool:
         return self.role is Role.MASTER
+
+    @property
+    def ack_due(self) -> bool:
+        """Records were applied since the last :meth:`to_send`, which sends their ack. The I/O layer
+        drains after each message that sets this (not only at the end of a PUBLISH): the master
+        answers the writes of one log message while this replica applies the next."""
+        return self._ack_due
 
     @property
     def pending_writes(self) -> int:
@@ -228,12 +235,15 @@ class Replica(FollowerSide):
     def to_send(self) -> list[list[Any]]:
         """Drain the messages to broadcast, in order. Makes applied state durable first. The writes
         placed since the last call travel together (one ``writes`` message for up to 256), as do the
-        records applied since (one ``log``), and this replica acknowledges once, the highest it holds."""
+        records applied since (one ``log`` message for up to 64: each is answered once acknowledged,
+        not when the last is), and this replica acknowledges once, the highest it holds."""
         self._pump_writer(self._now)
         self.state.commit()
         if self._out_log:
-            for i in range(0, len(self._out_log), MAX_GROUP):
-                self._send(Log(self.epoch or (0, ""), self._out_log[i:i + MAX_GROUP]))
+            for i in range(0, len(self._out_log), LOG_GROUP):
+                records = self._out_log[i:i + LOG_GROUP]
+                self._note_rounds(records)  # an ack of this message answers its writes
+                self._send(Log(self.epoch or (0, ""), records))
             self._out_log = []
             self._advance_durable()
         if self._ack_due and self.epoch is not None and self.master not in (None, self.id):

@@ -18,7 +18,8 @@ from broker_mqtt.queue.commands import Publish
 from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
 from broker_mqtt.store.errors import StoreDecodeError, StoreError, TypeClash
 from broker_mqtt.store.record_log import RecordLog, op_count
-from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig, StaleChanged
+from broker_mqtt.store.replica_messages import LOG_GROUP
+from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig, StaleChanged, WriteDone
 from broker_mqtt.store.versioned import RESULTS_KEPT, Clock, Record, VersionedState, fork_seq
 from broker_mqtt.store.versioned_sqlite import open_state
 
@@ -689,3 +690,39 @@ async def test_a_put_unique_whose_answer_was_forgotten_raises_rather_than_answer
     assert await ElectedStore.put_unique(Answering(False), "k", 1) is False  # type: ignore[arg-type]
     with pytest.raises(StoreError, match="forgotten"):  # a repeat answered past RESULTS_KEPT
         await ElectedStore.put_unique(Answering(None), "k", 1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("writer", ["a", "b"])
+def test_each_log_message_is_answered_once_acknowledged_not_when_the_last_is(writer: str) -> None:
+    """150 writes of one writer, applied together, leave the master in log messages of LOG_GROUP
+    records. An ack of the first message answers that message's writes at once, while the rest wait
+    for theirs: rounds in flight are answered one by one, so the writer's next writes overlap the
+    followers' work instead of waiting for the last write of every round before."""
+    net = SimNet(["a", "b"], seed=15)
+    net.tag("a")
+    net.run(0.5)
+    master, follower = net.nodes["a"].replica, net.nodes["b"].replica
+    node = net.nodes[writer]
+    node.replica.to_send()
+    ns = [node.replica.write(Put(f"k{i}", i), net.now) for i in range(150)]
+    if writer == "b":  # a follower's writes travel to the master first
+        for msg in follower.to_send():
+            if msg[0] in ("write", "writes"):
+                master.handle(msg, net.now)
+    logs = [m for m in master.to_send() if m[0] == "log"]
+    assert [len(m[2]) for m in logs] == [LOG_GROUP, LOG_GROUP, 150 - 2 * LOG_GROUP]
+
+    def ack_through(log: list[Any]) -> list[int]:
+        follower.handle(log, net.now)
+        acks = [m for m in follower.to_send() if m[0] == "ack"]
+        assert len(acks) == 1
+        master.handle(acks[0], net.now)
+        for msg in master.to_send():  # a follower's answers: a wack on the log topic
+            if msg[0] == "wack":
+                follower.handle(msg, net.now)
+        return sorted(e.n for e in node.replica.events() if isinstance(e, WriteDone))
+
+    assert ack_through(logs[0]) == ns[:LOG_GROUP]
+    assert ack_through(logs[1]) == ns[LOG_GROUP:2 * LOG_GROUP]
+    assert ack_through(logs[2]) == ns[2 * LOG_GROUP:]
+    assert not master._unacked and not master._rounds
