@@ -29,6 +29,7 @@ import math
 import secrets
 import uuid
 import weakref
+from collections import deque
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -57,6 +58,7 @@ from .events import (
 )
 from .operations import WriteOperations
 from .replica_events import TOMBSTONE_TTL
+from .replica_messages import LOG_GROUP
 from .replication import (
     ConflictsFound,
     DataChanged,
@@ -81,6 +83,9 @@ if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint
 
 log = logging.getLogger("broker_mqtt.store.elected")
+
+#: writes placed together that are answered together at most (a round): one log message's worth
+ROUND_WRITES = LOG_GROUP
 
 #: the stores each endpoint holds a replica of: one per endpoint and store (a second one would
 #: share the first's topics and never get the answers to its own writes)
@@ -122,7 +127,10 @@ class ElectedStore(WriteOperations):
         self._waiting: dict[int, anyio.Event] = {}
         self._outcomes: dict[int, tuple[str, Any]] = {}
         self._round: anyio.Event | None = None  #: the event of the writes placed since the pump last ran
+        self._placed = 0  #: writes placed in the current round
         self._answered: dict[anyio.Event, None] = {}  #: events to set once the answers are in
+        self._to_wake: deque[anyio.Event] = deque()  #: answered rounds the waker sets, one a loop pass
+        self._wake_more = anyio.Event()
         self._streams: list[EventStream[ElectedEvent]] = []
         replica.wants_data = self._wants_data  # an installed snapshot builds its changes only if wanted
         self._sendq: list[list[Any]] = []
@@ -267,9 +275,13 @@ class ElectedStore(WriteOperations):
             raise StoreError(f"store {self.name!r} is closed")
         n = self.replica.write(command, loop_time())
         event = self._round
-        if event is None:  # the first write since the pump ran: it drains and sends this round's writes
+        if event is None or self._placed >= ROUND_WRITES:
+            # the first write since the pump ran (it drains and sends this round's writes), or the
+            # round is full: each round of at most ROUND_WRITES is answered, and woken, on its own
             event = self._round = anyio.Event()
+            self._placed = 0
             self._pump.set()
+        self._placed += 1
         self._waiting[n] = event
         try:
             while (outcome := self._outcomes.pop(n, None)) is None:
@@ -346,6 +358,7 @@ class ElectedStore(WriteOperations):
                         tg.start_soon(self._status_loop, status)
                         tg.start_soon(self._timer_loop)
                         tg.start_soon(self._pump_loop)
+                        tg.start_soon(self._wake_loop)
                         task_status.started(self)
         finally:
             self.closed = True
@@ -368,10 +381,14 @@ class ElectedStore(WriteOperations):
                 log.warning("store %s: dropped a forged message: %s", self.name, exc)
             except StoreDecodeError:
                 self.malformed += 1
-            if sub.buffered:
-                continue  # the rest of this PUBLISH first: one drain (one ack, one log message) for all
+            if sub.buffered and not self.replica.ack_due:
+                continue  # the rest of this PUBLISH first: one drain (one log message, say) for all
             self._drain()
             await self._flush()
+            if sub.buffered:
+                # records applied, more to come: let this ack go out first, so that the master answers
+                # (and its writers place the next writes) while this replica applies the rest
+                await anyio.lowlevel.checkpoint()
 
     async def _election_loop(self, actor: Any) -> None:
         from asyncactor import DetagEvent, TagEvent, UntagEvent
@@ -405,13 +422,24 @@ class ElectedStore(WriteOperations):
     async def _pump_loop(self) -> None:
         """Drain and send what writes queued: once for all the writes placed since it last ran (the
         tasks that write together are all run before it), so that a master sends one log message
-        for them and a follower one message of writes, not one each."""
+        for each round of them (:data:`ROUND_WRITES`) and a follower one message of writes, not one
+        each."""
         while True:
             await self._pump.wait()
             self._pump = anyio.Event()
             self._round = None  # the writes placed from now on are the next round
             self._drain()
             await self._flush()
+
+    async def _wake_loop(self) -> None:
+        """Wake the writers of answered rounds beyond the first (:meth:`_wake_rounds`), one round per
+        pass of the event loop."""
+        while True:
+            await self._wake_more.wait()
+            self._wake_more = anyio.Event()
+            while self._to_wake:
+                self._to_wake.popleft().set()
+                await anyio.lowlevel.checkpoint()
 
     async def _timer_loop(self) -> None:
         while True:
@@ -462,13 +490,24 @@ class ElectedStore(WriteOperations):
                 case ReplicaStaleChanged(stale=stale, reason=reason):
                     self._emit(StaleChanged(self.name, stale, reason))
         if self._answered:
-            for answered in self._answered:
-                answered.set()
-            self._answered.clear()
+            self._wake_rounds()
         if self.replica.next_deadline < self._sleep_until:
             self._wake.set()  # the timer sleeps past the replica's new deadline
         self._changed.set()
         self._changed = anyio.Event()
+
+    def _wake_rounds(self) -> None:
+        """Wake the writers of the rounds just answered: the first round's now, the others one round
+        per pass of the event loop (:meth:`_wake_loop`). The writes the first round's tasks place
+        then leave in a log message of their own before the next round's tasks run, so the master
+        applies writes while the followers take the last ones, rather than both in turn."""
+        idle = not self._to_wake
+        self._to_wake.extend(self._answered)
+        self._answered.clear()
+        if idle:
+            self._to_wake.popleft().set()
+            if self._to_wake:
+                self._wake_more.set()
 
     def _answer(self, n: int, outcome: tuple[str, Any]) -> None:
         event = self._waiting.get(n)
