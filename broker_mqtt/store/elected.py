@@ -29,7 +29,6 @@ import math
 import secrets
 import uuid
 import weakref
-from collections import deque
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -58,7 +57,6 @@ from .events import (
 )
 from .operations import WriteOperations
 from .replica_events import TOMBSTONE_TTL
-from .replica_messages import LOG_GROUP
 from .replication import (
     ConflictsFound,
     DataChanged,
@@ -74,6 +72,7 @@ from .replication import StaleChanged as ReplicaStaleChanged
 from .routes import answers_topic, replication_topic, writes_topic
 from .versioned import Clock, Epoch, Resolver, VersionedState, last_writer_wins
 from .versioned_sqlite import open_state
+from .write_rounds import WriteRounds
 from .writer import send_routed
 
 if TYPE_CHECKING:
@@ -83,9 +82,6 @@ if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint
 
 log = logging.getLogger("broker_mqtt.store.elected")
-
-#: writes placed together that are answered together at most (a round): one log message's worth
-ROUND_WRITES = LOG_GROUP
 
 #: the stores each endpoint holds a replica of: one per endpoint and store (a second one would
 #: share the first's topics and never get the answers to its own writes)
@@ -124,13 +120,7 @@ class ElectedStore(WriteOperations):
         self.actor_topic = ep.layout.election(name)
         # writes placed here and not answered: the event each waits on, shared by the writes placed
         # together (one per pump round, not one per write); their outcomes ("ok", answer) or ("error", exc)
-        self._waiting: dict[int, anyio.Event] = {}
-        self._outcomes: dict[int, tuple[str, Any]] = {}
-        self._round: anyio.Event | None = None  #: the event of the writes placed since the pump last ran
-        self._placed = 0  #: writes placed in the current round
-        self._answered: dict[anyio.Event, None] = {}  #: events to set once the answers are in
-        self._to_wake: deque[anyio.Event] = deque()  #: answered rounds the waker sets, one a loop pass
-        self._wake_more = anyio.Event()
+        self._rounds = WriteRounds()
         self._streams: list[EventStream[ElectedEvent]] = []
         replica.wants_data = self._wants_data  # an installed snapshot builds its changes only if wanted
         self._sendq: list[list[Any]] = []
@@ -274,24 +264,9 @@ class ElectedStore(WriteOperations):
         if self.closed:
             raise StoreError(f"store {self.name!r} is closed")
         n = self.replica.write(command, loop_time())
-        event = self._round
-        if event is None or self._placed >= ROUND_WRITES:
-            # the first write since the pump ran (it drains and sends this round's writes), or the
-            # round is full: each round of at most ROUND_WRITES is answered, and woken, on its own
-            event = self._round = anyio.Event()
-            self._placed = 0
-            self._pump.set()
-        self._placed += 1
-        self._waiting[n] = event
-        try:
-            while (outcome := self._outcomes.pop(n, None)) is None:
-                await event.wait()
-                if n not in self._outcomes:  # woken with writes placed beside it: its answer is still to come
-                    event = self._waiting[n] = anyio.Event()
-        finally:
-            self._waiting.pop(n, None)
-            self._outcomes.pop(n, None)
-        kind, value = outcome
+        if self._rounds.place(n):
+            self._pump.set()  # the first write of a round: the pump drains and sends it
+        kind, value = await self._rounds.outcome(n)
         if kind == "error":
             raise value
         return value
@@ -358,15 +333,13 @@ class ElectedStore(WriteOperations):
                         tg.start_soon(self._status_loop, status)
                         tg.start_soon(self._timer_loop)
                         tg.start_soon(self._pump_loop)
-                        tg.start_soon(self._wake_loop)
+                        tg.start_soon(self._rounds.run)
                         task_status.started(self)
         finally:
             self.closed = True
             _replicas.get(self.endpoint, set()).discard(self.name)
             self._actor = None
-            for n, event in self._waiting.items():
-                self._outcomes[n] = ("error", StoreError(f"store {self.name!r} is closed"))
-                event.set()
+            self._rounds.fail_all(("error", StoreError(f"store {self.name!r} is closed")))
             self.replica.state.close()
             for s in list(self._streams):
                 s._close()
@@ -422,24 +395,14 @@ class ElectedStore(WriteOperations):
     async def _pump_loop(self) -> None:
         """Drain and send what writes queued: once for all the writes placed since it last ran (the
         tasks that write together are all run before it), so that a master sends one log message
-        for each round of them (:data:`ROUND_WRITES`) and a follower one message of writes, not one
+        for each round of them (:data:`.write_rounds.ROUND_WRITES`) and a follower one message of writes, not one
         each."""
         while True:
             await self._pump.wait()
             self._pump = anyio.Event()
-            self._round = None  # the writes placed from now on are the next round
+            self._rounds.end_round()
             self._drain()
             await self._flush()
-
-    async def _wake_loop(self) -> None:
-        """Wake the writers of answered rounds beyond the first (:meth:`_wake_rounds`), one round per
-        pass of the event loop."""
-        while True:
-            await self._wake_more.wait()
-            self._wake_more = anyio.Event()
-            while self._to_wake:
-                self._to_wake.popleft().set()
-                await anyio.lowlevel.checkpoint()
 
     async def _timer_loop(self) -> None:
         while True:
@@ -462,9 +425,9 @@ class ElectedStore(WriteOperations):
         for event in self.replica.events():
             match event:
                 case WriteDone(n=n, result=result):
-                    self._answer(n, ("ok", result))
+                    self._rounds.answer(n, ("ok", result))
                 case WriteFailed(n=n, error=error):
-                    self._answer(n, ("error", error))
+                    self._rounds.answer(n, ("error", error))
                 case DataChanged(changes=changes):
                     wanting = [s for s in self._streams if s.data]  # nobody: no events built
                     for c in changes if wanting else ():
@@ -489,31 +452,11 @@ class ElectedStore(WriteOperations):
                         self._emit(ConflictResolved(self.name, conflict.key, conflict.chosen, conflict.other))
                 case ReplicaStaleChanged(stale=stale, reason=reason):
                     self._emit(StaleChanged(self.name, stale, reason))
-        if self._answered:
-            self._wake_rounds()
+        self._rounds.wake()
         if self.replica.next_deadline < self._sleep_until:
             self._wake.set()  # the timer sleeps past the replica's new deadline
         self._changed.set()
         self._changed = anyio.Event()
-
-    def _wake_rounds(self) -> None:
-        """Wake the writers of the rounds just answered: the first round's now, the others one round
-        per pass of the event loop (:meth:`_wake_loop`). The writes the first round's tasks place
-        then leave in a log message of their own before the next round's tasks run, so the master
-        applies writes while the followers take the last ones, rather than both in turn."""
-        idle = not self._to_wake
-        self._to_wake.extend(self._answered)
-        self._answered.clear()
-        if idle:
-            self._to_wake.popleft().set()
-            if self._to_wake:
-                self._wake_more.set()
-
-    def _answer(self, n: int, outcome: tuple[str, Any]) -> None:
-        event = self._waiting.get(n)
-        if event is not None:  # (else its caller was cancelled, or answered already)
-            self._outcomes[n] = outcome
-            self._answered[event] = None
 
     def _wants_data(self) -> bool:
         return any(s.data for s in self._streams)
