@@ -241,8 +241,8 @@ class Consumer:
             answer = await self.queue.write(Acquire(self.owner, n, self.lease))
             if isinstance(answer, list):
                 got = answer
-            else:  # its answer was forgotten (a repeat answered by a new master that no longer holds
-                # it): what it acquired, if anything, is redelivered when its lease ends
+            else:  # its answer was forgotten (a repeat answered None by a master of an earlier build;
+                # now AnswerForgotten, below): what it acquired, if anything, is redelivered when its lease ends
                 log.warning("queue %s: an acquire was answered %s, not its messages", self.queue.name,
                             peer_repr(answer, 40))
                 await anyio.sleep(0.5)

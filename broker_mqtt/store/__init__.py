@@ -22,6 +22,7 @@ from .clone_handle import CloneStore, attach_clone
 from .commands import ComputedCommand, register_command
 from .elected import ElectedStore, attach_store
 from .errors import (
+    AnswerForgotten,
     BackendError,
     MasterExists,
     NoSuchKey,
@@ -72,6 +73,6 @@ __all__ = [
     # resolvers and custom commands
     "last_writer_wins", "Version", "ComputedCommand", "register_command",
     # errors
-    "StoreError", "BackendError", "MasterExists", "NoMaster", "NoSuchKey", "Stale", "StoreDecodeError",
+    "StoreError", "AnswerForgotten", "BackendError", "MasterExists", "NoMaster", "NoSuchKey", "Stale", "StoreDecodeError",
     "StoreProtocolError", "Timeout", "TypeClash", "WriteBufferFull",
 ]

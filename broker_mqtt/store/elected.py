@@ -247,9 +247,10 @@ class ElectedStore(WriteOperations):
 
     async def put_unique(self, key: Any, value: Any, *, expiry: float | None = None) -> bool:
         """Put only if ``key`` is absent; return whether it inserted (decided by the master). Raises
-        StoreError when the answer was forgotten (a repeat, answered by a later master after more than
-        the 64 answers the state keeps per writer): the write was applied, and whether it inserted is
-        unknown (read the key)."""
+        :class:`AnswerForgotten` (a StoreError) when the answer was forgotten (a repeat, answered by a
+        later master after more than the 64 answers the state keeps per writer): the write was
+        applied, and whether it inserted is unknown (read the key). A master of an earlier build
+        answers such a repeat None: that raises StoreError too."""
         answer = await self.write(PutUnique(key, value, expiry, "", 0))
         if not isinstance(answer, bool):
             raise StoreError(f"store {self.name!r}: the answer of put_unique({peer_repr(key, 40)}) was "

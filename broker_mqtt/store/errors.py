@@ -26,6 +26,7 @@ __all__ = [
     "BackendError",
     "StoreProtocolError",
     "StoreDecodeError",
+    "AnswerForgotten",
     "error_from_wire",
 ]
 
@@ -39,6 +40,7 @@ class StoreErrorCode(enum.Enum):
     MASTER_EXISTS = "master_exists"
     BACKEND_FAILURE = "backend_failure"
     PROTOCOL = "protocol"
+    ANSWER_FORGOTTEN = "answer_forgotten"
 
 
 class StoreError(Exception):
@@ -96,6 +98,16 @@ class BackendError(StoreError):
     code = StoreErrorCode.BACKEND_FAILURE
 
 
+class AnswerForgotten(StoreError):
+    """The write was applied, but its answer (a result, or an error) was forgotten before it reached
+    the writer: a repeat (the first answer lost, in a failover say) answered by a master that no
+    longer holds it. A replica keeps the answers of each writer's last writes that have one
+    (``RESULTS_KEPT``, 64), so this takes more than 64 such writes of one writer applied and not
+    answered. Whether the write inserted, or failed, is unknown; that it was applied once is not."""
+
+    code = StoreErrorCode.ANSWER_FORGOTTEN
+
+
 class StoreProtocolError(StoreError):
     """A peer sent a well-formed message that makes no sense here, or malformed store data."""
 
@@ -110,7 +122,7 @@ class StoreDecodeError(StoreProtocolError, DecodeError):
 
 _BY_CODE: dict[StoreErrorCode, type[StoreError]] = {
     cls.code: cls for cls in (TypeClash, Stale, WriteBufferFull, Timeout, MasterExists, BackendError,
-                              StoreProtocolError)
+                              StoreProtocolError, AnswerForgotten)
 }
 
 

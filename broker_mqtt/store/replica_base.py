@@ -121,6 +121,8 @@ class ReplicaBase:
         self._rounds: dict[str, deque[tuple[int, int]]] = {}
         # writer -> n -> the answer of each write applied here and not yet answered (see _apply_write)
         self._unanswered: dict[str, dict[int, Any]] = {}
+        # writer -> the repeats whose answers nobody holds any more (each answered AnswerForgotten)
+        self._forgotten: dict[str, dict[int, None]] = {}
         self._origins: dict[str, str] = {}  # writer -> the endpoint its writes came from (for its answers)
         self._out_log: list[Record] = []
         # writer side

@@ -168,6 +168,7 @@ class ClaimSide(ReplicaBase):
         self._unacked = {}
         self._rounds = {}
         self._unanswered = {}
+        self._forgotten = {}
         self._send(Active(claim.epoch, self.state.position, self.state.lineage, conflicts, self._subsumed))
         if conflicts:
             self._conflicts_seen.add(claim.epoch)

@@ -14,13 +14,13 @@ from typing import Any
 
 from ..wire.identity import node_endpoint
 from .commands import ComputedCommand, decode_command
-from .errors import StoreError, StoreProtocolError
+from .errors import AnswerForgotten, StoreError, StoreProtocolError
 from .replica_base import MAX_ORIGINS, _Member
 from .replica_claim import ClaimSide
 from .replica_events import Durability, Role, WriteDone, WriteFailed
 from .replica_messages import Ack, Fetch, SnapChunk, SnapFetch, Tail, Write, WriteAck, Writes, group_writes
 from .snapshot_stream import SnapshotReader, touched_keys
-from .versioned import Epoch, Position, Record, compute_op, forget_ops
+from .versioned import RESULTS_KEPT, Epoch, Position, Record, compute_op, forget_ops
 from .writer_core import NoMaster
 
 __all__ = ["MasterSide"]
@@ -108,6 +108,7 @@ class MasterSide(ClaimSide):
                 del self._origins[next(iter(self._origins))]  # the writer that moved least recently
         done = self.state.applied_n(writer)
         if n <= done:  # a repeat (its answer was lost, or it went to an earlier master): answer again
+            self._note_forgotten(writer, n)
             self._acked_n[writer] = min(self._acked_n.get(writer, 0), n - 1)
             self._unacked[writer] = None
             self._advance_durable()
@@ -135,6 +136,23 @@ class MasterSide(ClaimSide):
             return  # own writes, or writes for another mastership (as for one write)
         for n, command in msg.writes:
             self._on_write(msg.writer, n, msg.origin, command, now)
+
+    def _note_forgotten(self, writer: str, n: int) -> None:
+        """A repeat of applied write ``n``: when neither the state (its writer's last RESULTS_KEPT
+        answers) nor this master (answers not sent yet) holds its answer, and the state's are full
+        (so older ones were dropped), the answer is unknown: it is answered AnswerForgotten, not
+        None (which reads as success, and put_unique's as "not inserted")."""
+        results = self.state.applied[writer].results
+        if n in results or len(results) < RESULTS_KEPT or n > min(results):
+            return  # kept, or nothing was ever dropped, or a write since the oldest kept: no answer
+        if n in self._unanswered.get(writer, ()):
+            return
+        forgotten = self._forgotten.get(writer)
+        if forgotten is None:
+            forgotten = self._forgotten[writer] = {}
+        forgotten[n] = None
+        if len(forgotten) > MAX_UNANSWERED:
+            del forgotten[next(iter(forgotten))]
 
     def _check_acting(self, cmd: Any, origin: str) -> None:
         """Raise StoreError unless a write that acts for a node (``acts_for``) comes from that node's
@@ -214,6 +232,7 @@ class MasterSide(ClaimSide):
                 self._rounds.pop(writer, None)
                 if a is None:
                     self._unanswered.pop(writer, None)
+                    self._forgotten.pop(writer, None)
                 continue
             if a.seq <= durable:
                 upto = a.n
@@ -241,6 +260,16 @@ class MasterSide(ClaimSide):
                     del unanswered[n]
                 if not unanswered:
                     del self._unanswered[writer]
+            forgotten = self._forgotten.get(writer)
+            if forgotten:  # repeats whose answers are gone (_note_forgotten); rare, and few
+                for n in [n for n in forgotten if n <= upto]:
+                    del forgotten[n]
+                    if n > acked and n not in results:
+                        results[n] = ["error", *AnswerForgotten(
+                            f"write {n} of {writer} was applied; its answer was forgotten (a repeat past the "
+                            f"last {RESULTS_KEPT} answers kept)").to_wire()]
+                if not forgotten:
+                    del self._forgotten[writer]
             if writer == self.id:
                 self._writer.answered(upto, results)
                 self._collect_answers()

@@ -16,7 +16,7 @@ from _elected_sim import SimNet, record_sends
 
 from broker_mqtt.queue.commands import Publish
 from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
-from broker_mqtt.store.errors import StoreDecodeError, StoreError, TypeClash
+from broker_mqtt.store.errors import AnswerForgotten, StoreDecodeError, StoreError, TypeClash, error_from_wire
 from broker_mqtt.store.record_log import RecordLog, op_count
 from broker_mqtt.store.replica_messages import LOG_GROUP
 from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig, StaleChanged, WriteDone
@@ -726,3 +726,37 @@ def test_each_log_message_is_answered_once_acknowledged_not_when_the_last_is(wri
     assert ack_through(logs[1]) == ns[LOG_GROUP:2 * LOG_GROUP]
     assert ack_through(logs[2]) == ns[2 * LOG_GROUP:]
     assert not master._unacked and not master._rounds
+
+
+def test_a_repeat_whose_answer_is_forgotten_is_answered_answer_forgotten_not_none() -> None:
+    """A writer without a replica places 200 put_uniques and 100 puts; all are answered. Its answers
+    are "lost" and it sends them all again: the last RESULTS_KEPT put_uniques get their kept answer
+    (True), the older ones AnswerForgotten (applied, answer unknown), not None (which put_unique
+    read as "not inserted"); the puts after the oldest kept answer are answered None as before."""
+    net = SimNet(["a", "b"], seed=16)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    epoch = list(master.epoch)
+    out = record_sends(master)
+    commands = [PutUnique(f"u{i}", i, None, "", 0) for i in range(200)] + [Put(f"p{i}", i) for i in range(100)]
+
+    def place_all() -> dict[int, Any]:
+        sent = len(out)
+        for n, command in enumerate(commands, 1):
+            master.handle(["write", "job", n, "e" * 32, command.to_wire(), epoch], net.now)
+        net._flush("a")
+        net.run(0.5)
+        wacks = [m for m in out[sent:] if m[0] == "wack" and m[2] == "job"]
+        assert wacks and max(m[3] for m in wacks) == len(commands)
+        return {n: r for m in wacks for n, r in m[4]}
+
+    first = place_all()
+    assert [first.get(n) for n in range(1, 201)] == [True] * 200 and not any(n in first for n in range(201, 301))
+    again = place_all()
+    kept = range(200 - RESULTS_KEPT + 1, 201)
+    assert [again.get(n) for n in kept] == [True] * RESULTS_KEPT
+    for n in range(1, 200 - RESULTS_KEPT + 1):
+        assert isinstance(error_from_wire(again[n][1:]), AnswerForgotten), again.get(n)
+    assert not any(n in again for n in range(201, 301))  # puts: answered None (no entry)
+    assert not master._forgotten
