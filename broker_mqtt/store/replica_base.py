@@ -121,8 +121,9 @@ class ReplicaBase:
         self._rounds: dict[str, deque[tuple[int, int]]] = {}
         # writer -> n -> the answer of each write applied here and not yet answered (see _apply_write)
         self._unanswered: dict[str, dict[int, Any]] = {}
-        # writer -> the repeats whose answers nobody holds any more (each answered AnswerForgotten)
-        self._forgotten: dict[str, dict[int, None]] = {}
+        # writer -> n -> the answer of a repeat, taken when it arrives (see _note_repeat)
+        self._repeat_answers: dict[str, dict[int, Any]] = {}
+        self._applied_from: dict[str, int] = {}  # writer -> the first n this mastership applied
         self._origins: dict[str, str] = {}  # writer -> the endpoint its writes came from (for its answers)
         self._out_log: list[Record] = []
         # writer side

@@ -168,7 +168,8 @@ class ClaimSide(ReplicaBase):
         self._unacked = {}
         self._rounds = {}
         self._unanswered = {}
-        self._forgotten = {}
+        self._repeat_answers = {}
+        self._applied_from = {}
         self._send(Active(claim.epoch, self.state.position, self.state.lineage, conflicts, self._subsumed))
         if conflicts:
             self._conflicts_seen.add(claim.epoch)

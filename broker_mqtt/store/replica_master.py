@@ -26,6 +26,8 @@ from .writer_core import NoMaster
 __all__ = ["MasterSide"]
 
 MAX_UNANSWERED = 65_536  #: answers of applied, not yet durable writes the master keeps per writer
+#: commands whose answer is always None (never an error, never a value): a repeat's answer is known
+NONE_ANSWERED = frozenset({"put", "erase", "clear"})
 MAX_ROUNDS = 1024  #: log messages per writer whose ends the master notes to answer them one by one
 MAX_WINDOW = 64  #: snapshot chunks one ``sfetch`` gets at most
 CHUNK_HEADROOM = 1024  #: bytes of a chunk message left for its fields beside the entries (and its two keys)
@@ -108,7 +110,7 @@ class MasterSide(ClaimSide):
                 del self._origins[next(iter(self._origins))]  # the writer that moved least recently
         done = self.state.applied_n(writer)
         if n <= done:  # a repeat (its answer was lost, or it went to an earlier master): answer again
-            self._note_forgotten(writer, n)
+            self._note_repeat(writer, n, cmd)
             self._acked_n[writer] = min(self._acked_n.get(writer, 0), n - 1)
             self._unacked[writer] = None
             self._advance_durable()
@@ -137,22 +139,36 @@ class MasterSide(ClaimSide):
         for n, command in msg.writes:
             self._on_write(msg.writer, n, msg.origin, command, now)
 
-    def _note_forgotten(self, writer: str, n: int) -> None:
-        """A repeat of applied write ``n``: when neither the state (its writer's last RESULTS_KEPT
-        answers) nor this master (answers not sent yet) holds its answer, and the state's are full
-        (so older ones were dropped), the answer is unknown: it is answered AnswerForgotten, not
-        None (which reads as success, and put_unique's as "not inserted")."""
-        results = self.state.applied[writer].results
-        if n in results or len(results) < RESULTS_KEPT or n > min(results):
-            return  # kept, or nothing was ever dropped, or a write since the oldest kept: no answer
-        if n in self._unanswered.get(writer, ()):
+    def _note_repeat(self, writer: str, n: int, cmd: Any) -> None:
+        """A repeat of applied write ``n`` (command ``cmd``, as on the wire): take its answer now, for
+        when it is answered (the state may drop it meanwhile). Its answer is the state's (the last
+        RESULTS_KEPT answers of the writer's writes that have one), or this master's (computed and
+        not sent yet), or None: a put, an erase or a clear, a write this master applied and has not
+        answered, or one no older than the state's oldest kept answer (none was dropped). Otherwise
+        it is unknown: the write is answered AnswerForgotten, not None (which reads as success, and
+        put_unique's as "not inserted")."""
+        a = self.state.applied.get(writer)
+        if a is None:
             return
-        forgotten = self._forgotten.get(writer)
-        if forgotten is None:
-            forgotten = self._forgotten[writer] = {}
-        forgotten[n] = None
-        if len(forgotten) > MAX_UNANSWERED:
-            del forgotten[next(iter(forgotten))]
+        results = a.results
+        if n in results:
+            answer = results[n]
+        elif n in self._unanswered.get(writer, ()):
+            return  # sent with this master's other answers
+        elif len(results) < RESULTS_KEPT or n > min(results) or (isinstance(cmd, list) and cmd[:1]
+                                                                 and cmd[0] in NONE_ANSWERED):
+            return  # None
+        elif n > self._acked_n.get(writer, 0) and n >= self._applied_from.get(writer, n + 1):
+            return  # applied here, not answered yet, and not in _unanswered: None
+        else:
+            answer = ["error", *AnswerForgotten(f"write {n} of {writer} was applied; its answer was forgotten "
+                                                f"(a repeat past the last {RESULTS_KEPT} answers kept)").to_wire()]
+        repeats = self._repeat_answers.get(writer)
+        if repeats is None:
+            repeats = self._repeat_answers[writer] = {}
+        repeats[n] = answer
+        if len(repeats) > MAX_UNANSWERED:
+            del repeats[next(iter(repeats))]
 
     def _check_acting(self, cmd: Any, origin: str) -> None:
         """Raise StoreError unless a write that acts for a node (``acts_for``) comes from that node's
@@ -175,7 +191,9 @@ class MasterSide(ClaimSide):
         except StoreError as exc:
             op, result = ("noop",), ["error", *exc.to_wire()]
         self._append(Record(self.state.last_seq + 1, self.epoch, hlc, origin, writer, n, op, result))  # type: ignore[arg-type]  # epoch: set while master
-        self._acked_n.setdefault(writer, 0)
+        if writer not in self._applied_from:  # its first write this mastership applies
+            self._applied_from[writer] = n
+            self._acked_n.setdefault(writer, 0)
         self._unacked[writer] = None
         if result is not None:
             # The state remembers a writer's last RESULTS_KEPT answers (for repeats), but more writes
@@ -232,7 +250,7 @@ class MasterSide(ClaimSide):
                 self._rounds.pop(writer, None)
                 if a is None:
                     self._unanswered.pop(writer, None)
-                    self._forgotten.pop(writer, None)
+                    self._repeat_answers.pop(writer, None)
                 continue
             if a.seq <= durable:
                 upto = a.n
@@ -260,16 +278,14 @@ class MasterSide(ClaimSide):
                     del unanswered[n]
                 if not unanswered:
                     del self._unanswered[writer]
-            forgotten = self._forgotten.get(writer)
-            if forgotten:  # repeats whose answers are gone (_note_forgotten); rare, and few
-                for n in [n for n in forgotten if n <= upto]:
-                    del forgotten[n]
-                    if n > acked and n not in results:
-                        results[n] = ["error", *AnswerForgotten(
-                            f"write {n} of {writer} was applied; its answer was forgotten (a repeat past the "
-                            f"last {RESULTS_KEPT} answers kept)").to_wire()]
-                if not forgotten:
-                    del self._forgotten[writer]
+            repeats = self._repeat_answers.get(writer)
+            if repeats:  # the answers of repeats, taken as they arrived (_note_repeat); rare, and few
+                for n in [n for n in repeats if n <= upto]:
+                    answer = repeats.pop(n)
+                    if n > acked:
+                        results.setdefault(n, answer)
+                if not repeats:
+                    del self._repeat_answers[writer]
             if writer == self.id:
                 self._writer.answered(upto, results)
                 self._collect_answers()

@@ -44,6 +44,9 @@ class WriteRounds:
         self._answered: dict[anyio.Event, None] = {}  # rounds answered since the last wake()
         self._to_wake: deque[anyio.Event] = deque()  # answered rounds run() sets, one a loop pass
         self._wake_more = anyio.Event()
+        # a round woken with some of its writes still unanswered: its event, and the one those wait
+        # on next (shared, as the round's was; its tasks run one after another when it is set)
+        self._regrouped: tuple[anyio.Event | None, anyio.Event | None] = (None, None)
 
     def place(self, n: int) -> bool:
         """Note write ``n`` in the current round. True when it opens a round: the caller then makes
@@ -69,7 +72,11 @@ class WriteRounds:
             while (outcome := self._outcomes.pop(n, None)) is None:
                 await event.wait()
                 if n not in self._outcomes:  # woken with writes placed beside it: its answer is still to come
-                    event = self._waiting[n] = anyio.Event()
+                    old, new = self._regrouped
+                    if old is not event or new is None or new.is_set():
+                        new = anyio.Event()
+                        self._regrouped = (event, new)
+                    event = self._waiting[n] = new
         finally:
             self._waiting.pop(n, None)
             self._outcomes.pop(n, None)
@@ -108,5 +115,5 @@ class WriteRounds:
     def fail_all(self, outcome: Outcome) -> None:
         """Answer every write still waiting with ``outcome`` and wake them all now (the store closed)."""
         for n, event in self._waiting.items():
-            self._outcomes[n] = outcome
+            self._outcomes.setdefault(n, outcome)  # (an answer already in stands)
             event.set()

@@ -729,17 +729,20 @@ def test_each_log_message_is_answered_once_acknowledged_not_when_the_last_is(wri
 
 
 def test_a_repeat_whose_answer_is_forgotten_is_answered_answer_forgotten_not_none() -> None:
-    """A writer without a replica places 200 put_uniques and 100 puts; all are answered. Its answers
-    are "lost" and it sends them all again: the last RESULTS_KEPT put_uniques get their kept answer
-    (True), the older ones AnswerForgotten (applied, answer unknown), not None (which put_unique
-    read as "not inserted"); the puts after the oldest kept answer are answered None as before."""
+    """A writer without a replica places 10 puts, 5 increments, 200 put_uniques and 100 puts; all
+    are answered. Its answers are "lost" and it sends them all again: the last RESULTS_KEPT
+    put_uniques get their kept answer (True); the older put_uniques and the increments (None, or a
+    TypeClash: nobody knows any more) AnswerForgotten (applied, answer unknown), not None (which
+    put_unique read as "not inserted", and which reads as success); the puts None, as before."""
     net = SimNet(["a", "b"], seed=16)
     net.tag("a")
     net.run(0.5)
     master = net.nodes["a"].replica
     epoch = list(master.epoch)
     out = record_sends(master)
-    commands = [PutUnique(f"u{i}", i, None, "", 0) for i in range(200)] + [Put(f"p{i}", i) for i in range(100)]
+    commands: list[Any] = [Put(f"p{i}", i) for i in range(10)] + [Increment(f"c{i}", 1) for i in range(5)]
+    commands += [PutUnique(f"u{i}", i, None, "", 0) for i in range(200)] + [Put(f"q{i}", i) for i in range(100)]
+    uniques = range(16, 216)
 
     def place_all() -> dict[int, Any]:
         sent = len(out)
@@ -752,11 +755,38 @@ def test_a_repeat_whose_answer_is_forgotten_is_answered_answer_forgotten_not_non
         return {n: r for m in wacks for n, r in m[4]}
 
     first = place_all()
-    assert [first.get(n) for n in range(1, 201)] == [True] * 200 and not any(n in first for n in range(201, 301))
+    assert sorted(first) == list(uniques) and all(first[n] is True for n in uniques)
     again = place_all()
-    kept = range(200 - RESULTS_KEPT + 1, 201)
+    kept = range(216 - RESULTS_KEPT, 216)
     assert [again.get(n) for n in kept] == [True] * RESULTS_KEPT
-    for n in range(1, 200 - RESULTS_KEPT + 1):
-        assert isinstance(error_from_wire(again[n][1:]), AnswerForgotten), again.get(n)
-    assert not any(n in again for n in range(201, 301))  # puts: answered None (no entry)
-    assert not master._forgotten
+    for n in [*range(11, 16), *range(16, 216 - RESULTS_KEPT)]:
+        assert isinstance(error_from_wire(again[n][1:]), AnswerForgotten), (n, again.get(n))
+    assert not any(n in again for n in [*range(1, 11), *range(216, 316)])  # puts: answered None (no entry)
+    assert not master._repeat_answers
+
+
+def test_a_slow_write_sent_again_keeps_its_answer() -> None:
+    """A put, an increment and 100 put_uniques wait for a paused replica (durability one, no other
+    live replica), and their writer sends them again meanwhile: once durable, the put and the
+    increment are answered None (the put has no answer to forget; the increment's, None, is known to
+    the master that applied it and has not answered it) and each put_unique True, not AnswerForgotten."""
+    net = SimNet(["a", "b"], seed=17)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    epoch = list(master.epoch)
+    out = record_sends(master)
+    net.pause("b")
+    commands = [Put("p", 1), Increment("c", 1)] + [PutUnique(f"u{i}", i, None, "", 0) for i in range(100)]
+    for _ in range(2):  # the second time: repeats (the writer's retry), the first not durable yet
+        for n, command in enumerate(commands, 1):
+            master.handle(["write", "job", n, "e" * 32, command.to_wire(), epoch], net.now)
+        net._flush("a")
+        net.run(1.0)
+    assert not [m for m in out if m[0] == "wack"]
+    net.resume("b")
+    net.run(2.0)
+    wacks = [m for m in out if m[0] == "wack" and m[2] == "job"]
+    assert max(m[3] for m in wacks) == len(commands)
+    answers = {n: r for m in wacks for n, r in m[4]}
+    assert sorted(answers) == list(range(3, 103)) and all(answers[n] is True for n in range(3, 103))

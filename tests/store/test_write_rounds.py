@@ -73,3 +73,59 @@ async def test_a_cancelled_writer_is_forgotten_and_closing_fails_the_rest() -> N
         await anyio.wait_all_tasks_blocked()
         assert outcomes == {2: ("error", "closed")}
         tg.cancel_scope.cancel()
+
+
+async def test_a_round_answered_in_two_parts_wakes_its_rest_together() -> None:
+    """Half a round answered (its log message split between two): its other half waits on one new
+    event, shared, so that it wakes in one loop pass when answered, not one pass per write."""
+    rounds = WriteRounds()
+    done: list[int] = []
+
+    async def writer(n: int) -> None:
+        await rounds.outcome(n)
+        done.append(n)
+
+    ns = list(range(1, ROUND_WRITES + 1))
+    half = ROUND_WRITES // 2
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rounds.run)
+        for n in ns:
+            rounds.place(n)
+            tg.start_soon(writer, n)
+        await anyio.wait_all_tasks_blocked()
+        for n in ns[:half]:
+            rounds.answer(n, ("ok", None))
+        rounds.wake()
+        await anyio.wait_all_tasks_blocked()
+        assert done == ns[:half]
+        for n in ns[half:]:
+            rounds.answer(n, ("ok", None))
+        rounds.wake()
+        await anyio.lowlevel.checkpoint()
+        assert done == ns
+        tg.cancel_scope.cancel()
+
+
+async def test_closing_keeps_the_answers_already_in() -> None:
+    """Rounds answered and queued for waking when the store closes: their writes keep their
+    answers; only the unanswered fail."""
+    rounds = WriteRounds()
+    outcomes: dict[int, Any] = {}
+
+    async def writer(n: int) -> None:
+        outcomes[n] = await rounds.outcome(n)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rounds.run)
+        for n in range(1, 2 * ROUND_WRITES + 2):
+            rounds.place(n)
+            tg.start_soon(writer, n)
+        await anyio.wait_all_tasks_blocked()
+        for n in range(1, 2 * ROUND_WRITES + 1):
+            rounds.answer(n, ("ok", n))
+        rounds.wake()  # the first round now, the second one pass later
+        rounds.fail_all(("error", "closed"))
+        await anyio.wait_all_tasks_blocked()
+        assert outcomes == {**{n: ("ok", n) for n in range(1, 2 * ROUND_WRITES + 1)},
+                            2 * ROUND_WRITES + 1: ("error", "closed")}
+        tg.cancel_scope.cancel()
