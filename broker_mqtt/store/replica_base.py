@@ -124,6 +124,7 @@ class ReplicaBase:
         # writer -> n -> the answer of a repeat, taken when it arrives (see _note_repeat)
         self._repeat_answers: dict[str, dict[int, Any]] = {}
         self._applied_from: dict[str, int] = {}  # writer -> the first n this mastership applied
+        self._sent_upto: dict[str, int] = {}  # writer -> the highest n answered this mastership (never lowered)
         self._origins: dict[str, str] = {}  # writer -> the endpoint its writes came from (for its answers)
         self._out_log: list[Record] = []
         # writer side

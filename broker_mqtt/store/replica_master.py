@@ -13,7 +13,7 @@ from collections import deque
 from typing import Any
 
 from ..wire.identity import node_endpoint
-from .commands import ComputedCommand, decode_command
+from .commands import Clear, ComputedCommand, Erase, Put, decode_command
 from .errors import AnswerForgotten, StoreError, StoreProtocolError
 from .replica_base import MAX_ORIGINS, _Member
 from .replica_claim import ClaimSide
@@ -31,6 +31,16 @@ NONE_ANSWERED = frozenset({"put", "erase", "clear"})
 MAX_ROUNDS = 1024  #: log messages per writer whose ends the master notes to answer them one by one
 MAX_WINDOW = 64  #: snapshot chunks one ``sfetch`` gets at most
 CHUNK_HEADROOM = 1024  #: bytes of a chunk message left for its fields beside the entries (and its two keys)
+
+
+def _answers_none(cmd: Any) -> bool:
+    """Whether ``cmd`` (as on the wire) is a put, an erase or a clear: applied, always answered None."""
+    if not (isinstance(cmd, list) and cmd[:1] and cmd[0] in NONE_ANSWERED):
+        return False
+    try:
+        return type(decode_command(cmd)) in (Put, Erase, Clear)
+    except StoreError:
+        return False  # malformed: it was answered an error
 
 
 class MasterSide(ClaimSide):
@@ -100,7 +110,9 @@ class MasterSide(ClaimSide):
         m.acked = max(m.acked, seq)
         self._advance_durable()
 
-    def _on_write(self, writer: str, n: int, origin: str, cmd: list[Any], now: float) -> None:
+    def _on_write(self, writer: str, n: int, origin: str, cmd: list[Any], now: float, advance: bool = True) -> None:
+        """Apply (or hold) write ``n`` of ``writer``, or answer it again if it is a repeat (``advance``:
+        at once; False: the caller advances once for a whole message)."""
         if self.role is not Role.MASTER:
             return
         if self._origins.get(writer) != origin:
@@ -111,9 +123,13 @@ class MasterSide(ClaimSide):
         done = self.state.applied_n(writer)
         if n <= done:  # a repeat (its answer was lost, or it went to an earlier master): answer again
             self._note_repeat(writer, n, cmd)
-            self._acked_n[writer] = min(self._acked_n.get(writer, 0), n - 1)
+            acked = self._acked_n.get(writer)
+            # a writer first heard of by this master re-sends from its first unanswered write (in n
+            # order): what comes before n it holds answered
+            self._acked_n[writer] = n - 1 if acked is None else min(acked, n - 1)
             self._unacked[writer] = None
-            self._advance_durable()
+            if advance:
+                self._advance_durable()
             return
         if n > done + 1:
             held = self._held.setdefault(writer, {})
@@ -137,7 +153,8 @@ class MasterSide(ClaimSide):
         if msg.writer == self.id or msg.epoch is None or msg.epoch != self.epoch:
             return  # own writes, or writes for another mastership (as for one write)
         for n, command in msg.writes:
-            self._on_write(msg.writer, n, msg.origin, command, now)
+            self._on_write(msg.writer, n, msg.origin, command, now, advance=False)
+        self._advance_durable()  # once for the message: repeats answered together, not one wack each
 
     def _note_repeat(self, writer: str, n: int, cmd: Any) -> None:
         """A repeat of applied write ``n`` (command ``cmd``, as on the wire): take its answer now, for
@@ -151,15 +168,13 @@ class MasterSide(ClaimSide):
         if a is None:
             return
         results = a.results
+        answer: Any = None
         if n in results:
             answer = results[n]
         elif n in self._unanswered.get(writer, ()):
             return  # sent with this master's other answers
-        elif len(results) < RESULTS_KEPT or n > min(results) or (isinstance(cmd, list) and cmd[:1]
-                                                                 and cmd[0] in NONE_ANSWERED):
-            return  # None
-        elif n > self._acked_n.get(writer, 0) and n >= self._applied_from.get(writer, n + 1):
-            return  # applied here, not answered yet, and not in _unanswered: None
+        elif self._known_none(writer, a, n) or _answers_none(cmd):
+            pass  # None, noted now: writes applied before it is answered can make it unknown to _determined
         else:
             answer = ["error", *AnswerForgotten(f"write {n} of {writer} was applied; its answer was forgotten "
                                                 f"(a repeat past the last {RESULTS_KEPT} answers kept)").to_wire()]
@@ -169,6 +184,38 @@ class MasterSide(ClaimSide):
         repeats[n] = answer
         if len(repeats) > MAX_UNANSWERED:
             del repeats[next(iter(repeats))]
+
+    def _known_none(self, writer: str, a: Any, n: int) -> bool:
+        """Whether applied write ``n`` of ``writer`` (its applied state ``a``), with no kept answer,
+        is known to have answered None: this master applied it and has not answered it (so an
+        answer would be in _unanswered), or the state's answers were never full, or ``n`` is newer
+        than the oldest of them (none dropped since)."""
+        results = a.results
+        return (n > self._sent_upto.get(writer, 0) and n >= self._applied_from.get(writer, a.n + 1)) \
+            or len(results) < RESULTS_KEPT or n > min(results)
+
+    def _determined(self, writer: str, a: Any, acked: int, upto: int) -> int:
+        """The highest n up to ``upto`` such that every write of ``writer`` after ``acked`` up to it
+        has a known answer: answering further would answer None for a write whose repeat has not
+        arrived yet and whose answer may be forgotten (it is then known when the repeat arrives, in
+        n order, _note_repeat). The usual case, every write applied here and none answered, scans
+        nothing."""
+        sent = self._sent_upto.get(writer, 0)
+        first = self._applied_from.get(writer, a.n + 1)
+        if acked >= sent and acked + 1 >= first:
+            return upto
+        results = a.results
+        if len(results) < RESULTS_KEPT:
+            return upto  # no answer was ever dropped: what is not kept is None
+        oldest = min(results)
+        unanswered = self._unanswered.get(writer, {})
+        repeats = self._repeat_answers.get(writer, {})
+        for n in range(acked + 1, upto + 1):
+            if (n > sent and n >= first) or n > oldest:
+                return upto  # known (_known_none), and so is every later one
+            if n not in results and n not in unanswered and n not in repeats:
+                return n - 1
+        return upto
 
     def _check_acting(self, cmd: Any, origin: str) -> None:
         """Raise StoreError unless a write that acts for a node (``acts_for``) comes from that node's
@@ -193,7 +240,9 @@ class MasterSide(ClaimSide):
         self._append(Record(self.state.last_seq + 1, self.epoch, hlc, origin, writer, n, op, result))  # type: ignore[arg-type]  # epoch: set while master
         if writer not in self._applied_from:  # its first write this mastership applies
             self._applied_from[writer] = n
-            self._acked_n.setdefault(writer, 0)
+            # a writer first heard of now holds the answers before n (it re-sends what it has not,
+            # in n order, before its new writes: those would be repeats, heard first)
+            self._acked_n.setdefault(writer, n - 1)
         self._unacked[writer] = None
         if result is not None:
             # The state remembers a writer's last RESULTS_KEPT answers (for repeats), but more writes
@@ -254,7 +303,6 @@ class MasterSide(ClaimSide):
                 continue
             if a.seq <= durable:
                 upto = a.n
-                answered.append(writer)
                 self._rounds.pop(writer, None)
             else:  # its last write is not durable yet: answer the log messages before it that are
                 rounds = self._rounds.get(writer)
@@ -263,7 +311,14 @@ class MasterSide(ClaimSide):
                     upto = rounds.popleft()[1]
                 if upto <= acked:
                     continue
+            upto = self._determined(writer, a, acked, upto)
+            if upto <= acked:
+                continue  # its next repeat tells what to answer
+            if upto == a.n:
+                answered.append(writer)
             self._acked_n[writer] = upto
+            if upto > self._sent_upto.get(writer, 0):
+                self._sent_upto[writer] = upto
             results = {n: r for n, r in a.results.items() if acked < n <= upto}
             unanswered = self._unanswered.get(writer)
             if unanswered:
@@ -282,7 +337,7 @@ class MasterSide(ClaimSide):
             if repeats:  # the answers of repeats, taken as they arrived (_note_repeat); rare, and few
                 for n in [n for n in repeats if n <= upto]:
                     answer = repeats.pop(n)
-                    if n > acked:
+                    if n > acked and answer is not None:
                         results.setdefault(n, answer)
                 if not repeats:
                     del self._repeat_answers[writer]

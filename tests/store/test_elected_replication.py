@@ -728,12 +728,28 @@ def test_each_log_message_is_answered_once_acknowledged_not_when_the_last_is(wri
     assert not master._unacked and not master._rounds
 
 
-def test_a_repeat_whose_answer_is_forgotten_is_answered_answer_forgotten_not_none() -> None:
+def _as_writer_reads(wacks: list[list[Any]], ns: list[int]) -> dict[int, Any]:
+    """What a writer with writes ``ns`` pending reads from ``wacks`` in order (as WriterCore does):
+    each wack answers every pending write up to its ``upto``, with its result or None."""
+    pending, got = sorted(ns), {}
+    for m in wacks:
+        upto, results = m[3], dict(m[4])
+        while pending and pending[0] <= upto:
+            n = pending.pop(0)
+            got[n] = results.get(n)
+    assert not pending, f"never answered: {pending[:5]}"
+    return got
+
+
+@pytest.mark.parametrize("together", [False, True])
+def test_a_repeat_whose_answer_is_forgotten_is_answered_answer_forgotten_not_none(together: bool) -> None:
     """A writer without a replica places 10 puts, 5 increments, 200 put_uniques and 100 puts; all
-    are answered. Its answers are "lost" and it sends them all again: the last RESULTS_KEPT
-    put_uniques get their kept answer (True); the older put_uniques and the increments (None, or a
-    TypeClash: nobody knows any more) AnswerForgotten (applied, answer unknown), not None (which
-    put_unique read as "not inserted", and which reads as success); the puts None, as before."""
+    are answered. Its answers are "lost" and it sends them all again (one message each, or
+    together): the last RESULTS_KEPT put_uniques get their kept answer (True); the older put_uniques
+    and the increments (None, or a TypeClash: nobody knows any more) AnswerForgotten (applied,
+    answer unknown), not None (which put_unique read as "not inserted", and which reads as
+    success); the puts None, as before. Read as the writer reads them: a wack answers every write
+    up to its ``upto``, so none may go out before the answers up to there are known."""
     net = SimNet(["a", "b"], seed=16)
     net.tag("a")
     net.run(0.5)
@@ -742,26 +758,30 @@ def test_a_repeat_whose_answer_is_forgotten_is_answered_answer_forgotten_not_non
     out = record_sends(master)
     commands: list[Any] = [Put(f"p{i}", i) for i in range(10)] + [Increment(f"c{i}", 1) for i in range(5)]
     commands += [PutUnique(f"u{i}", i, None, "", 0) for i in range(200)] + [Put(f"q{i}", i) for i in range(100)]
-    uniques = range(16, 216)
+    ns = list(range(1, len(commands) + 1))
 
-    def place_all() -> dict[int, Any]:
+    def place_all(grouped: bool) -> dict[int, Any]:
         sent = len(out)
-        for n, command in enumerate(commands, 1):
-            master.handle(["write", "job", n, "e" * 32, command.to_wire(), epoch], net.now)
+        if grouped:
+            for i in range(0, len(commands), 256):
+                master.handle(["writes", "job", "e" * 32, [[n, c.to_wire()] for n, c in
+                                                           enumerate(commands[i:i + 256], i + 1)], epoch], net.now)
+        else:
+            for n, command in enumerate(commands, 1):
+                master.handle(["write", "job", n, "e" * 32, command.to_wire(), epoch], net.now)
         net._flush("a")
         net.run(0.5)
-        wacks = [m for m in out[sent:] if m[0] == "wack" and m[2] == "job"]
-        assert wacks and max(m[3] for m in wacks) == len(commands)
-        return {n: r for m in wacks for n, r in m[4]}
+        return _as_writer_reads([m for m in out[sent:] if m[0] == "wack" and m[2] == "job"], ns)
 
-    first = place_all()
-    assert sorted(first) == list(uniques) and all(first[n] is True for n in uniques)
-    again = place_all()
-    kept = range(216 - RESULTS_KEPT, 216)
-    assert [again.get(n) for n in kept] == [True] * RESULTS_KEPT
+    first = place_all(False)
+    assert [first[n] for n in range(16, 216)] == [True] * 200
+    assert all(first[n] is None for n in [*range(1, 16), *range(216, 316)])
+    again = place_all(together)
+    assert [again[n] for n in range(216 - RESULTS_KEPT, 216)] == [True] * RESULTS_KEPT
     for n in [*range(11, 16), *range(16, 216 - RESULTS_KEPT)]:
-        assert isinstance(error_from_wire(again[n][1:]), AnswerForgotten), (n, again.get(n))
-    assert not any(n in again for n in [*range(1, 11), *range(216, 316)])  # puts: answered None (no entry)
+        assert isinstance(again[n], list) and isinstance(error_from_wire(again[n][1:]), AnswerForgotten), \
+            (n, again[n])
+    assert all(again[n] is None for n in [*range(1, 11), *range(216, 316)])
     assert not master._repeat_answers
 
 
@@ -786,7 +806,93 @@ def test_a_slow_write_sent_again_keeps_its_answer() -> None:
     assert not [m for m in out if m[0] == "wack"]
     net.resume("b")
     net.run(2.0)
+    answers = _as_writer_reads([m for m in out if m[0] == "wack" and m[2] == "job"], list(range(1, 103)))
+    assert answers == {1: None, 2: None, **{n: True for n in range(3, 103)}}
+
+
+def test_repeats_to_a_new_master_get_the_answers_it_knows_and_no_none_for_the_rest() -> None:
+    """200 put_uniques of a writer without a replica are applied and durable, and the master dies
+    before its answers arrive. The writer sends them all again to the next master: the last
+    RESULTS_KEPT are answered True (the state carried their answers), the others AnswerForgotten,
+    none None."""
+    net = SimNet(["a", "b", "c"], seed=18)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    commands = [PutUnique(f"u{i}", i, None, "", 0) for i in range(200)]
+    wire = [[n, c.to_wire()] for n, c in enumerate(commands, 1)]
+    master.handle(["writes", "job", "e" * 32, wire, list(master.epoch)], net.now)
+    net._flush("a")
+    net.run(0.5)
+    assert net.contents("b") == net.contents("c") == {f"u{i}": i for i in range(200)}
+    net.kill("a")
+    net.untag("a")
+    net.tag("b")
+    net.run(3.0)
+    new = net.nodes["b"].replica
+    assert new.is_master
+    out = record_sends(new)
+    new.handle(["writes", "job", "e" * 32, wire, list(new.epoch)], net.now)
+    net._flush("b")
+    net.run(0.5)
+    answers = _as_writer_reads([m for m in out if m[0] == "wack" and m[2] == "job"], list(range(1, 201)))
+    assert [answers[n] for n in range(201 - RESULTS_KEPT, 201)] == [True] * RESULTS_KEPT
+    assert all(isinstance(error_from_wire(answers[n][1:]), AnswerForgotten) for n in range(1, 201 - RESULTS_KEPT))
+    assert net.contents("b") == {f"u{i}": i for i in range(200)}  # answered, not applied again
+
+
+def test_a_writer_that_carries_on_under_a_new_master_is_answered() -> None:
+    """A writer without a replica wrote 100 put_uniques, answered by one master (more than the
+    RESULTS_KEPT answers the state keeps). Under the next master it carries on with new writes
+    only: they are answered (the next master does not wait for answers to writes it never needs)."""
+    net = SimNet(["a", "b", "c"], seed=19)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    wire = [[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(1, 101)]
+    master.handle(["writes", "job", "e" * 32, wire, list(master.epoch)], net.now)
+    net._flush("a")
+    net.run(0.5)
+    net.kill("a")
+    net.untag("a")
+    net.tag("b")
+    net.run(3.0)
+    new = net.nodes["b"].replica
+    assert new.is_master
+    out = record_sends(new)
+    new.handle(["writes", "job", "e" * 32, [[101, Put("p", 1).to_wire()], [102, PutUnique("u1", 0, None, "", 0).to_wire()]],
+                list(new.epoch)], net.now)
+    net._flush("b")
+    net.run(0.5)
     wacks = [m for m in out if m[0] == "wack" and m[2] == "job"]
-    assert max(m[3] for m in wacks) == len(commands)
-    answers = {n: r for m in wacks for n, r in m[4]}
-    assert sorted(answers) == list(range(3, 103)) and all(answers[n] is True for n in range(3, 103))
+    assert wacks and wacks[-1][3] == 102 and dict(wacks[-1][4]).get(102) is False
+    assert not new._unacked
+
+
+def test_a_repeat_followed_by_many_new_writes_is_answered_at_once() -> None:
+    """Under a new master a writer re-sends an increment (applied by the last master, answer None)
+    and goes on with 99 new put_uniques in the same message: the repeat's answer, None, known when
+    it arrived, stays known after the new answers push the state's oldest kept answer past it. One
+    answer for all, without waiting for the writer's next retry."""
+    net = SimNet(["a", "b", "c"], seed=20)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    wire = [[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(1, 101)] + [[101, Increment("c", 1).to_wire()]]
+    master.handle(["writes", "job", "e" * 32, wire, list(master.epoch)], net.now)
+    net._flush("a")
+    net.run(0.5)
+    net.kill("a")
+    net.untag("a")
+    net.tag("b")
+    net.run(3.0)
+    new = net.nodes["b"].replica
+    assert new.is_master
+    out = record_sends(new)
+    more = [[101, Increment("c", 1).to_wire()]] + [[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(102, 201)]
+    new.handle(["writes", "job", "e" * 32, more, list(new.epoch)], net.now)
+    net._flush("b")
+    net.run(0.3)  # less than the writer's retry interval
+    answers = _as_writer_reads([m for m in out if m[0] == "wack" and m[2] == "job"], list(range(101, 201)))
+    assert answers == {101: None, **{n: True for n in range(102, 201)}}
+    assert net.contents("b")["c"] == 1
