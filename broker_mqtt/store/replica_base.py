@@ -125,6 +125,7 @@ class ReplicaBase:
         self._repeat_answers: dict[str, dict[int, Any]] = {}
         self._applied_from: dict[str, int] = {}  # writer -> the first n this mastership applied
         self._sent_upto: dict[str, int] = {}  # writer -> the highest n answered this mastership (never lowered)
+        self._held_back: dict[str, float] = {}  # writer -> since when _determined holds its answers back
         self._origins: dict[str, str] = {}  # writer -> the endpoint its writes came from (for its answers)
         self._out_log: list[Record] = []
         # writer side

@@ -199,11 +199,26 @@ class MasterSide(ClaimSide):
         has a known answer: answering further would answer None for a write whose repeat has not
         arrived yet and whose answer may be forgotten (it is then known when the repeat arrives, in
         n order, _note_repeat). The usual case, every write applied here and none answered, scans
-        nothing."""
+        nothing. It holds a writer back for two retry intervals at most: by then every write the
+        writer still waits for came again (it re-sends them all each interval), so what is still
+        unknown is answered to a writer that holds its answer already (or, were its repeats lost
+        twice, None, as before AnswerForgotten), never kept waiting."""
         sent = self._sent_upto.get(writer, 0)
         first = self._applied_from.get(writer, a.n + 1)
         if acked >= sent and acked + 1 >= first:
             return upto
+        capped = self._cap(writer, a, acked, upto, sent, first)
+        if capped == upto:
+            self._held_back.pop(writer, None)
+            return upto
+        since = self._held_back.setdefault(writer, self._now)
+        if self._now - since > 2 * self.config.retry_interval:
+            del self._held_back[writer]
+            return upto
+        return capped
+
+    def _cap(self, writer: str, a: Any, acked: int, upto: int, sent: int, first: int) -> int:
+        """_determined's scan: the last n of (acked, upto] before the first without a known answer."""
         results = a.results
         if len(results) < RESULTS_KEPT:
             return upto  # no answer was ever dropped: what is not kept is None

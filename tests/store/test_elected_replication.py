@@ -896,3 +896,34 @@ def test_a_repeat_followed_by_many_new_writes_is_answered_at_once() -> None:
     answers = _as_writer_reads([m for m in out if m[0] == "wack" and m[2] == "job"], list(range(101, 201)))
     assert answers == {101: None, **{n: True for n in range(102, 201)}}
     assert net.contents("b")["c"] == 1
+
+
+def test_a_writer_whose_repeats_stopped_coming_is_not_held_back_for_ever() -> None:
+    """A writer's answers up to 600 reach it, but its retry (crossing them) reaches the master only in
+    part: 101..356 again. The master cannot tell the answers of 357..600 any more and holds them back
+    for the repeats, which never come (the writer has them). The writer's next write, 601, is still
+    answered: within two retry intervals, not never."""
+    net = SimNet(["a", "b"], seed=21)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    epoch = list(master.epoch)
+    out = record_sends(master)
+    wire = [[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(1, 601)]
+    for i in range(0, 600, 200):
+        master.handle(["writes", "job", "e" * 32, wire[i:i + 200], epoch], net.now)
+    net._flush("a")
+    net.run(0.5)
+    assert max(m[3] for m in out if m[0] == "wack" and m[2] == "job") == 600
+    master.handle(["writes", "job", "e" * 32, wire[100:356], epoch], net.now)  # the part that came
+    new = ["write", "job", 601, "e" * 32, Put("p", 1).to_wire(), epoch]
+    master.handle(new, net.now)
+    net._flush("a")
+    for _ in range(4):  # the writer re-sends 601 every retry interval
+        net.run(1.0)
+        if max(m[3] for m in out if m[0] == "wack" and m[2] == "job") >= 601:
+            break
+        master.handle(new, net.now)
+        net._flush("a")
+    assert max(m[3] for m in out if m[0] == "wack" and m[2] == "job") == 601
+    assert not master._unacked and not master._held_back
