@@ -212,7 +212,7 @@ class MasterSide(ClaimSide):
             self._held_back.pop(writer, None)
             return upto
         since = self._held_back.setdefault(writer, self._now)
-        if self._now - since > 2 * self.config.retry_interval:
+        if self._now - since >= 2 * self.config.retry_interval:
             del self._held_back[writer]
             return upto
         return capped
@@ -315,6 +315,7 @@ class MasterSide(ClaimSide):
                 if a is None:
                     self._unanswered.pop(writer, None)
                     self._repeat_answers.pop(writer, None)
+                    self._held_back.pop(writer, None)
                 continue
             if a.seq <= durable:
                 upto = a.n
