@@ -810,31 +810,41 @@ def test_a_slow_write_sent_again_keeps_its_answer() -> None:
     assert answers == {1: None, 2: None, **{n: True for n in range(3, 103)}}
 
 
-def test_repeats_to_a_new_master_get_the_answers_it_knows_and_no_none_for_the_rest() -> None:
-    """200 put_uniques of a writer without a replica are applied and durable, and the master dies
-    before its answers arrive. The writer sends them all again to the next master: the last
-    RESULTS_KEPT are answered True (the state carried their answers), the others AnswerForgotten,
-    none None."""
-    net = SimNet(["a", "b", "c"], seed=18)
+def _job_writes(net: SimNet, name: str, wire: list[list[Any]], seconds: float = 0.5) -> None:
+    """Writes ``wire`` ([[n, command], ...]) of the writer "job" (no replica) to master ``name``."""
+    replica = net.nodes[name].replica
+    replica.handle(["writes", "job", "e" * 32, wire, list(replica.epoch)], net.now)
+    net._flush(name)
+    net.run(seconds)
+
+
+def _master_dies_after(wire: list[list[Any]], seed: int) -> tuple[SimNet, Replica]:
+    """Three nodes; master "a" applies "job"'s ``wire`` (made durable), then dies before its answers
+    arrive, and "b" becomes master: the network and the new master."""
+    net = SimNet(["a", "b", "c"], seed=seed)
     net.tag("a")
     net.run(0.5)
-    master = net.nodes["a"].replica
-    commands = [PutUnique(f"u{i}", i, None, "", 0) for i in range(200)]
-    wire = [[n, c.to_wire()] for n, c in enumerate(commands, 1)]
-    master.handle(["writes", "job", "e" * 32, wire, list(master.epoch)], net.now)
-    net._flush("a")
-    net.run(0.5)
-    assert net.contents("b") == net.contents("c") == {f"u{i}": i for i in range(200)}
+    _job_writes(net, "a", wire)
     net.kill("a")
     net.untag("a")
     net.tag("b")
     net.run(3.0)
     new = net.nodes["b"].replica
     assert new.is_master
+    return net, new
+
+
+def test_repeats_to_a_new_master_get_the_answers_it_knows_and_no_none_for_the_rest() -> None:
+    """200 put_uniques of a writer without a replica are applied and durable, and the master dies
+    before its answers arrive. The writer sends them all again to the next master: the last
+    RESULTS_KEPT are answered True (the state carried their answers), the others AnswerForgotten,
+    none None."""
+    commands = [PutUnique(f"u{i}", i, None, "", 0) for i in range(200)]
+    wire = [[n, c.to_wire()] for n, c in enumerate(commands, 1)]
+    net, new = _master_dies_after(wire, seed=18)
+    assert net.contents("b") == net.contents("c") == {f"u{i}": i for i in range(200)}
     out = record_sends(new)
-    new.handle(["writes", "job", "e" * 32, wire, list(new.epoch)], net.now)
-    net._flush("b")
-    net.run(0.5)
+    _job_writes(net, "b", wire)
     answers = _as_writer_reads([m for m in out if m[0] == "wack" and m[2] == "job"], list(range(1, 201)))
     assert [answers[n] for n in range(201 - RESULTS_KEPT, 201)] == [True] * RESULTS_KEPT
     assert all(isinstance(error_from_wire(answers[n][1:]), AnswerForgotten) for n in range(1, 201 - RESULTS_KEPT))
@@ -845,25 +855,9 @@ def test_a_writer_that_carries_on_under_a_new_master_is_answered() -> None:
     """A writer without a replica wrote 100 put_uniques, answered by one master (more than the
     RESULTS_KEPT answers the state keeps). Under the next master it carries on with new writes
     only: they are answered (the next master does not wait for answers to writes it never needs)."""
-    net = SimNet(["a", "b", "c"], seed=19)
-    net.tag("a")
-    net.run(0.5)
-    master = net.nodes["a"].replica
-    wire = [[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(1, 101)]
-    master.handle(["writes", "job", "e" * 32, wire, list(master.epoch)], net.now)
-    net._flush("a")
-    net.run(0.5)
-    net.kill("a")
-    net.untag("a")
-    net.tag("b")
-    net.run(3.0)
-    new = net.nodes["b"].replica
-    assert new.is_master
+    net, new = _master_dies_after([[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(1, 101)], seed=19)
     out = record_sends(new)
-    new.handle(["writes", "job", "e" * 32, [[101, Put("p", 1).to_wire()], [102, PutUnique("u1", 0, None, "", 0).to_wire()]],
-                list(new.epoch)], net.now)
-    net._flush("b")
-    net.run(0.5)
+    _job_writes(net, "b", [[101, Put("p", 1).to_wire()], [102, PutUnique("u1", 0, None, "", 0).to_wire()]])
     wacks = [m for m in out if m[0] == "wack" and m[2] == "job"]
     assert wacks and wacks[-1][3] == 102 and dict(wacks[-1][4]).get(102) is False
     assert not new._unacked
@@ -874,25 +868,11 @@ def test_a_repeat_followed_by_many_new_writes_is_answered_at_once() -> None:
     and goes on with 99 new put_uniques in the same message: the repeat's answer, None, known when
     it arrived, stays known after the new answers push the state's oldest kept answer past it. One
     answer for all, without waiting for the writer's next retry."""
-    net = SimNet(["a", "b", "c"], seed=20)
-    net.tag("a")
-    net.run(0.5)
-    master = net.nodes["a"].replica
     wire = [[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(1, 101)] + [[101, Increment("c", 1).to_wire()]]
-    master.handle(["writes", "job", "e" * 32, wire, list(master.epoch)], net.now)
-    net._flush("a")
-    net.run(0.5)
-    net.kill("a")
-    net.untag("a")
-    net.tag("b")
-    net.run(3.0)
-    new = net.nodes["b"].replica
-    assert new.is_master
+    net, new = _master_dies_after(wire, seed=20)
     out = record_sends(new)
     more = [[101, Increment("c", 1).to_wire()]] + [[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(102, 201)]
-    new.handle(["writes", "job", "e" * 32, more, list(new.epoch)], net.now)
-    net._flush("b")
-    net.run(0.3)  # less than the writer's retry interval
+    _job_writes(net, "b", more, seconds=0.3)  # less than the writer's retry interval
     answers = _as_writer_reads([m for m in out if m[0] == "wack" and m[2] == "job"], list(range(101, 201)))
     assert answers == {101: None, **{n: True for n in range(102, 201)}}
     assert net.contents("b")["c"] == 1
