@@ -358,7 +358,7 @@ class MasterSide(ClaimSide):
                 if not repeats:
                     del self._repeat_answers[writer]
             if writer == self.id:
-                self._writer.answered(upto, results)
+                self._writer.answered(upto, results, acked)
                 self._collect_answers()
             else:
                 if members is None:
@@ -367,7 +367,7 @@ class MasterSide(ClaimSide):
                 if writer in members:
                     origin = None  # a replica's writer: answered on the log topic, after the records
                 # else a writer without a replica: answered at its endpoint only
-                self._send(WriteAck(self.epoch or (0, ""), writer, upto, results, origin))
+                self._send(WriteAck(self.epoch or (0, ""), writer, upto, results, origin, acked))
         for writer in answered:
             del self._unacked[writer]
 

@@ -228,13 +228,17 @@ class Writes:
 class WriteAck:
     """``wack``: the master of ``epoch`` holds ``writer``'s writes up to ``upto`` durably; ``results``:
     answers by write number. ``origin``: the writer's endpoint, for a writer without a replica
-    (answered there only); None for a replica's writer."""
+    (answered there only); None for a replica's writer. ``after``: the wack answers the writes after
+    it up to ``upto`` (those before were answered by an earlier wack, which the writer may not have
+    received: it re-sends them); None from a master that does not say (before 2026-11-27), whose
+    wack answers every write up to ``upto``."""
 
     epoch: Epoch
     writer: str
     upto: int
     results: dict[int, Any]
     origin: str | None = None
+    after: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,14 +276,16 @@ def group_writes(writes: list[Write]) -> list[Write | Writes]:
 def split(wire: list[Any]) -> list[list[Any]] | None:
     """A ``log``, ``writes``, ``tail`` or ``wack`` wire list too large for one message, as two halves
     (each means what its part of the whole meant; a ``wack``'s first half answers up to the write before
-    the second half's first answer); None if it cannot be split (one record, write or answer, another
+    the second half's first answer, and its second half after there); None if it cannot be split (one record, write or answer, another
     kind)."""
     kind = wire[0]
     if kind == "wack" and len(wire[4]) >= 2:
         results = sorted(wire[4], key=lambda item: item[0])
         half = len(results) // 2
-        return [[*wire[:3], results[half][0] - 1, results[:half], *wire[5:]],
-                [*wire[:4], results[half:], *wire[5:]]]
+        first_upto = results[half][0] - 1
+        second_tail = [wire[5], first_upto] if len(wire) > 6 else wire[5:]  # the second answers after the first
+        return [[*wire[:3], first_upto, results[:half], *wire[5:]],
+                [*wire[:4], results[half:], *second_tail]]
     at = {"log": 2, "writes": 3, "tail": 3}.get(kind) if isinstance(kind, str) else None
     if at is None or len(wire[at]) < 2:
         return None
@@ -302,9 +308,11 @@ def encode(msg: ReplicationMessage) -> list[Any]:
             return ["write", writer, n, origin, command, _epoch_or_none(epoch)]
         case Writes(writer=writer, origin=origin, writes=writes, epoch=epoch):
             return ["writes", writer, origin, [[n, command] for n, command in writes], _epoch_or_none(epoch)]
-        case WriteAck(epoch=epoch, writer=writer, upto=upto, results=results, origin=origin):
+        case WriteAck(epoch=epoch, writer=writer, upto=upto, results=results, origin=origin, after=after):
             wire = ["wack", list(epoch), writer, upto, [[n, r] for n, r in results.items()]]
-            if origin is not None:
+            if after is not None:  # "" where no origin: a string, as decoders from before ``after`` read
+                wire += [origin or "", after]
+            elif origin is not None:
                 wire.append(origin)
             return wire
         case Heartbeat(node=node, epoch=epoch, role=role, pos=pos, master=master):
@@ -445,8 +453,9 @@ def _decode_writes(a: list[Any]) -> Writes:
 
 def _decode_wack(a: list[Any]) -> WriteAck:
     epoch, writer, upto, results = a[:4]
-    origin = _str(a[4]) if len(a) > 4 else None
-    return WriteAck(epoch_from_wire(epoch), _str(writer), int(upto), {int(n): r for n, r in results}, origin)
+    origin = (_str(a[4]) or None) if len(a) > 4 else None
+    after = _int(a[5]) if len(a) > 5 else None
+    return WriteAck(epoch_from_wire(epoch), _str(writer), int(upto), {int(n): r for n, r in results}, origin, after)
 
 
 def _decode_resign(a: list[Any]) -> Resign:

@@ -97,9 +97,10 @@ class WriterCore:
                 self.set_master(epoch, node, now)
             case Active(epoch=epoch):
                 self.set_master(epoch, epoch[1], now)
-            case WriteAck(epoch=epoch, writer=writer, upto=upto, results=results) if writer == self.writer:
+            case WriteAck(epoch=epoch, writer=writer, upto=upto, results=results, after=after) \
+                    if writer == self.writer:
                 if self.epoch is None or epoch >= self.epoch:
-                    self.answered(upto, results)
+                    self.answered(upto, results, after, now)
 
     def tick(self, now: float) -> None:
         if now >= self._retry_at:
@@ -156,13 +157,30 @@ class WriterCore:
         ignores it."""
         return Write(self.writer, n, self.origin, p.cmd, self.epoch)
 
-    def answered(self, upto: int, results: dict[int, Any]) -> None:
-        """The master applied (durably) every write up to ``upto``; ``results``: answers by number."""
+    def answered(self, upto: int, results: dict[int, Any], after: int | None = None,
+                 now: float | None = None) -> None:
+        """The master applied (durably) every write up to ``upto``; ``results``: answers by number
+        (None where a write has none) of the writes after ``after`` (None: all). A write up to
+        ``after`` still pending here was answered by a wack that never arrived (lost on a reconnect,
+        or dropped by a full broker queue): it stays pending and is sent again (at once, given
+        ``now`` and a master: before later writes push its answer out of the state's memory), so that
+        the master answers it again (its answer, or AnswerForgotten), never None for want of it."""
         writes = self._writes
-        while writes:
-            n = next(iter(writes))
-            if n > upto:
-                break  # n order: the rest are later writes
+        if after is not None and writes and next(iter(writes)) <= after:  # an earlier wack was lost
+            due = [n for n in writes if after < n <= upto]
+            if now is not None and self.master is not None:
+                for n, p in writes.items():
+                    if n > after:
+                        break
+                    p.sent = now
+                    self._outbox.append(self._message(n, p))
+        else:  # the usual case: the first pending writes, up to upto (n order)
+            due = []
+            for n in writes:
+                if n > upto:
+                    break
+                due.append(n)
+        for n in due:
             del writes[n]
             result = results.get(n)
             if isinstance(result, list) and result[:1] == ["error"]:

@@ -22,6 +22,7 @@ from broker_mqtt.store.replica_messages import LOG_GROUP
 from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig, StaleChanged, WriteDone
 from broker_mqtt.store.versioned import RESULTS_KEPT, Clock, Record, VersionedState, fork_seq
 from broker_mqtt.store.versioned_sqlite import open_state
+from broker_mqtt.store.writer_core import WriterCore
 
 
 class Load:
@@ -472,7 +473,7 @@ def test_writers_without_a_replica_are_answered_at_their_endpoint_and_replicas_o
     net.run(0.5)
     assert net.nodes["b"].done == {n: None}  # the replica's answer: on the log topic, as before
     replica_wack = next(m for m in out if m[0] == "wack" and m[2] == "b.0")
-    assert len(replica_wack) == 5 and routes("s", replica_wack) == [(replication_topic("s"), None)]
+    assert replica_wack[5] == "" and routes("s", replica_wack) == [(replication_topic("s"), None)]  # no endpoint
     hb = ["hb", "a.0", list(master.epoch), "master", [1, list(master.epoch)], "a.0"]
     assert routes("s", hb) == [(replication_topic("s"), None), (master_topic("s"), None)]
     assert routes("s", ["hb", "b.0", list(master.epoch), "follower", [1, None], "a.0"]) == [(replication_topic("s"), None)]
@@ -730,12 +731,12 @@ def test_each_log_message_is_answered_once_acknowledged_not_when_the_last_is(wri
 
 def _as_writer_reads(wacks: list[list[Any]], ns: list[int]) -> dict[int, Any]:
     """What a writer with writes ``ns`` pending reads from ``wacks`` in order (as WriterCore does):
-    each wack answers every pending write up to its ``upto``, with its result or None."""
+    each wack answers every pending write after its ``after`` up to its ``upto``, with its result or None."""
     pending, got = sorted(ns), {}
     for m in wacks:
-        upto, results = m[3], dict(m[4])
-        while pending and pending[0] <= upto:
-            n = pending.pop(0)
+        upto, results, after = m[3], dict(m[4]), (m[6] if len(m) > 6 else 0)
+        for n in [n for n in pending if after < n <= upto]:
+            pending.remove(n)
             got[n] = results.get(n)
     assert not pending, f"never answered: {pending[:5]}"
     return got
@@ -907,3 +908,85 @@ def test_a_writer_whose_repeats_stopped_coming_is_not_held_back_for_ever() -> No
         net._flush("a")
     assert max(m[3] for m in out if m[0] == "wack" and m[2] == "job") == 601
     assert not master._unacked and not master._held_back
+
+
+def test_a_lost_wack_leaves_its_writes_pending_and_they_are_answered_again_not_none() -> None:
+    """A writer's first wack is lost (a reconnect with a clean session, a broker queue full), the
+    next arrives: it answers only the writes after the lost one's (its ``after``), so the first 20
+    put_uniques stay pending, go again at the retry and get their kept answer, True. Before, the
+    later wack answered them None, read by put_unique as "not inserted"."""
+    net = SimNet(["a", "b"], seed=19)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    out = record_sends(master)
+    writer = WriterCore("job", "e" * 32, net.now, retry_interval=1.0)
+    assert master.epoch is not None
+    writer.set_master(master.epoch, master.id, net.now)
+
+    def exchange(lose_wacks: bool) -> dict[int, Any]:
+        sent = len(out)
+        for msg in writer.to_send():
+            master.handle(msg, net.now)
+        net._flush("a")
+        net.run(0.5)
+        for msg in out[sent:]:
+            if msg[0] == "wack" and msg[2] == "job" and not lose_wacks:
+                writer.handle(msg, net.now)
+        writer.tick(net.now)
+        return dict(writer.answers())
+
+    for i in range(40):
+        writer.write(PutUnique(f"u{i}", i, None, "", 0), net.now)
+        if i == 19:
+            assert exchange(lose_wacks=True) == {}
+    assert exchange(lose_wacks=False) == {n: True for n in range(21, 41)}
+    assert writer.pending == 20
+    again: dict[int, Any] = {}
+    for _ in range(6):  # the retry (every second) sends them again
+        again |= exchange(lose_wacks=False)
+        if not writer.pending:
+            break
+    assert again == {n: True for n in range(1, 21)}
+    assert master.state.applied_n("job") == 40  # the repeats were answered, not applied
+    assert net.contents("a") == {f"u{i}": i for i in range(40)}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_with_messages_lost_a_put_unique_of_a_fresh_key_is_never_answered_none(seed: int) -> None:
+    """5 % of all messages lost: the followers' put_uniques of fresh keys are each answered True,
+    or AnswerForgotten when the answer was lost and forgotten since; never None ("not inserted"),
+    which a wack read after a lost one gave before ``after``. Each key is in the store once."""
+    with SimNet(["a", "b", "c"], seed=seed, loss=0.05) as net:
+        net.tag("a")
+        net.run(0.5)
+        placed: dict[str, dict[int, str]] = {"b": {}, "c": {}}
+        for i in range(150):
+            for w in placed:
+                placed[w][net.write(w, PutUnique(f"{w}{i}", i, None, "", 0))] = f"{w}{i}"
+            net.run(0.01)
+        net.run(10.0)
+        for w, keys in placed.items():
+            node = net.nodes[w]
+            assert set(node.done) | set(node.failed) == set(keys), w
+            assert all(node.done[n] is True for n in node.done), (w, [n for n in node.done if node.done[n] is not True])
+            assert all(isinstance(e, AnswerForgotten) for e in node.failed.values()), (w, node.failed)
+        contents = net.contents("a")
+        assert all(contents[k] == int(k[1:]) for keys in placed.values() for k in keys.values())
+
+
+def test_a_writer_sends_again_at_once_the_writes_a_lost_wack_answered() -> None:
+    """A wack that answers after write 3 while 1..3 are pending shows a lost wack: 1..3 go again
+    at once (before later writes push their answers out of the state's memory), not at the next
+    retry; 4..5 are answered, with None where the wack has no result."""
+    writer = WriterCore("w", "e" * 32, 0.0, retry_interval=1.0)
+    writer.set_master((1, "m.0"), "m.0", 0.0)
+    ns = [writer.write(PutUnique(f"k{i}", i, None, "", 0), 0.0) for i in range(6)]
+    assert [m[0] for m in writer.to_send()] == ["writes"]
+    writer.handle(["wack", [1, "m.0"], "w", 5, [[4, True]], "", 3], 0.1)
+    assert writer.answers() == [(4, True), (5, None)]
+    again = writer.to_send()
+    assert [[n for n, _ in m[3]] for m in again] == [[1, 2, 3]]
+    assert writer.pending == 4  # 1, 2, 3 and 6
+    writer.handle(["wack", [1, "m.0"], "w", 3, [[1, True], [2, False]], "", 0], 0.2)
+    assert writer.answers() == [(1, True), (2, False), (3, None)] and ns[-1] == 6 and writer.pending == 1

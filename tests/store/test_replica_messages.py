@@ -32,6 +32,7 @@ from broker_mqtt.store.replica_messages import (
     sender_of,
     split,
 )
+from broker_mqtt.store.routes import replication_topic, routes
 from broker_mqtt.store.versioned import VersionedState
 from broker_mqtt.wire import codec
 
@@ -146,3 +147,24 @@ def test_an_answer_too_large_for_one_message_splits_into_answers_that_mean_the_s
     assert halves is not None and [decode(h) for h in halves] == [WriteAck(E2, "w", 8, {3: True}, None),
                                                                   WriteAck(E2, "w", 10, {9: False}, None)]
     assert split(encode(WriteAck(E2, "w", 10, {3: True}, None))) is None  # one answer: no halves
+    # with a lower bound (answers after 2): the second half answers after the first half's upto
+    for origin in ("b", None):
+        halves = split(encode(WriteAck(E2, "w", 10, {3: True, 9: False}, origin, 2)))
+        assert halves is not None and [decode(h) for h in halves] == [WriteAck(E2, "w", 8, {3: True}, origin, 2),
+                                                                      WriteAck(E2, "w", 10, {9: False}, origin, 8)]
+
+
+def test_a_wack_with_a_lower_bound_reads_as_before_to_a_decoder_from_before_it() -> None:
+    """``after`` follows the origin; a replica's writer has none, so its place holds "" (a decoder
+    from before ``after`` reads the origin with _str, which takes no None), and the answer still
+    travels on the log topic."""
+    replica_answer = encode(WriteAck(E2, "b.0", 10, {9: False}, None, 4))
+    assert replica_answer == ["wack", [2, "b.0"], "b.0", 10, [[9, False]], "", 4]
+    assert decode(replica_answer) == WriteAck(E2, "b.0", 10, {9: False}, None, 4)
+    assert routes("s", replica_answer) == [(replication_topic("s"), None)]
+    epoch, writer, upto, results = replica_answer[1:5]  # as _decode_wack read it before
+    assert isinstance(replica_answer[5], str) and (writer, upto, results) == ("b.0", 10, [[9, False]])
+    old = encode(WriteAck(E2, "w", 10, {9: False}, "b"))  # from a master from before: no bound
+    assert old == ["wack", [2, "b.0"], "w", 10, [[9, False]], "b"] and decode(old).after is None
+    with pytest.raises(StoreDecodeError):
+        decode(["wack", [2, "b.0"], "w", 10, [], "", "4"])
