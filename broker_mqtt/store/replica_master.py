@@ -29,6 +29,9 @@ MAX_UNANSWERED = 65_536  #: answers of applied, not yet durable writes the maste
 #: commands whose answer is always None (never an error, never a value): a repeat's answer is known
 NONE_ANSWERED = frozenset({"put", "erase", "clear"})
 MAX_ROUNDS = 1024  #: log messages per writer whose ends the master notes to answer them one by one
+#: writers a master keeps its marks of (last answered, first applied, ...) for; past it, those of the
+#: 10 % heard first with nothing to answer are forgotten (a Spark job names a writer per task and batch)
+MAX_WRITERS_MARKED = 100_000
 MAX_WINDOW = 64  #: snapshot chunks one ``sfetch`` gets at most
 CHUNK_HEADROOM = 1024  #: bytes of a chunk message left for its fields beside the entries (and its two keys)
 
@@ -128,6 +131,8 @@ class MasterSide(ClaimSide):
             # order): what comes before n it holds answered
             self._acked_n[writer] = n - 1 if acked is None else min(acked, n - 1)
             self._unacked[writer] = None
+            if acked is None and len(self._acked_n) > MAX_WRITERS_MARKED:
+                self._forget_marks()
             if advance:
                 self._advance_durable()
             return
@@ -138,9 +143,12 @@ class MasterSide(ClaimSide):
             return
         self._apply_write(writer, n, origin, cmd)
         waiting = self._held.get(writer)
-        while waiting and (self.state.applied_n(writer) + 1) in waiting:
-            n = self.state.applied_n(writer) + 1
-            self._apply_write(writer, n, *waiting.pop(n))
+        if waiting is not None:
+            while waiting and (self.state.applied_n(writer) + 1) in waiting:
+                n = self.state.applied_n(writer) + 1
+                self._apply_write(writer, n, *waiting.pop(n))
+            if not waiting:
+                del self._held[writer]
 
     def _on_write_msg(self, msg: Write, now: float) -> None:
         if msg.writer == self.id:
@@ -232,6 +240,25 @@ class MasterSide(ClaimSide):
                 return n - 1
         return upto
 
+    def _forget_marks(self) -> None:
+        """Forget this mastership's marks of the 10 % of writers heard first that have nothing to
+        answer (not in _unacked), so that they stay bounded in a long mastership. A forgotten
+        writer is as one this master never heard of: its next write or repeat marks it again, and
+        its repeats take their answers from the state (_known_none's first test no longer applies
+        to it, which only makes _determined scan what it could have skipped)."""
+        unacked = self._unacked
+        excess = len(self._acked_n) - MAX_WRITERS_MARKED + MAX_WRITERS_MARKED // 10
+        forget: list[str] = []
+        for writer in self._acked_n:
+            if len(forget) >= excess:
+                break
+            if writer not in unacked:
+                forget.append(writer)
+        for writer in forget:
+            del self._acked_n[writer]
+            for marks in (self._applied_from, self._sent_upto, self._held_back, self._held):
+                marks.pop(writer, None)
+
     def _check_acting(self, cmd: Any, origin: str) -> None:
         """Raise StoreError unless a write that acts for a node (``acts_for``) comes from that node's
         endpoint or from a replica's (``origin`` is proven by the topic the write came on)."""
@@ -258,6 +285,9 @@ class MasterSide(ClaimSide):
             # a writer first heard of now holds the answers before n (it re-sends what it has not,
             # in n order, before its new writes: those would be repeats, heard first)
             self._acked_n.setdefault(writer, n - 1)
+            self._unacked[writer] = None
+            if len(self._acked_n) > MAX_WRITERS_MARKED:
+                self._forget_marks()
         self._unacked[writer] = None
         if result is not None:
             # The state remembers a writer's last RESULTS_KEPT answers (for repeats), but more writes

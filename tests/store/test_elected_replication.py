@@ -15,6 +15,7 @@ import pytest
 from _elected_sim import SimNet, record_sends
 
 from broker_mqtt.queue.commands import Publish
+from broker_mqtt.store import replica_master
 from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
 from broker_mqtt.store.errors import AnswerForgotten, StoreDecodeError, StoreError, TypeClash, error_from_wire
 from broker_mqtt.store.record_log import RecordLog, op_count
@@ -990,3 +991,32 @@ def test_a_writer_sends_again_at_once_the_writes_a_lost_wack_answered() -> None:
     assert writer.pending == 4  # 1, 2, 3 and 6
     writer.handle(["wack", [1, "m.0"], "w", 3, [[1, True], [2, False]], "", 0], 0.2)
     assert writer.answers() == [(1, True), (2, False), (3, None)] and ns[-1] == 6 and writer.pending == 1
+
+
+def test_a_master_keeps_its_marks_of_a_bounded_number_of_writers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer per task and batch (a Spark job) makes many writers in one mastership: the master's
+    marks of those with nothing to answer are forgotten past MAX_WRITERS_MARKED, and a forgotten
+    writer is still answered exactly, from the state: a repeat with its kept answer, a new write."""
+    monkeypatch.setattr(replica_master, "MAX_WRITERS_MARKED", 100)
+    net = SimNet(["a", "b"], seed=20)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    epoch = list(master.epoch)
+    out = record_sends(master)
+
+    def write(writer: str, n: int, command: Any) -> Any:
+        sent = len(out)
+        master.handle(["write", writer, n, "e" * 32, command.to_wire(), epoch], net.now)
+        net._flush("a")
+        net.run(0.2)
+        return _as_writer_reads([m for m in out[sent:] if m[0] == "wack" and m[2] == writer], [n])[n]
+
+    for i in range(350):
+        assert write(f"task-{i}", 1, PutUnique(f"k{i}", i, None, "", 0)) is True
+        marks = (master._acked_n, master._applied_from, master._sent_upto)
+        assert all(len(m) <= 100 for m in marks), [len(m) for m in marks]
+    assert "task-0" not in master._acked_n and not master._held
+    assert write("task-0", 1, PutUnique("k0", 0, None, "", 0)) is True  # a repeat: its kept answer
+    assert write("task-0", 2, PutUnique("k0", 0, None, "", 0)) is False  # a new write: applied
+    assert master.state.applied_n("task-0") == 2 and net.contents("a")["k0"] == 0
