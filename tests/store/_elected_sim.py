@@ -3,7 +3,8 @@
 Every message a replica sends is broadcast to every other live replica with a random latency,
 in order per (sender, receiver) pair as over one MQTT broker. Partitions drop messages between
 groups; a killed node neither sends nor receives; a paused node keeps its incoming messages
-until it resumes (SIGSTOP). The test plays the election: ``tag(node)``/``untag(node)``.
+until it resumes (SIGSTOP). The test plays the election: ``tag(node)``/``untag(node)``. A node sends
+after each message it handles, or (``batch``) after all those that reached it within that time.
 """
 
 from __future__ import annotations
@@ -41,11 +42,15 @@ class Node:
 class SimNet:
     def __init__(self, names: list[str], *, seed: int = 0, latency: tuple[float, float] = (0.001, 0.01),
                  durability: str = "one", config: ReplicaConfig | None = None, paths: dict[str, Any] | None = None,
-                 loss: float = 0.0) -> None:
+                 loss: float = 0.0, batch: float = 0.0) -> None:
         self.rng = random.Random(seed)
         self.now = 0.0
         self.latency = latency
         self.loss = loss
+        # > 0: a node handles every message that reaches it within ``batch`` seconds of the first
+        # before it sends anything (as ElectedStore drains once for all the messages of a PUBLISH,
+        # and for those that arrived while it ran), not after each message
+        self.batch = batch
         self.config = config or ReplicaConfig()
         self.durability = durability
         self.nodes: dict[str, Node] = {}
@@ -138,13 +143,32 @@ class SimNet:
                 if node.paused is not None:
                     node.paused.append((src, msg))
                     continue
-                node.replica.handle(msg, self.now)
+                if self.batch:
+                    for one in self._batch_for(dst, msg, min(self.now + self.batch, end)):
+                        node.replica.handle(one, self.now)
+                else:
+                    node.replica.handle(msg, self.now)
                 self._flush(dst)
             else:
                 for n in live:
                     if self.nodes[n].replica.next_deadline <= self.now:
                         self.nodes[n].replica.tick(self.now, 1_000_000 + self.now)
                         self._flush(n)
+
+    def _batch_for(self, dst: str, first: Any, until: float) -> list[Any]:
+        """``first`` and every later message for ``dst`` due by ``until``, in order; the clock moves
+        to the last one's arrival (the node handles them all then)."""
+        batch, others = [first], []
+        while self._queue and self._queue[0][0] <= until:
+            item = heapq.heappop(self._queue)
+            if item[3] == dst:
+                batch.append(item[4])
+                self.now = max(self.now, item[0])
+            else:
+                others.append(item)
+        for item in others:
+            heapq.heappush(self._queue, item)
+        return batch
 
     # -- the election and the faults ---------------------------------------------------------------
     def tag(self, name: str) -> None:
