@@ -181,7 +181,7 @@ class MasterSide(ClaimSide):
             answer = results[n]
         elif n in self._unanswered.get(writer, ()):
             return  # sent with this master's other answers
-        elif self._known_none(writer, a, n) or _answers_none(cmd):
+        elif n > self._none_known_after(writer, a) or _answers_none(cmd):
             pass  # None, noted now: writes applied before it is answered can make it unknown to _determined
         else:
             answer = ["error", *AnswerForgotten(f"write {n} of {writer} was applied; its answer was forgotten "
@@ -193,14 +193,17 @@ class MasterSide(ClaimSide):
         if len(repeats) > MAX_UNANSWERED:
             del repeats[next(iter(repeats))]
 
-    def _known_none(self, writer: str, a: Any, n: int) -> bool:
-        """Whether applied write ``n`` of ``writer`` (its applied state ``a``), with no kept answer,
-        is known to have answered None: this master applied it and has not answered it (so an
-        answer would be in _unanswered), or the state's answers were never full, or ``n`` is newer
-        than the oldest of them (none dropped since)."""
+    def _none_known_after(self, writer: str, a: Any) -> int:
+        """The n after which every applied write of ``writer`` (its applied state ``a``) with no
+        kept answer is known to have answered None: one this master applied and has not answered
+        (an answer would be in _unanswered), or, while the state's answers were never full, any,
+        or one newer than the oldest of them (none dropped since)."""
         results = a.results
-        return (n > self._sent_upto.get(writer, 0) and n >= self._applied_from.get(writer, a.n + 1)) \
-            or len(results) < RESULTS_KEPT or n > min(results)
+        if len(results) < RESULTS_KEPT:
+            return 0
+        mine: int = max(self._sent_upto.get(writer, 0), self._applied_from.get(writer, a.n + 1) - 1)
+        oldest: int = min(results)
+        return min(mine, oldest)
 
     def _determined(self, writer: str, a: Any, acked: int, upto: int) -> int:
         """The highest n up to ``upto`` such that every write of ``writer`` after ``acked`` up to it
@@ -215,7 +218,7 @@ class MasterSide(ClaimSide):
         first = self._applied_from.get(writer, a.n + 1)
         if acked >= sent and acked + 1 >= first:
             return upto
-        capped = self._cap(writer, a, acked, upto, sent, first)
+        capped = self._cap(writer, a, acked, upto)
         if capped == upto:
             self._held_back.pop(writer, None)
             return upto
@@ -225,17 +228,15 @@ class MasterSide(ClaimSide):
             return upto
         return capped
 
-    def _cap(self, writer: str, a: Any, acked: int, upto: int, sent: int, first: int) -> int:
+    def _cap(self, writer: str, a: Any, acked: int, upto: int) -> int:
         """_determined's scan: the last n of (acked, upto] before the first without a known answer."""
+        known_after = self._none_known_after(writer, a)
         results = a.results
-        if len(results) < RESULTS_KEPT:
-            return upto  # no answer was ever dropped: what is not kept is None
-        oldest = min(results)
         unanswered = self._unanswered.get(writer, {})
         repeats = self._repeat_answers.get(writer, {})
         for n in range(acked + 1, upto + 1):
-            if (n > sent and n >= first) or n > oldest:
-                return upto  # known (_known_none), and so is every later one
+            if n > known_after:
+                return upto  # and so is every later one
             if n not in results and n not in unanswered and n not in repeats:
                 return n - 1
         return upto
@@ -244,8 +245,8 @@ class MasterSide(ClaimSide):
         """Forget this mastership's marks of the 10 % of writers heard first that have nothing to
         answer (not in _unacked), so that they stay bounded in a long mastership. A forgotten
         writer is as one this master never heard of: its next write or repeat marks it again, and
-        its repeats take their answers from the state (_known_none's first test no longer applies
-        to it, which only makes _determined scan what it could have skipped)."""
+        its repeats take their answers from the state (_none_known_after no longer counts what this
+        master applied before, which only makes _determined scan what it could have skipped)."""
         unacked = self._unacked
         excess = len(self._acked_n) - MAX_WRITERS_MARKED + MAX_WRITERS_MARKED // 10
         forget: list[str] = []
