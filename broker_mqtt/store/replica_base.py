@@ -125,7 +125,8 @@ class ReplicaBase:
         self._repeat_answers: dict[str, dict[int, Any]] = {}
         self._applied_from: dict[str, int] = {}  # writer -> the first n this mastership applied
         self._sent_upto: dict[str, int] = {}  # writer -> the highest n answered this mastership (never lowered)
-        self._held_back: dict[str, float] = {}  # writer -> since when _determined holds its answers back
+        # writer -> since when _determined holds its answers back, and at which write
+        self._held_back: dict[str, tuple[float, int]] = {}
         self._origins: dict[str, str] = {}  # writer -> the endpoint its writes came from (for its answers)
         self._out_log: list[Record] = []
         # writer side

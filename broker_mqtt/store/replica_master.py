@@ -46,6 +46,12 @@ def _answers_none(cmd: Any) -> bool:
         return False  # malformed: it was answered an error
 
 
+def _forgotten(writer: str, n: int) -> list[Any]:
+    """The answer (as on the wire) of applied write ``n`` of ``writer`` whose answer nobody holds."""
+    return ["error", *AnswerForgotten(f"write {n} of {writer} was applied; its answer was forgotten "
+                                      f"(a repeat past the last {RESULTS_KEPT} answers kept)").to_wire()]
+
+
 class MasterSide(ClaimSide):
     """Writes (``write``, ``ack``), durability (``wack``), ``fetch`` answers, expiry, own writes."""
 
@@ -184,8 +190,7 @@ class MasterSide(ClaimSide):
         elif n > self._none_known_after(writer, a) or _answers_none(cmd):
             pass  # None, noted now: writes applied before it is answered can make it unknown to _determined
         else:
-            answer = ["error", *AnswerForgotten(f"write {n} of {writer} was applied; its answer was forgotten "
-                                                f"(a repeat past the last {RESULTS_KEPT} answers kept)").to_wire()]
+            answer = _forgotten(writer, n)
         repeats = self._repeat_answers.get(writer)
         if repeats is None:
             repeats = self._repeat_answers[writer] = {}
@@ -213,7 +218,7 @@ class MasterSide(ClaimSide):
         nothing. It holds a writer back for two retry intervals at most: by then every write the
         writer still waits for came again (it re-sends them all each interval), so what is still
         unknown is answered to a writer that holds its answer already (or, were its repeats lost
-        twice, None, as before AnswerForgotten), never kept waiting."""
+        twice, AnswerForgotten: _forget_unknown), never kept waiting."""
         sent = self._sent_upto.get(writer, 0)
         first = self._applied_from.get(writer, a.n + 1)
         if acked >= sent and acked + 1 >= first:
@@ -222,11 +227,29 @@ class MasterSide(ClaimSide):
         if capped == upto:
             self._held_back.pop(writer, None)
             return upto
-        since = self._held_back.setdefault(writer, self._now)
+        since, at = self._held_back.get(writer, (self._now, capped))
+        if capped > at:  # held back at a later write (the writer moved on): a gap of its own, with
+            since = self._now  # its own two intervals (a timer left from the last would cut them short)
+        self._held_back[writer] = (since, capped)
         if self._now - since >= 2 * self.config.retry_interval:
             del self._held_back[writer]
+            self._forget_unknown(writer, a, capped, upto)
             return upto
         return capped
+
+    def _forget_unknown(self, writer: str, a: Any, capped: int, upto: int) -> None:
+        """The hold-back ran out: each write after ``capped`` up to ``upto`` whose answer is still
+        unknown is answered AnswerForgotten, not None. A writer that holds its answer ignores it;
+        one whose repeats were lost twice learns what is true (applied, answer unknown) rather
+        than a success, or a put_unique's "not inserted"."""
+        known_after = self._none_known_after(writer, a)
+        results, unanswered = a.results, self._unanswered.get(writer, {})
+        repeats = self._repeat_answers.get(writer)
+        if repeats is None:
+            repeats = self._repeat_answers[writer] = {}
+        for n in range(capped + 1, min(upto, known_after) + 1):
+            if n not in results and n not in unanswered and n not in repeats:
+                repeats[n] = _forgotten(writer, n)
 
     def _cap(self, writer: str, a: Any, acked: int, upto: int) -> int:
         """_determined's scan: the last n of (acked, upto] before the first without a known answer."""

@@ -42,6 +42,7 @@ class _Pending:
     cmd: list[Any]
     deadline: float
     sent: float = -math.inf
+    resent_for_gap: bool = False  # sent again at once for a lost wack (once: the retries do the rest)
 
 
 class WriterCore:
@@ -163,8 +164,9 @@ class WriterCore:
         (None where a write has none) of the writes after ``after`` (None: all). A write up to
         ``after`` still pending here was answered by a wack that never arrived (lost on a reconnect,
         or dropped by a full broker queue): it stays pending and is sent again (at once, given
-        ``now`` and a master: before later writes push its answer out of the state's memory), so that
-        the master answers it again (its answer, or AnswerForgotten), never None for want of it."""
+        ``now`` and a master: before later writes push its answer out of the state's memory; once,
+        then with the retries), so that the master answers it again (its answer, or
+        AnswerForgotten), never None for want of it."""
         writes = self._writes
         if after is not None and writes and next(iter(writes)) <= after:  # an earlier wack was lost
             due = [n for n in writes if after < n <= upto]
@@ -172,8 +174,10 @@ class WriterCore:
                 for n, p in writes.items():
                     if n > after:
                         break
-                    p.sent = now
-                    self._outbox.append(self._message(n, p))
+                    if not p.resent_for_gap:  # not again for each later wack of the same gap
+                        p.resent_for_gap = True
+                        p.sent = now
+                        self._outbox.append(self._message(n, p))
         else:  # the usual case: the first pending writes, up to upto (n order)
             due = []
             for n in writes:

@@ -888,7 +888,7 @@ def test_a_writer_whose_repeats_stopped_coming_is_not_held_back_for_ever() -> No
     """A writer's answers up to 600 reach it, but its retry (crossing them) reaches the master only in
     part: 101..356 again. The master cannot tell the answers of 357..600 any more and holds them back
     for the repeats, which never come (the writer has them). The writer's next write, 601, is still
-    answered: within two retry intervals, not never."""
+    answered: within two retry intervals, not never; 357..600 with AnswerForgotten, not None."""
     net = SimNet(["a", "b"], seed=21)
     net.tag("a")
     net.run(0.5)
@@ -913,6 +913,12 @@ def test_a_writer_whose_repeats_stopped_coming_is_not_held_back_for_ever() -> No
         net._flush("a")
     assert max(m[3] for m in out if m[0] == "wack" and m[2] == "job") == 601
     assert not master._unacked and not master._held_back
+    # a writer whose repeats of 357..600 were lost (not this one) reads the truth, not None
+    last = next(m for m in reversed(out) if m[0] == "wack" and m[2] == "job")
+    answers = _as_writer_reads([last], list(range(357, 602)))
+    kept = 600 - RESULTS_KEPT  # the state keeps the last RESULTS_KEPT answers
+    assert all(isinstance(error_from_wire(answers[n][1:]), AnswerForgotten) for n in range(357, kept + 1))
+    assert [answers[n] for n in range(kept + 1, 601)] == [True] * RESULTS_KEPT and answers[601] is None
 
 
 def test_a_lost_wack_leaves_its_writes_pending_and_they_are_answered_again_not_none() -> None:
@@ -984,7 +990,8 @@ def test_with_messages_lost_a_put_unique_of_a_fresh_key_is_never_answered_none(s
 def test_a_writer_sends_again_at_once_the_writes_a_lost_wack_answered() -> None:
     """A wack that answers after write 3 while 1..3 are pending shows a lost wack: 1..3 go again
     at once (before later writes push their answers out of the state's memory), not at the next
-    retry; 4..5 are answered, with None where the wack has no result."""
+    retry, and once (not again for each later wack while the gap lasts); 4..5 are answered, with
+    None where the wack has no result."""
     writer = WriterCore("w", "e" * 32, 0.0, retry_interval=1.0)
     writer.set_master((1, "m.0"), "m.0", 0.0)
     ns = [writer.write(PutUnique(f"k{i}", i, None, "", 0), 0.0) for i in range(6)]
@@ -994,8 +1001,10 @@ def test_a_writer_sends_again_at_once_the_writes_a_lost_wack_answered() -> None:
     again = writer.to_send()
     assert [[n for n, _ in m[3]] for m in again] == [[1, 2, 3]]
     assert writer.pending == 4  # 1, 2, 3 and 6
+    writer.handle(["wack", [1, "m.0"], "w", 6, [], "", 5], 0.15)  # the same gap: not sent again
+    assert writer.answers() == [(6, None)] and writer.to_send() == []
     writer.handle(["wack", [1, "m.0"], "w", 3, [[1, True], [2, False]], "", 0], 0.2)
-    assert writer.answers() == [(1, True), (2, False), (3, None)] and ns[-1] == 6 and writer.pending == 1
+    assert writer.answers() == [(1, True), (2, False), (3, None)] and ns[-1] == 6 and writer.pending == 0
 
 
 def test_a_master_keeps_its_marks_of_a_bounded_number_of_writers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1025,3 +1034,36 @@ def test_a_master_keeps_its_marks_of_a_bounded_number_of_writers(monkeypatch: py
     assert write("task-0", 1, PutUnique("k0", 0, None, "", 0)) is True  # a repeat: its kept answer
     assert write("task-0", 2, PutUnique("k0", 0, None, "", 0)) is False  # a new write: applied
     assert master.state.applied_n("task-0") == 2 and net.contents("a")["k0"] == 0
+
+
+def test_a_later_gap_gets_its_own_two_retry_intervals() -> None:
+    """A writer lost the answers of its put_uniques 1..40 (older than the 64 the state keeps) and
+    sends them again in two parts, 1.5 retry intervals apart; its next write, 201, comes after the
+    second part's first half. The master holds the writer back at each unknown answer, but the
+    timer of the first gap does not cut the second's short: 21..40 are answered AnswerForgotten
+    when they come, not None (read as "not inserted") when 201 is acknowledged."""
+    net = SimNet(["a", "b"], seed=22)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    epoch = list(master.epoch)
+    out = record_sends(master)
+    wire = [[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(1, 201)]
+    master.handle(["writes", "job", "e" * 32, wire, epoch], net.now)
+    net._flush("a")
+    net.run(0.5)
+    sent = len(out)
+
+    def arrive(msg: list[Any], then: float) -> None:
+        master.handle(msg, net.now)
+        net._flush("a")
+        net.run(then)
+
+    arrive(["writes", "job", "e" * 32, wire[:20], epoch], 1.5)  # 1..20 again
+    arrive(["writes", "job", "e" * 32, wire[20:30], epoch], 0.5)  # 21..30 again; 31..40 are late
+    arrive(["write", "job", 201, "e" * 32, PutUnique("v", 0, None, "", 0).to_wire(), epoch], 0.1)
+    arrive(["writes", "job", "e" * 32, wire[30:40], epoch], 0.5)
+    answers = _as_writer_reads([m for m in out[sent:] if m[0] == "wack" and m[2] == "job"], list(range(1, 41)))
+    forgotten = [n for n in range(1, 41) if isinstance(answers[n], list)
+                 and isinstance(error_from_wire(answers[n][1:]), AnswerForgotten)]
+    assert forgotten == list(range(1, 41)), answers
