@@ -91,6 +91,8 @@ STORE_COUNTERS: dict[str, tuple[str, str]] = {
                             "Snapshots installed (or fetched for a merge)."),
     "snapshot_entries": ("broker_mqtt_store_snapshot_entries", "Entries (tombstones included) in those snapshots."),
     "malformed": ("broker_mqtt_store_malformed_messages", "Replication messages that did not decode, dropped."),
+    "answers_lost": ("broker_mqtt_store_answers_lost",
+                     "Writes of this node whose answer was lost (a later one showed the gap): sent again."),
 }
 
 #: asyncactor ``CoreStats`` field -> (metric name without ``_total``, help)

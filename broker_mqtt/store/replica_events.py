@@ -126,3 +126,4 @@ class ReplicaStatistics:
     snapshot_entries: int = 0  #: entries (tombstones included) in those snapshots
     records_applied: int = 0  #: records applied (as master or follower)
     malformed: int = 0  #: messages that did not decode (counted by the I/O layer)
+    answers_lost: int = 0  #: this node's writes whose answer was lost (a later one showed it): sent again

@@ -257,7 +257,7 @@ class FollowerSide(MasterSide):
     def _on_wack(self, msg: WriteAck, now: float) -> None:
         if msg.writer != self.id or (self.epoch is not None and msg.epoch < self.epoch):
             return
-        self._writer.answered(msg.upto, msg.results, msg.after, now)
+        self.stats.answers_lost += self._writer.answered(msg.upto, msg.results, msg.after, now)
         self._collect_answers()
 
     def _on_resign(self, msg: Resign, now: float) -> None:

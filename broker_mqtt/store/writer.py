@@ -80,6 +80,12 @@ class StoreWriter:
         finally:  # also when cancelled: the subscription's streams are closed and it is detached
             await self._sub.__aexit__(None, None, None)
 
+    @property
+    def answers_lost(self) -> int:
+        """Writes whose answer was lost on the way (a later answer showed the gap): each was sent
+        again and answered as a repeat (its answer, or AnswerForgotten)."""
+        return self.core.answers_lost
+
     async def await_master(self, timeout: float | None = None) -> bool:
         with anyio.move_on_after(math.inf if timeout is None else timeout):
             while self.core.master is None:

@@ -42,7 +42,7 @@ class _Pending:
     cmd: list[Any]
     deadline: float
     sent: float = -math.inf
-    resent_for_gap: bool = False  # sent again at once for a lost wack (once: the retries do the rest)
+    gap_seen: bool = False  # its wack was lost (a later one showed it); sent again at once, once
 
 
 class WriterCore:
@@ -62,6 +62,8 @@ class WriterCore:
         self._outbox: list[Write] = []
         self._answers: list[tuple[int, Any]] = []
         self._retry_at = now + retry_interval
+        #: writes whose answer (a ``wack``) was lost, shown by a later one: each was sent again
+        self.answers_lost = 0
 
     @property
     def pending(self) -> int:
@@ -159,25 +161,30 @@ class WriterCore:
         return Write(self.writer, n, self.origin, p.cmd, self.epoch)
 
     def answered(self, upto: int, results: dict[int, Any], after: int | None = None,
-                 now: float | None = None) -> None:
+                 now: float | None = None) -> int:
         """The master applied (durably) every write up to ``upto``; ``results``: answers by number
         (None where a write has none) of the writes after ``after`` (None: all). A write up to
         ``after`` still pending here was answered by a wack that never arrived (lost on a reconnect,
         or dropped by a full broker queue): it stays pending and is sent again (at once, given
         ``now`` and a master: before later writes push its answer out of the state's memory; once,
         then with the retries), so that the master answers it again (its answer, or
-        AnswerForgotten), never None for want of it."""
+        AnswerForgotten), never None for want of it. Returns how many writes it found so (each
+        counted once, in :attr:`answers_lost` too)."""
         writes = self._writes
+        lost = 0
         if after is not None and writes and next(iter(writes)) <= after:  # an earlier wack was lost
             due = [n for n in writes if after < n <= upto]
-            if now is not None and self.master is not None:
-                for n, p in writes.items():
-                    if n > after:
-                        break
-                    if not p.resent_for_gap:  # not again for each later wack of the same gap
-                        p.resent_for_gap = True
-                        p.sent = now
+            resend_at = now if self.master is not None else None
+            for n, p in writes.items():
+                if n > after:
+                    break
+                if not p.gap_seen:  # not again for each later wack of the same gap
+                    p.gap_seen = True
+                    lost += 1
+                    if resend_at is not None:
+                        p.sent = resend_at
                         self._outbox.append(self._message(n, p))
+            self.answers_lost += lost
         else:  # the usual case: the first pending writes, up to upto (n order)
             due = []
             for n in writes:
@@ -191,3 +198,4 @@ class WriterCore:
                 self._answers.append((n, error_from_wire(result[1:])))
             else:
                 self._answers.append((n, result))
+        return lost

@@ -7,6 +7,7 @@ replica runs under the real actor and mosquitto in ``test_elected_live.py``.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import time
 import uuid
 from typing import Any
@@ -952,7 +953,7 @@ def test_a_lost_wack_leaves_its_writes_pending_and_they_are_answered_again_not_n
         if i == 19:
             assert exchange(lose_wacks=True) == {}
     assert exchange(lose_wacks=False) == {n: True for n in range(21, 41)}
-    assert writer.pending == 20
+    assert writer.pending == 20 and writer.answers_lost == 20
     again: dict[int, Any] = {}
     for _ in range(6):  # the retry (every second) sends them again
         again |= exchange(lose_wacks=False)
@@ -997,12 +998,12 @@ def test_a_writer_sends_again_at_once_the_writes_a_lost_wack_answered() -> None:
     ns = [writer.write(PutUnique(f"k{i}", i, None, "", 0), 0.0) for i in range(6)]
     assert [m[0] for m in writer.to_send()] == ["writes"]
     writer.handle(["wack", [1, "m.0"], "w", 5, [[4, True]], "", 3], 0.1)
-    assert writer.answers() == [(4, True), (5, None)]
+    assert writer.answers() == [(4, True), (5, None)] and writer.answers_lost == 3
     again = writer.to_send()
     assert [[n for n, _ in m[3]] for m in again] == [[1, 2, 3]]
     assert writer.pending == 4  # 1, 2, 3 and 6
     writer.handle(["wack", [1, "m.0"], "w", 6, [], "", 5], 0.15)  # the same gap: not sent again
-    assert writer.answers() == [(6, None)] and writer.to_send() == []
+    assert writer.answers() == [(6, None)] and writer.to_send() == [] and writer.answers_lost == 3
     writer.handle(["wack", [1, "m.0"], "w", 3, [[1, True], [2, False]], "", 0], 0.2)
     assert writer.answers() == [(1, True), (2, False), (3, None)] and ns[-1] == 6 and writer.pending == 0
 
@@ -1067,3 +1068,27 @@ def test_a_later_gap_gets_its_own_two_retry_intervals() -> None:
     forgotten = [n for n in range(1, 41) if isinstance(answers[n], list)
                  and isinstance(error_from_wire(answers[n][1:]), AnswerForgotten)]
     assert forgotten == list(range(1, 41)), answers
+
+
+def test_a_replica_whose_wack_is_lost_counts_it_and_gets_every_answer() -> None:
+    """A follower's writer: the first wacks of its put_uniques are lost on the log topic, the later
+    ones arrive; the writes the lost ones answered are sent again and answered True, and
+    ``answers_lost`` counts them."""
+    net = SimNet(["a", "b"], seed=23)
+    net.tag("a")
+    net.run(0.5)
+    ns = [net.write("b", PutUnique(f"u{i}", i, None, "", 0)) for i in range(20)]
+    for _ in range(200):
+        net.run(0.001)
+        lost = [item for item in net._queue if item[3] == "b" and item[4][0] == "wack"]
+        if lost:
+            break
+    assert lost, "the master answered nothing"
+    net._queue = [item for item in net._queue if item not in lost]
+    heapq.heapify(net._queue)
+    ns += [net.write("b", PutUnique(f"v{i}", i, None, "", 0)) for i in range(20)]
+    net.run(3.0)
+    b = net.nodes["b"]
+    assert b.done == {n: True for n in ns} and not b.failed
+    covered = {n for item in lost for n in range(item[4][6] + 1, item[4][3] + 1)}
+    assert b.replica.stats.answers_lost == len(covered) >= 1
