@@ -47,7 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from broker_mqtt.store.commands import ComputedCommand  # noqa: E402 - after the sys.path line
-from broker_mqtt.store.versioned import Clock, Record, VersionedState, compute_op  # noqa: E402
+from broker_mqtt.store.log_ops import compute_op  # noqa: E402
+from broker_mqtt.store.versioned import Clock, Record, VersionedState  # noqa: E402
 from broker_mqtt.store.versioned_sqlite import open_state  # noqa: E402
 
 OWNER = "c" * 32 + "/worker-1"  # 41 characters, like "<endpoint hex>/<name>"

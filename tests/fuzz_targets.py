@@ -37,8 +37,9 @@ from broker_mqtt.store import replica_messages as rm
 from broker_mqtt.store.discovery import MasterIs, Query, decode_store_message
 from broker_mqtt.store.errors import StoreDecodeError, StoreError
 from broker_mqtt.store.history import Conflict, Record, Version
+from broker_mqtt.store.log_ops import compute_op
 from broker_mqtt.store.replica_events import Role
-from broker_mqtt.store.versioned import VersionedState, compute_op
+from broker_mqtt.store.versioned import VersionedState
 from broker_mqtt.wire import codec
 from broker_mqtt.wire.data import Count, EnumValue, Port, PortProtocol
 from broker_mqtt.wire.identity import default_client_id

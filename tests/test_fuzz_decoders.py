@@ -30,7 +30,8 @@ from broker_mqtt.store import commands as sc
 from broker_mqtt.store import replica_messages as rm
 from broker_mqtt.store.discovery import decode_store_message
 from broker_mqtt.store.errors import StoreDecodeError
-from broker_mqtt.store.versioned import VersionedState, compute_op
+from broker_mqtt.store.log_ops import compute_op
+from broker_mqtt.store.versioned import VersionedState
 from broker_mqtt.wire import codec
 from broker_mqtt.wire.identity import default_client_id
 from broker_mqtt.wire.message import Kind, NodeEncoder, decode_batch

@@ -15,12 +15,13 @@ from typing import Any
 from ..wire.identity import node_endpoint
 from .commands import Clear, ComputedCommand, Erase, Put, decode_command
 from .errors import AnswerForgotten, StoreError, StoreProtocolError
+from .log_ops import compute_op, forget_ops
 from .replica_base import MAX_ORIGINS, _Member
 from .replica_claim import ClaimSide
 from .replica_events import Durability, Role, WriteDone, WriteFailed
 from .replica_messages import Ack, Fetch, SnapChunk, SnapFetch, Tail, Write, WriteAck, Writes, group_writes
 from .snapshot_stream import SnapshotReader, touched_keys
-from .versioned import RESULTS_KEPT, Epoch, Position, Record, compute_op, forget_ops
+from .versioned import RESULTS_KEPT, Epoch, Position, Record
 from .writer_core import NoMaster
 
 __all__ = ["MasterSide"]

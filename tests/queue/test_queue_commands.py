@@ -21,7 +21,8 @@ from broker_mqtt.queue.commands import Acquire, Forget, Publish, ReleaseOwner, R
 from broker_mqtt.queue.model import MessageRecord, QueueIndex, index_for
 from broker_mqtt.store.commands import CommandKind, ComputedCommand, Put, decode_command, register_command
 from broker_mqtt.store.errors import StoreDecodeError
-from broker_mqtt.store.versioned import Record, VersionedState, compute_op
+from broker_mqtt.store.log_ops import compute_op
+from broker_mqtt.store.versioned import Record, VersionedState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "store"))
 from _elected_sim import SimNet  # noqa: E402 - the elected-store simulator lives with its tests

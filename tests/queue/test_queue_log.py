@@ -28,7 +28,8 @@ from broker_mqtt.queue.log import raise_for
 from broker_mqtt.queue.model import QueueIndex, index_for
 from broker_mqtt.store.commands import decode_command
 from broker_mqtt.store.errors import StoreDecodeError
-from broker_mqtt.store.versioned import Record, VersionedState, compute_op
+from broker_mqtt.store.log_ops import compute_op
+from broker_mqtt.store.versioned import Record, VersionedState
 
 
 def accept_all(state: VersionedState, owner: str = "x") -> None:

@@ -17,9 +17,10 @@ from _elected_sim import SimNet
 
 from broker_mqtt.store.commands import Pop, Push, Put
 from broker_mqtt.store.errors import NoSuchKey, TypeClash
+from broker_mqtt.store.log_ops import compute_op
 from broker_mqtt.store.packing import pack
 from broker_mqtt.store.replication import ReplicaConfig
-from broker_mqtt.store.versioned import Record, VersionedState, compute_op
+from broker_mqtt.store.versioned import Record, VersionedState
 
 
 def _ops(net: SimNet, name: str) -> list[tuple[Any, ...]]:

@@ -15,9 +15,10 @@ import pytest
 from _elected_sim import SimNet
 
 from broker_mqtt.store.commands import Clear, Erase, Put
+from broker_mqtt.store.log_ops import forget_ops
 from broker_mqtt.store.packing import pack
 from broker_mqtt.store.replication import ReplicaConfig
-from broker_mqtt.store.versioned import FORGET_KEYS, Record, Version, VersionedState, forget_ops
+from broker_mqtt.store.versioned import FORGET_KEYS, Record, Version, VersionedState
 
 
 def _forgets(net: SimNet, name: str) -> list[tuple[int, list[Any]]]:
