@@ -108,11 +108,15 @@ async def _node_op(ep: Any, mine: dict[str, Any], op: str, kw: dict[str, Any]) -
         ok = await store.await_master(kw.get("timeout", 60))
         return {"ok": ok, "is_master": store.is_master, "master": store.master,
                 "epoch": list(store.epoch) if store.epoch else None}
-    if op == "await_len":  # until every key is here and the copy is current; seconds since attach
+    if op == "await_len":  # until every key is here and the copy is current: seconds since attach, and the
+        # longest the event loop did not come back meanwhile (a 2 ms sleep that took longer: a stall)
+        stall = 0.0
         with anyio.move_on_after(kw.get("timeout", 600)):
             while len(store) < kw["n"] or store.stale:
+                t = time.perf_counter()
                 await anyio.sleep(0.002)
-            return time.perf_counter() - mine["t_attach"]
+                stall = max(stall, time.perf_counter() - t - 0.002)
+            return {"join_s": time.perf_counter() - mine["t_attach"], "stall_s": stall}
         raise TimeoutError(f"not joined after {kw.get('timeout', 600)} s: holds {len(store)} of {kw['n']} keys, "
                            f"stale {store.stale}")
     if op == "stats":
@@ -257,7 +261,8 @@ def join_rows(url: str, n: int, backends: list[str], tmp: Path, args: argparse.N
                 row["joiner_before_mb"] = joiner.call("memory")["rss_mb"]
                 jpath = str(tmp / f"joiner-{n}-{uuid.uuid4().hex[:6]}.db") if backend == "sqlite" else None
                 joiner.call("attach", **common, backend=backend, path=jpath, candidate=False)
-                row["join_s"] = joiner.call("await_len", n=n, timeout=args.join_timeout)
+                joined = joiner.call("await_len", n=n, timeout=args.join_timeout)
+                row["join_s"], row["joiner_stall_s"] = joined["join_s"], joined["stall_s"]
                 row["keys_per_s"] = n / row["join_s"]
                 row["joiner_peak_mb"] = joiner.call("memory")["peak_mb"]
                 row["master_peak_mb"] = master.call("memory")["peak_mb"]
@@ -309,7 +314,7 @@ def print_tables(result: dict[str, Any]) -> None:
         print(f"{'work queue, 4 consumers, publish->accept msg/s':58} {_fmt(q['accepted_per_s']):>9} {'':>7} {'':>7} "
               f"{q['accepted_per_s'] / base:>6.3f} {q['accepted_per_s'] / ZEEK_MASTER_PUT:>6.3f}  >=30,000/s")
     print(f"\n{'snapshot join (SQLite master, 100-byte values)':48} {'join s':>7} {'keys/s':>9} "
-          f"{'master MB':>14} {'joiner MB':>14}  via / target")
+          f"{'master MB':>14} {'joiner MB':>14} {'stall s':>7}  via / target")
     for r in result["joins"]:
         case = f"{r['keys']:,} keys, joiner {r['joiner_backend']}"
         if "error" in r:
@@ -318,8 +323,9 @@ def print_tables(result: dict[str, Any]) -> None:
         target = "<300 MB each, >=100k keys/s" if r["keys"] >= 10_000_000 else ""
         print(f"{case:48} {r['join_s']:>7.2f} {_fmt(r['keys_per_s']):>9} "
               f"{_fmt(r['master_before_mb']):>5} -> {_fmt(r['master_peak_mb']):>5} "
-              f"{_fmt(r['joiner_before_mb']):>5} -> {_fmt(r['joiner_peak_mb']):>5}  {r['via']} {target}")
-    print("(MB: resident before the join -> peak during it)")
+              f"{_fmt(r['joiner_before_mb']):>5} -> {_fmt(r['joiner_peak_mb']):>5} {r['joiner_stall_s']:>7.2f}  "
+              f"{r['via']} {target}")
+    print("(MB: resident before the join -> peak during it; stall: the joiner's longest event-loop stall)")
 
 
 def orchestrate(args: argparse.Namespace) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .errors import StoreDecodeError
 from .replica_base import _Member
 from .replica_events import DataChanged, Role
 from .replica_master import MasterSide
@@ -28,12 +29,21 @@ from .replica_messages import (
 )
 from .snapshot_stream import Incoming
 from .versioned import (
+    Change,
     Record,
     VersionedState,
     contains,
 )
 
 __all__ = ["FollowerSide"]
+
+
+def _replace_state(state: VersionedState, parts: dict[str, Any], report: bool) -> list[Change]:
+    """Install ``parts`` in ``state``: a streamed snapshot's entries, decoded as they came (adopted as
+    they are), or a whole-state message's versions. Raises StoreDecodeError with nothing changed."""
+    if "entries" in parts:
+        return state.adopt(**parts, report=report)
+    return state.replace(**parts, report=report)
 
 
 class FollowerSide(MasterSide):
@@ -141,19 +151,26 @@ class FollowerSide(MasterSide):
             self._snap_ask(inc, now)
             return
         if not msg.final:
-            inc.take(msg.entries, msg.next, msg.pos)
+            try:
+                inc.take(msg.entries, msg.next, msg.pos)
+            except StoreDecodeError:
+                del self._snaps[source]  # a malformed chunk: the fetch starts over (when it is due)
+                raise
             if msg.next is None:
                 inc.next_pass()  # next: what changed while this pass ran
                 self._snap_ask(inc, now)
             elif inc.left <= 0:
                 self._snap_ask(inc, now)
             return
-        inc.stage(msg.entries, msg.applied)
+        try:
+            inc.stage(msg.entries, msg.applied)
+        except StoreDecodeError:
+            del self._snaps[source]
+            raise
         if msg.header is None:
             return
         del self._snaps[source]
-        # a malformed entry raises StoreDecodeError (from here, or from the state taking it, which then
-        # changes nothing): the fetch starts over
+        # a malformed writer row raises StoreDecodeError (the state unchanged): the fetch starts over
         self._take_snapshot(inc.parts(msg.header), msg.epoch, source, now)
         self._snap_done[source] = (msg.epoch, msg.header[0])
 
@@ -172,7 +189,7 @@ class FollowerSide(MasterSide):
             self._fetch_deadline = now + self.config.fetch_timeout
 
     def _take_snapshot(self, parts: dict[str, Any], epoch: Any, source: str, now: float) -> None:
-        entries = len(parts["versions"])
+        entries = len(parts["entries"] if "entries" in parts else parts["versions"])
         claim = self._claim
         if claim is not None and claim.fetching is not None and epoch == claim.epoch:
             if source not in claim.fetching:
@@ -181,7 +198,7 @@ class FollowerSide(MasterSide):
                 self._install(parts)
             else:
                 remote = VersionedState()
-                remote.replace(**parts, report=False)  # merged later; its changes are not ours
+                _replace_state(remote, parts, False)  # merged later; its changes are not ours
                 claim.fetched[source] = remote
             claim.fetching.pop(source)  # (after: a malformed snapshot leaves the claim waiting for it)
             self._count_snapshot(entries)
@@ -293,7 +310,7 @@ class FollowerSide(MasterSide):
 
     def _install(self, parts: dict[str, Any]) -> None:
         # first: raises StoreDecodeError with nothing changed
-        changes = self.state.replace(**parts, report=self.wants_data())
+        changes = _replace_state(self.state, parts, self.wants_data())
         self._discard_after = None
         self._verified = True
         self.clock.observe(self.state.max_hlc)

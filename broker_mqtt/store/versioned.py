@@ -81,6 +81,7 @@ __all__ = [
     "Change",
     "Conflict",
     "VersionedState",
+    "StateEntries",
     "Persistence",
     "Resolver",
     "last_writer_wins",
@@ -160,6 +161,51 @@ def _key_of(k: bytes) -> Any:
 
 def _as_tuple(items: list[Any]) -> tuple[Any, ...]:
     return tuple(_as_tuple(x) if type(x) is list else x for x in items)
+
+
+class StateEntries:
+    """A whole state's entries in the form a :class:`VersionedState` holds them, built one entry at a
+    time (a snapshot as its chunks arrive), for :meth:`VersionedState.adopt`: live keys (packed key ->
+    value, stamp, expiry) and tombstones (packed key -> (hlc, stamp)); the later entry of a key
+    replaces the earlier."""
+
+    __slots__ = ("stamper", "values", "stamps", "expiring", "dead")
+
+    def __init__(self) -> None:
+        self.stamper = Stamps()
+        self.values: dict[bytes, Any] = {}
+        self.stamps: dict[bytes, int] = {}
+        self.expiring: dict[bytes, float] = {}
+        self.dead: dict[bytes, tuple[int, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.values) + len(self.dead)
+
+    def set(self, k: bytes, v: Version) -> None:
+        """Key ``k`` (packed canonically) is at version ``v``. Raises StoreDecodeError for a seq out
+        of range (nothing changed)."""
+        stamp = self.stamper.stamp(v.hlc, v.origin, v.seq)
+        if v.deleted:
+            if self.values.pop(k, _ABSENT) is not _ABSENT:
+                del self.stamps[k]
+                self.expiring.pop(k, None)
+            self.dead[k] = (v.hlc, stamp)
+            return
+        if self.dead:
+            self.dead.pop(k, None)
+        self.values[k] = v.value
+        self.stamps[k] = stamp
+        if v.expiry is not None:
+            self.expiring[k] = v.expiry
+        elif self.expiring:
+            self.expiring.pop(k, None)
+
+    def drop(self, k: bytes) -> None:
+        """Key ``k`` is not in the state (a later pass of the snapshot found it gone)."""
+        if self.values.pop(k, _ABSENT) is not _ABSENT:
+            del self.stamps[k]
+            self.expiring.pop(k, None)
+        self.dead.pop(k, None)
 
 
 class VersionedState:
@@ -380,39 +426,32 @@ class VersionedState:
         """Replace everything (a snapshot or a merge); return the visible changes (``report=False``:
         none built, an empty list; a joiner's would be one per key). Raises StoreDecodeError for a
         version whose seq is out of range (nothing replaced then)."""
-        stamper = Stamps()
-        values: dict[bytes, Any] = {}
-        stamps: dict[bytes, int] = {}
-        expiring: dict[bytes, float] = {}
-        dead: list[tuple[int, bytes, int]] = []
-        inserted: list[Change] = []  # (the keys as given: no key is decoded again)
-        updated: dict[bytes, Change] = {}
-        before = self._values
+        entries = StateEntries()
         for key, v in versions:
-            k, stamp = pack(key), stamper.stamp(v.hlc, v.origin, v.seq)
-            if v.deleted:
-                dead.append((v.hlc, k, stamp))
-                continue
-            new = values[k] = v.value
-            stamps[k] = stamp
-            if v.expiry is not None:
-                expiring[k] = v.expiry
-            if not report:
-                continue
-            old = before.get(k, _ABSENT)
-            if old is _ABSENT:
-                inserted.append(Change(key, False, None, True, new, v.origin))
-            elif new != old or type(new) is not type(old):
-                updated[k] = Change(key, True, old, True, new, v.origin)
+            entries.set(pack(key), v)
+        return self.adopt(entries, last_seq=last_seq, lineage=lineage, applied=applied, max_hlc=max_hlc,
+                          report=report)
+
+    def adopt(self, entries: StateEntries, *, last_seq: int, lineage: Lineage, applied: dict[str, _Applied],
+              max_hlc: int, report: bool = True) -> list[Change]:
+        """Replace everything with ``entries`` (built as a snapshot arrived, :mod:`.snapshot_stream`,
+        or by :meth:`replace`), taking its dicts as they are: without ``report``, nothing is walked
+        per key. Returns the visible changes (``report=False``: none, an empty list)."""
+        values, stamps = entries.values, entries.stamps
         changes: list[Change] = []  # erased and updated keys in their order here, then the inserted ones
-        for k, old in before.items() if report else ():
-            if k not in values:
-                changes.append(Change(_key_of(k), True, old, False, None, None))
-            elif k in updated:
-                changes.append(updated[k])
-        changes.extend(inserted)
-        self._values, self._stamps, self._expiring, self._stamper = values, stamps, expiring, stamper
-        self._index_tombstones(dead)
+        if report:
+            origin = entries.stamper.parts
+            before = self._values
+            for k, old in before.items():
+                new = values.get(k, _ABSENT)
+                if new is _ABSENT:
+                    changes.append(Change(_key_of(k), True, old, False, None, None))
+                elif new != old or type(new) is not type(old):
+                    changes.append(Change(_key_of(k), True, old, True, new, origin(stamps[k])[1]))
+            changes.extend(Change(_key_of(k), False, None, True, new, origin(stamps[k])[1])
+                           for k, new in values.items() if k not in before)
+        self._values, self._stamps, self._expiring, self._stamper = values, stamps, entries.expiring, entries.stamper
+        self._index_tombstones([(hlc, k, stamp) for k, (hlc, stamp) in entries.dead.items()])
         self._changed = True
         self.last_seq, self.lineage = last_seq, list(lineage)
         self.applied = {w: _Applied(a.n, a.seq, dict(a.results)) for w, a in applied.items()}
