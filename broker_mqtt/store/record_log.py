@@ -31,8 +31,11 @@ def op_count(op: tuple[Any, ...]) -> int:
 
 
 _Fields = tuple[int, Any, int, str, str, int, tuple[Any, ...], Any]  # a Record's, in field order
-_SEQ: Final = 0  # the indexes of seq and op in _Fields
+_SEQ: Final = 0  # the indexes of seq, writer, n, op and result in _Fields
+_WRITER: Final = 4
+_N: Final = 5
 _OP: Final = 6
+_RESULT: Final = 7
 
 
 class RecordLog:
@@ -80,6 +83,13 @@ class RecordLog:
             chunks[-1].append(Record(*fields))
             ops += n
         return chunks
+
+    def results_of(self, writer: str, first: int, last: int) -> dict[int, Any]:
+        """The answers (a record's ``result``, None for most) of ``writer``'s writes ``first`` to
+        ``last`` that the log holds, by write number. Looks at every record: for the rare case of a
+        write whose answer the state no longer keeps."""
+        return {fields[_N]: fields[_RESULT] for fields in self._records
+                if fields[_WRITER] == writer and first <= fields[_N] <= last}
 
     def __len__(self) -> int:
         return len(self._records)

@@ -133,6 +133,8 @@ class MasterSide(ClaimSide):
         done = self.state.applied_n(writer)
         if n <= done:  # a repeat (its answer was lost, or it went to an earlier master): answer again
             self._note_repeat(writer, n, cmd)
+            if n > self._repeat_high.get(writer, 0):
+                self._repeat_high[writer] = n
             acked = self._acked_n.get(writer)
             # a writer first heard of by this master re-sends from its first unanswered write (in n
             # order): what comes before n it holds answered
@@ -240,17 +242,28 @@ class MasterSide(ClaimSide):
 
     def _forget_unknown(self, writer: str, a: Any, capped: int, upto: int) -> None:
         """The hold-back ran out: each write after ``capped`` up to ``upto`` whose answer is still
-        unknown is answered AnswerForgotten, not None. A writer that holds its answer ignores it;
-        one whose repeats were lost twice learns what is true (applied, answer unknown) rather
-        than a success, or a put_unique's "not inserted"."""
-        known_after = self._none_known_after(writer, a)
+        unknown is answered from the log's record of it when the log still holds it (a put's None,
+        a put_unique's answer), else AnswerForgotten, not None. A writer that holds its answer
+        ignores it; one whose repeats were lost twice learns what is true (applied, answer
+        unknown) rather than a success, or a put_unique's "not inserted". Only writes this master
+        never answered before (past ``_sent_upto``): a writer that missed an earlier answer sees
+        the gap (the wack's ``after``) and sends those again, and a late copy of an old repeat
+        would otherwise fill one wack with the writer's whole history. And those up to the highest
+        repeat that came since the writer was last answered past it: the writer re-sends what it
+        holds unanswered in ``n`` order, so the writes before that repeat are ones it may still hold."""
+        last = min(upto, self._none_known_after(writer, a))
+        sent, high = self._sent_upto.get(writer, 0), self._repeat_high.get(writer, 0)
+        ns = [*range(capped + 1, min(high, last) + 1), *range(max(capped, high, sent) + 1, last + 1)]
+        if not ns:
+            return
         results, unanswered = a.results, self._unanswered.get(writer, {})
         repeats = self._repeat_answers.get(writer)
         if repeats is None:
             repeats = self._repeat_answers[writer] = {}
-        for n in range(capped + 1, min(upto, known_after) + 1):
+        logged = self._log.results_of(writer, ns[0], ns[-1])
+        for n in ns:
             if n not in results and n not in unanswered and n not in repeats:
-                repeats[n] = _forgotten(writer, n)
+                repeats[n] = logged[n] if n in logged else _forgotten(writer, n)
 
     def _cap(self, writer: str, a: Any, acked: int, upto: int) -> int:
         """_determined's scan: the last n of (acked, upto] before the first without a known answer."""
@@ -281,7 +294,7 @@ class MasterSide(ClaimSide):
                 forget.append(writer)
         for writer in forget:
             del self._acked_n[writer]
-            for marks in (self._applied_from, self._sent_upto, self._held_back, self._held):
+            for marks in (self._applied_from, self._sent_upto, self._held_back, self._held, self._repeat_high):
                 marks.pop(writer, None)
 
     def _check_acting(self, cmd: Any, origin: str) -> None:
@@ -370,6 +383,7 @@ class MasterSide(ClaimSide):
                 if a is None:
                     self._unanswered.pop(writer, None)
                     self._repeat_answers.pop(writer, None)
+                    self._repeat_high.pop(writer, None)
                     self._held_back.pop(writer, None)
                 continue
             if a.seq <= durable:
@@ -390,6 +404,8 @@ class MasterSide(ClaimSide):
             self._acked_n[writer] = upto
             if upto > self._sent_upto.get(writer, 0):
                 self._sent_upto[writer] = upto
+            if self._repeat_high.get(writer, upto + 1) <= upto:
+                del self._repeat_high[writer]
             results = {n: r for n, r in a.results.items() if acked < n <= upto}
             unanswered = self._unanswered.get(writer)
             if unanswered:
