@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import StoreDecodeError
+from .errors import BackendError, StoreDecodeError
 from .history import Epoch, Position, Record, Version
 from .packing import pack, unpack
 from .versioned import StateEntries, VersionedState, _Applied
@@ -165,7 +165,7 @@ class Incoming:
                     staged.drop(key)
                 else:
                     staged.set(key, Version.from_wire(unpack(v)))
-        except (TypeError, ValueError, OverflowError) as exc:
+        except (TypeError, ValueError, OverflowError, BackendError) as exc:  # (BackendError: not CBOR)
             raise StoreDecodeError(f"bad snapshot chunk: {exc}") from exc
         self.applied.extend(applied)
         self.chunks += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from _elected_sim import SimNet, record_sends
 
 from broker_mqtt.store.commands import Erase, Put
@@ -157,7 +158,8 @@ def test_tombstones_travel_in_the_stream() -> None:
         assert c.state.version("k0000").deleted  # type: ignore[union-attr]
 
 
-def test_a_malformed_entry_installs_nothing_and_the_fetch_starts_over() -> None:
+@pytest.mark.parametrize("bad", [codec.encode(["not", "a", "version"]), b"\xff"], ids=["not-a-version", "not-cbor"])
+def test_a_malformed_entry_installs_nothing_and_the_fetch_starts_over(bad: bytes) -> None:
     """The joiner decodes each entry as its chunk arrives: one malformed entry (a hostile or broken
     source) fails its chunk, nothing of the snapshot is installed, and the fetch starts over."""
     with filled() as net:
@@ -170,7 +172,7 @@ def test_a_malformed_entry_installs_nothing_and_the_fetch_starts_over() -> None:
             for m in out:
                 if not mangled and m[0] == "schunk" and m[2] == "c.0" and m[7]:
                     key, _ = m[7][-1]
-                    m[7][-1] = [key, codec.encode(["not", "a", "version"])]  # valid CBOR, not a version
+                    m[7][-1] = [key, bad]  # valid CBOR but not a version, or not CBOR at all
                     mangled.append(m)
             return out
 
@@ -188,7 +190,7 @@ def test_a_malformed_entry_installs_nothing_and_the_fetch_starts_over() -> None:
 
         c.handle = counting  # type: ignore[method-assign]
         net.run(6.0)
-        assert mangled and len(refused) == 1 and "bad snapshot chunk: bad version" in str(refused[0])
+        assert mangled and len(refused) == 1 and "bad snapshot chunk" in str(refused[0])
         assert net.contents("c") == net.contents("a") and not c.stale
         assert c.stats.snapshots_installed == 1
 
