@@ -127,7 +127,6 @@ class ReplicaBase:
         self._sent_upto: dict[str, int] = {}  # writer -> the highest n answered this mastership (never lowered)
         # writer -> since when _determined holds its answers back, and at which write
         self._held_back: dict[str, tuple[float, int]] = {}
-        self._repeat_high: dict[str, int] = {}  # writer -> its highest repeat not answered past yet
         self._origins: dict[str, str] = {}  # writer -> the endpoint its writes came from (for its answers)
         self._out_log: list[Record] = []
         # writer side

@@ -172,7 +172,6 @@ class ClaimSide(ReplicaBase):
         self._applied_from = {}
         self._sent_upto = {}
         self._held_back = {}
-        self._repeat_high = {}
         self._send(Active(claim.epoch, self.state.position, self.state.lineage, conflicts, self._subsumed))
         if conflicts:
             self._conflicts_seen.add(claim.epoch)

@@ -133,8 +133,6 @@ class MasterSide(ClaimSide):
         done = self.state.applied_n(writer)
         if n <= done:  # a repeat (its answer was lost, or it went to an earlier master): answer again
             self._note_repeat(writer, n, cmd)
-            if n > self._repeat_high.get(writer, 0):
-                self._repeat_high[writer] = n
             acked = self._acked_n.get(writer)
             # a writer first heard of by this master re-sends from its first unanswered write (in n
             # order): what comes before n it holds answered
@@ -213,9 +211,10 @@ class MasterSide(ClaimSide):
         oldest: int = min(results)
         return min(mine, oldest)
 
-    def _determined(self, writer: str, a: Any, acked: int, upto: int) -> int:
+    def _determined(self, writer: str, a: Any, acked: int, upto: int) -> tuple[int, int]:
         """The highest n up to ``upto`` such that every write of ``writer`` after ``acked`` up to it
-        has a known answer: answering further would answer None for a write whose repeat has not
+        has a known answer, and the ``after`` of the wack that answers up to there (``acked``, but
+        when the hold-back runs out, _forget_unknown's): answering further would answer None for a write whose repeat has not
         arrived yet and whose answer may be forgotten (it is then known when the repeat arrives, in
         n order, _note_repeat). The usual case, every write applied here and none answered, scans
         nothing. It holds a writer back for two retry intervals at most: by then every write the
@@ -225,45 +224,43 @@ class MasterSide(ClaimSide):
         sent = self._sent_upto.get(writer, 0)
         first = self._applied_from.get(writer, a.n + 1)
         if acked >= sent and acked + 1 >= first:
-            return upto
+            return upto, acked
         capped = self._cap(writer, a, acked, upto)
         if capped == upto:
             self._held_back.pop(writer, None)
-            return upto
+            return upto, acked
         since, at = self._held_back.get(writer, (self._now, capped))
         if capped > at:  # held back at a later write (the writer moved on): a gap of its own, with
             since = self._now  # its own two intervals (a timer left from the last would cut them short)
         self._held_back[writer] = (since, capped)
         if self._now - since >= 2 * self.config.retry_interval:
             del self._held_back[writer]
-            self._forget_unknown(writer, a, capped, upto)
-            return upto
-        return capped
+            return upto, self._forget_unknown(writer, a, capped, upto)
+        return capped, acked
 
-    def _forget_unknown(self, writer: str, a: Any, capped: int, upto: int) -> None:
-        """The hold-back ran out: each write after ``capped`` up to ``upto`` whose answer is still
+    def _forget_unknown(self, writer: str, a: Any, capped: int, upto: int) -> int:
+        """The hold-back ran out at ``capped``: returns the ``after`` of the wack that answers up to
+        ``upto``. It skips what this master answered before (up to ``_sent_upto``): a writer that
+        still waits for some of those writes sees them at or before ``after``, a gap, and sends them
+        again, to be answered as repeats; one that holds them (a late copy of an old repeat came)
+        gets a short wack, not its whole history again. Each write after that whose answer is still
         unknown is answered from the log's record of it when the log still holds it (a put's None,
-        a put_unique's answer), else AnswerForgotten, not None. A writer that holds its answer
-        ignores it; one whose repeats were lost twice learns what is true (applied, answer
-        unknown) rather than a success, or a put_unique's "not inserted". Only writes this master
-        never answered before (past ``_sent_upto``): a writer that missed an earlier answer sees
-        the gap (the wack's ``after``) and sends those again, and a late copy of an old repeat
-        would otherwise fill one wack with the writer's whole history. And those up to the highest
-        repeat that came since the writer was last answered past it: the writer re-sends what it
-        holds unanswered in ``n`` order, so the writes before that repeat are ones it may still hold."""
+        a put_unique's answer), else AnswerForgotten, never None: a writer whose repeats were lost
+        twice learns what is true (applied, answer unknown), not a success or a put_unique's "not
+        inserted"."""
+        after = max(capped, self._sent_upto.get(writer, 0))
         last = min(upto, self._none_known_after(writer, a))
-        sent, high = self._sent_upto.get(writer, 0), self._repeat_high.get(writer, 0)
-        ns = [*range(capped + 1, min(high, last) + 1), *range(max(capped, high, sent) + 1, last + 1)]
-        if not ns:
-            return
+        if after >= last:
+            return after
         results, unanswered = a.results, self._unanswered.get(writer, {})
         repeats = self._repeat_answers.get(writer)
         if repeats is None:
             repeats = self._repeat_answers[writer] = {}
-        logged = self._log.results_of(writer, ns[0], ns[-1])
-        for n in ns:
+        logged = self._log.results_of(writer, after + 1, last)
+        for n in range(after + 1, last + 1):
             if n not in results and n not in unanswered and n not in repeats:
                 repeats[n] = logged[n] if n in logged else _forgotten(writer, n)
+        return after
 
     def _cap(self, writer: str, a: Any, acked: int, upto: int) -> int:
         """_determined's scan: the last n of (acked, upto] before the first without a known answer."""
@@ -294,7 +291,7 @@ class MasterSide(ClaimSide):
                 forget.append(writer)
         for writer in forget:
             del self._acked_n[writer]
-            for marks in (self._applied_from, self._sent_upto, self._held_back, self._held, self._repeat_high):
+            for marks in (self._applied_from, self._sent_upto, self._held_back, self._held):
                 marks.pop(writer, None)
 
     def _check_acting(self, cmd: Any, origin: str) -> None:
@@ -383,7 +380,6 @@ class MasterSide(ClaimSide):
                 if a is None:
                     self._unanswered.pop(writer, None)
                     self._repeat_answers.pop(writer, None)
-                    self._repeat_high.pop(writer, None)
                     self._held_back.pop(writer, None)
                 continue
             if a.seq <= durable:
@@ -396,7 +392,9 @@ class MasterSide(ClaimSide):
                     upto = rounds.popleft()[1]
                 if upto <= acked:
                     continue
-            upto = self._determined(writer, a, acked, upto)
+            upto, after = self._determined(writer, a, acked, upto)
+            if after > acked:  # the hold-back ran out: what this master answered before is skipped
+                self._acked_n[writer] = acked = after
             if upto <= acked:
                 continue  # its next repeat tells what to answer
             if upto == a.n:
@@ -404,8 +402,6 @@ class MasterSide(ClaimSide):
             self._acked_n[writer] = upto
             if upto > self._sent_upto.get(writer, 0):
                 self._sent_upto[writer] = upto
-            if self._repeat_high.get(writer, upto + 1) <= upto:
-                del self._repeat_high[writer]
             results = {n: r for n, r in a.results.items() if acked < n <= upto}
             unanswered = self._unanswered.get(writer)
             if unanswered:

@@ -1130,3 +1130,39 @@ def test_a_hold_back_that_runs_out_answers_from_the_log_or_answer_forgotten_not_
         else:
             assert isinstance(error_from_wire(answers[n][1:]), AnswerForgotten), (n, answers[n])
     assert answers[301] is None
+
+
+def test_writes_whose_answers_and_repeats_were_lost_are_sent_again_not_answered_none() -> None:
+    """1,200 put_uniques of fresh keys, all applied and answered, every answer lost; the writer sends
+    them again in six messages and only the first (1..200) arrives, then its retries are lost too
+    while its new writes come. When the hold-back runs out, the master skips what it answered
+    before (the wack's ``after``): the writer sees the gap and keeps 201..1200 pending (to send
+    again), never reads them as None ("not inserted"). (A reviewer's case, 2026-11-27.)"""
+    net = SimNet(["a", "b"], seed=21)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    epoch = list(master.epoch)
+    wire = [[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(1, 1201)]
+    for i in range(0, 1200, 200):
+        master.handle(["writes", "job", "e" * 32, wire[i:i + 200], epoch], net.now)
+    net._flush("a")
+    net.run(0.5)
+    out = record_sends(master)  # what follows: the writes' answers were lost
+    writer = WriterCore("job", "e" * 32, 0.0)
+    for n in range(1, 1201):
+        writer.write(PutUnique(f"u{n}", n, None, "", 0), 0.0)
+    master.handle(["writes", "job", "e" * 32, wire[:200], epoch], net.now)  # 201..1200 lost
+    net._flush("a")
+    for k in range(4):  # a new write each retry interval; the retries of 201..1200 are lost
+        n = writer.write(Put(f"p{k}", k), net.now)
+        master.handle(["write", "job", n, "e" * 32, Put(f"p{k}", k).to_wire(), epoch], net.now)
+        net._flush("a")
+        net.run(1.0)
+    for m in out:
+        if m[0] == "wack" and m[2] == "job":
+            writer.handle(m, net.now)
+    answers = dict(writer.answers())
+    assert not [n for n in range(1, 1201) if n in answers and answers[n] is None]
+    assert all(n not in answers for n in range(201, 1201)) and writer.answers_lost == 1000
+    assert [answers[n] for n in range(1201, 1205)] == [None] * 4
