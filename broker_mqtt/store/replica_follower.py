@@ -29,21 +29,12 @@ from .replica_messages import (
 )
 from .snapshot_stream import Incoming
 from .versioned import (
-    Change,
     Record,
     VersionedState,
     contains,
 )
 
 __all__ = ["FollowerSide"]
-
-
-def _replace_state(state: VersionedState, parts: dict[str, Any], report: bool) -> list[Change]:
-    """Install ``parts`` in ``state``: a streamed snapshot's entries, decoded as they came (adopted as
-    they are), or a whole-state message's versions. Raises StoreDecodeError with nothing changed."""
-    if "entries" in parts:
-        return state.adopt(**parts, report=report)
-    return state.replace(**parts, report=report)
 
 
 class FollowerSide(MasterSide):
@@ -150,23 +141,21 @@ class FollowerSide(MasterSide):
             inc.restart()
             self._snap_ask(inc, now)
             return
-        if not msg.final:
-            try:
+        try:
+            if msg.final:
+                inc.stage(msg.entries, msg.applied)
+            else:
                 inc.take(msg.entries, msg.next, msg.pos)
-            except StoreDecodeError:
-                del self._snaps[source]  # a malformed chunk: the fetch starts over (when it is due)
-                raise
+        except StoreDecodeError:
+            del self._snaps[source]  # a malformed chunk: the fetch starts over (when it is due)
+            raise
+        if not msg.final:
             if msg.next is None:
                 inc.next_pass()  # next: what changed while this pass ran
                 self._snap_ask(inc, now)
             elif inc.left <= 0:
                 self._snap_ask(inc, now)
             return
-        try:
-            inc.stage(msg.entries, msg.applied)
-        except StoreDecodeError:
-            del self._snaps[source]
-            raise
         if msg.header is None:
             return
         del self._snaps[source]
@@ -189,7 +178,7 @@ class FollowerSide(MasterSide):
             self._fetch_deadline = now + self.config.fetch_timeout
 
     def _take_snapshot(self, parts: dict[str, Any], epoch: Any, source: str, now: float) -> None:
-        entries = len(parts["entries"] if "entries" in parts else parts["versions"])
+        entries = len(parts["entries"])
         claim = self._claim
         if claim is not None and claim.fetching is not None and epoch == claim.epoch:
             if source not in claim.fetching:
@@ -198,7 +187,7 @@ class FollowerSide(MasterSide):
                 self._install(parts)
             else:
                 remote = VersionedState()
-                _replace_state(remote, parts, False)  # merged later; its changes are not ours
+                remote.adopt(**parts, report=False)  # merged later; its changes are not ours
                 claim.fetched[source] = remote
             claim.fetching.pop(source)  # (after: a malformed snapshot leaves the claim waiting for it)
             self._count_snapshot(entries)
@@ -310,7 +299,7 @@ class FollowerSide(MasterSide):
 
     def _install(self, parts: dict[str, Any]) -> None:
         # first: raises StoreDecodeError with nothing changed
-        changes = _replace_state(self.state, parts, self.wants_data())
+        changes = self.state.adopt(**parts, report=self.wants_data())
         self._discard_after = None
         self._verified = True
         self.clock.observe(self.state.max_hlc)

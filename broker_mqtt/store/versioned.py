@@ -474,9 +474,11 @@ class VersionedState:
 
     @staticmethod
     def parts_from_wire(wire: Any) -> dict[str, Any]:
-        """Decode :meth:`to_wire`'s form into keyword arguments of :meth:`replace`."""
+        """Decode :meth:`to_wire`'s form into keyword arguments of :meth:`adopt`."""
         try:
-            versions = [(key, Version.from_wire(v)) for key, v in wire["versions"]]
+            entries = StateEntries()
+            for key, v in wire["versions"]:
+                entries.set(pack(key), Version.from_wire(v))
             applied = {}
             for w, n, seq, results in wire["applied"]:
                 if not (isinstance(w, str) and isinstance(n, int) and isinstance(seq, int)):
@@ -485,7 +487,7 @@ class VersionedState:
             last_seq, hlc = wire["seq"], wire["hlc"]
             if not (isinstance(last_seq, int) and isinstance(hlc, int)):
                 raise StoreDecodeError("bad snapshot header")
-            return {"versions": versions, "last_seq": last_seq, "lineage": lineage_from_wire(wire["lineage"]),
+            return {"entries": entries, "last_seq": last_seq, "lineage": lineage_from_wire(wire["lineage"]),
                     "applied": applied, "max_hlc": hlc}
         except (KeyError, TypeError, ValueError, OverflowError) as exc:  # (int() of an infinity)
             raise StoreDecodeError(f"bad snapshot: {exc}") from exc
