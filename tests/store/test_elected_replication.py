@@ -1048,20 +1048,14 @@ def test_a_later_gap_gets_its_own_two_retry_intervals() -> None:
     epoch = list(master.epoch)
     out = record_sends(master)
     wire = [[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(1, 201)]
-    master.handle(["writes", "job", "e" * 32, wire, epoch], net.now)
-    net._flush("a")
-    net.run(0.5)
+    _job_writes(net, "a", wire)
     sent = len(out)
-
-    def arrive(msg: list[Any], then: float) -> None:
-        master.handle(msg, net.now)
-        net._flush("a")
-        net.run(then)
-
-    arrive(["writes", "job", "e" * 32, wire[:20], epoch], 1.5)  # 1..20 again
-    arrive(["writes", "job", "e" * 32, wire[20:30], epoch], 0.5)  # 21..30 again; 31..40 are late
-    arrive(["write", "job", 201, "e" * 32, PutUnique("v", 0, None, "", 0).to_wire(), epoch], 0.1)
-    arrive(["writes", "job", "e" * 32, wire[30:40], epoch], 0.5)
+    _job_writes(net, "a", wire[:20], 1.5)  # 1..20 again
+    _job_writes(net, "a", wire[20:30])  # 21..30 again; 31..40 are late
+    master.handle(["write", "job", 201, "e" * 32, PutUnique("v", 0, None, "", 0).to_wire(), epoch], net.now)
+    net._flush("a")
+    net.run(0.1)
+    _job_writes(net, "a", wire[30:40])
     answers = _as_writer_reads([m for m in out[sent:] if m[0] == "wack" and m[2] == "job"], list(range(1, 41)))
     forgotten = [n for n in range(1, 41) if isinstance(answers[n], list)
                  and isinstance(error_from_wire(answers[n][1:]), AnswerForgotten)]
@@ -1107,9 +1101,7 @@ def test_a_hold_back_that_runs_out_answers_from_the_log_or_answer_forgotten_not_
     commands: list[Any] = [Put(f"p{i}", i) for i in range(40)] + [PutUnique(f"u{i}", i, None, "", 0)
                                                                   for i in range(260)]
     wire = [[n, c.to_wire()] for n, c in enumerate(commands, 1)]
-    master.handle(["writes", "job", "e" * 32, wire, epoch], net.now)
-    net._flush("a")
-    net.run(0.5)
+    _job_writes(net, "a", wire)
     master._sent_upto.pop("job")  # as a new master that applied none of them: it answered none
     master._applied_from.pop("job")
     sent = len(out)
