@@ -128,7 +128,9 @@ class FollowerSide(MasterSide):
             done = self._snap_done.get(source)
             if done is not None and done[0] == msg.epoch and msg.pos[0] <= done[1]:
                 return
-            inc = self._snaps[source] = Incoming(source, msg.epoch, for_claim, asked=(None, None))
+            # a follower's snapshot is staged in its file as it comes too (a claim's may be merged, not installed)
+            inc = self._snaps[source] = Incoming(source, msg.epoch, for_claim, asked=(None, None),
+                                                 file=None if for_claim else self.state)
         if not inc.matches(msg.after, msg.since):
             # a chunk was lost before this one (it starts past what we hold): ask from what we hold;
             # anything else is a repeat of what we have

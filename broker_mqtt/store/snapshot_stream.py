@@ -140,6 +140,17 @@ class Incoming:
     asked: tuple[bytes | None, Position | None] | None = None  # the last request sent
     applied: list[Any] = field(default_factory=list)
     chunks: int = 0
+    # stages each chunk's rows in this state's file too (VersionedState.stage_rows), so that the install
+    # takes them in one step: ``token`` is the staging's, None once the file is not (or no longer) staged
+    file: VersionedState | None = None
+    token: int | None = None
+
+    def __post_init__(self) -> None:
+        self._begin_file()
+
+    def _begin_file(self) -> None:
+        if self.file is not None:
+            self.token = self.file.begin_staging()
 
     def matches(self, after: bytes | None, since: Position | None) -> bool:
         return after == self.cursor and since == self.since
@@ -158,6 +169,7 @@ class Incoming:
         """A chunk of the final burst: its entries and writer rows, staged. Raises StoreDecodeError
         for a malformed entry (the entries before it are staged: the caller starts over)."""
         staged = self.staged
+        rows: dict[bytes, bytes | None] | None = {} if self.token is not None else None
         try:
             for k, v in entries:
                 key = pack(unpack(k))  # as the state keys it (a peer's packing may not be canonical)
@@ -165,8 +177,14 @@ class Incoming:
                     staged.drop(key)
                 else:
                     staged.set(key, Version.from_wire(unpack(v)))
+                if rows is not None:
+                    rows[key] = v  # (a malformed entry raised above: the file stages whole chunks only)
         except (TypeError, ValueError, OverflowError, BackendError) as exc:  # (BackendError: not CBOR)
             raise StoreDecodeError(f"bad snapshot chunk: {exc}") from exc
+        if rows and self.file is not None and self.token is not None:
+            filed = [(k, v) for k, v in rows.items() if v is not None]
+            if not self.file.stage_rows(self.token, filed, [(k,) for k, v in rows.items() if v is None]):
+                self.token = None  # staging began again elsewhere: this snapshot installs in full
         self.applied.extend(applied)
         self.chunks += 1
 
@@ -179,6 +197,7 @@ class Incoming:
         self.applied.clear()
         self.since = self.low = self.cursor = None
         self.left = 0
+        self._begin_file()
 
     def parts(self, header: tuple[int, Any, int]) -> dict[str, Any]:
         """The staged state as keyword arguments of :meth:`~.versioned.VersionedState.adopt`.
@@ -192,4 +211,5 @@ class Incoming:
         except (TypeError, ValueError, OverflowError) as exc:
             raise StoreDecodeError(f"bad snapshot chunk: {exc}") from exc
         seq, lineage, hlc = header
-        return {"entries": self.staged, "last_seq": seq, "lineage": lineage, "applied": applied, "max_hlc": hlc}
+        return {"entries": self.staged, "last_seq": seq, "lineage": lineage, "applied": applied, "max_hlc": hlc,
+                "staged": self.token}

@@ -2,7 +2,9 @@
 
 Two tables: ``versions`` (the packed key -> the packed :class:`~.history.Version` wire form, tombstones
 included) and ``meta`` (one row ``state``: the header with ``seq``, ``lineage``, ``hlc`` and
-``applied``). The file runs in WAL mode with ``synchronous=FULL``; every :meth:`StateFile.write` is one
+``applied``). While a streamed snapshot arrives, a third, ``staging``, takes its rows chunk by chunk
+(:meth:`StateFile.stage`), and the install's commit renames it to ``versions`` (one step, not every
+row written again); a process that dies meanwhile leaves it, and the next open drops it. The file runs in WAL mode with ``synchronous=FULL``; every :meth:`StateFile.write` is one
 ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction, so a reopened file holds exactly the last committed
 batch. SQLite errors become :class:`~.errors.BackendError` naming the file.
 
@@ -28,7 +30,9 @@ __all__ = ["StateFile", "open_state"]
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS versions (k BLOB PRIMARY KEY, v BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, v BLOB NOT NULL);
+DROP TABLE IF EXISTS staging;
 """
+_STAGING = "CREATE TABLE staging (k BLOB PRIMARY KEY, v BLOB NOT NULL)"  # as versions: renamed to it
 
 #: ``load(rows, meta)``: ``rows`` yields ``(packed key, packed version)``; ``meta()`` the decoded meta rows
 Loader = Callable[[Iterator[tuple[bytes, bytes]], Callable[[], dict[str, Any]]], None]
@@ -63,18 +67,45 @@ class StateFile:
         return cls(db, path)
 
     def write(self, header: dict[str, Any], rows: Iterable[tuple[bytes, bytes]], gone: list[tuple[bytes]],
-              *, replace_all: bool) -> None:
-        """One transaction: delete ``gone`` keys (or every row, ``replace_all``), insert or replace
-        ``rows`` (packed key, packed version), store ``header``. Raises BackendError (nothing written)."""
+              *, replace_all: bool, from_staged: bool = False) -> None:
+        """One transaction: delete ``gone`` keys (or every row, ``replace_all``; or, ``from_staged``,
+        the staging table becomes the versions table), insert or replace ``rows`` (packed key, packed
+        version), store ``header``. Raises BackendError (nothing written)."""
         db = self._db
         assert db is not None
         with sqlite_transaction(db, self.path):
+            if from_staged:
+                db.execute("DROP TABLE versions")
+                db.execute("ALTER TABLE staging RENAME TO versions")
             if replace_all:
                 db.execute("DELETE FROM versions")
-            elif gone:
+            if gone:
                 db.executemany("DELETE FROM versions WHERE k = ?", gone)
             db.executemany("INSERT OR REPLACE INTO versions (k, v) VALUES (?, ?)", rows)
             db.execute("INSERT OR REPLACE INTO meta (name, v) VALUES ('state', ?)", (pack(header),))
+
+    def stage(self, rows: Iterable[tuple[bytes, bytes]], gone: list[tuple[bytes]], *, fresh: bool) -> None:
+        """One transaction on the ``staging`` table (``fresh``: made anew, empty): delete ``gone``,
+        insert or replace ``rows``. Committed with ``synchronous=NORMAL``: a power loss may take the
+        last of it back but never corrupts the file, and the ``FULL`` commit of the write that takes
+        the table syncs it all first. A table left by a process that died is dropped at open. Raises
+        BackendError (nothing staged)."""
+        db = self._db
+        assert db is not None
+        try:
+            db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with sqlite_transaction(db, self.path):
+                    if fresh:
+                        db.execute("DROP TABLE IF EXISTS staging")
+                        db.execute(_STAGING)
+                    if gone:
+                        db.executemany("DELETE FROM staging WHERE k = ?", gone)
+                    db.executemany("INSERT OR REPLACE INTO staging (k, v) VALUES (?, ?)", rows)
+            finally:
+                db.execute("PRAGMA synchronous=FULL")
+        except sqlite3.Error as exc:
+            raise BackendError(f"{self.path}: {exc}") from exc
 
     @property
     def closed(self) -> bool:
