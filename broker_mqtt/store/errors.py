@@ -102,8 +102,10 @@ class AnswerForgotten(StoreError):
     """The write was applied, but its answer (a result, or an error) was forgotten before it reached
     the writer: a repeat (the first answer lost, in a failover say) answered by a master that no
     longer holds it. A replica keeps the answers of each writer's last writes that have one
-    (``RESULTS_KEPT``, 64), so this takes more than 64 such writes of one writer applied and not
-    answered. Whether the write inserted, or failed, is unknown; that it was applied once is not."""
+    (``RESULTS_KEPT``, 64), and its log's records hold every write's answer while the log reaches
+    back that far (``ReplicaConfig.log_keep``), so this takes more than 64 such writes of one writer
+    applied and not answered, and older than the log. Whether the write inserted, or failed, is
+    unknown; that it was applied once is not."""
 
     code = StoreErrorCode.ANSWER_FORGOTTEN
 

@@ -123,6 +123,8 @@ class ReplicaBase:
         self._unanswered: dict[str, dict[int, Any]] = {}
         # writer -> n -> the answer of a repeat, taken when it arrives (see _note_repeat)
         self._repeat_answers: dict[str, dict[int, Any]] = {}
+        # writer -> (first, last, n -> answer): one scan of the log for a burst of repeats (_logged_answer)
+        self._logged_answers: dict[str, tuple[int, int, dict[int, Any]]] = {}
         self._applied_from: dict[str, int] = {}  # writer -> the first n this mastership applied
         self._sent_upto: dict[str, int] = {}  # writer -> the highest n answered this mastership (never lowered)
         # writer -> since when _determined holds its answers back, and at which write

@@ -169,6 +169,7 @@ class ClaimSide(ReplicaBase):
         self._rounds = {}
         self._unanswered = {}
         self._repeat_answers = {}
+        self._logged_answers = {}
         self._applied_from = {}
         self._sent_upto = {}
         self._held_back = {}

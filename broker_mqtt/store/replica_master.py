@@ -29,6 +29,7 @@ __all__ = ["MasterSide"]
 MAX_UNANSWERED = 65_536  #: answers of applied, not yet durable writes the master keeps per writer
 #: commands whose answer is always None (never an error, never a value): a repeat's answer is known
 NONE_ANSWERED = frozenset({"put", "erase", "clear"})
+LOGGED_WRITERS = 16  #: writers whose last scan of the log for repeats' answers the master keeps (_logged_answer)
 MAX_ROUNDS = 1024  #: log messages per writer whose ends the master notes to answer them one by one
 #: writers a master keeps its marks of (last answered, first applied, ...) for; past it, those of the
 #: 10 % heard first with nothing to answer are forgotten (a Spark job names a writer per task and batch)
@@ -50,7 +51,7 @@ def _answers_none(cmd: Any) -> bool:
 def _forgotten(writer: str, n: int) -> list[Any]:
     """The answer (as on the wire) of applied write ``n`` of ``writer`` whose answer nobody holds."""
     return ["error", *AnswerForgotten(f"write {n} of {writer} was applied; its answer was forgotten "
-                                      f"(a repeat past the last {RESULTS_KEPT} answers kept)").to_wire()]
+                                      f"(neither the last {RESULTS_KEPT} answers kept nor the log hold it)").to_wire()]
 
 
 class MasterSide(ClaimSide):
@@ -177,7 +178,8 @@ class MasterSide(ClaimSide):
         RESULTS_KEPT answers of the writer's writes that have one), or this master's (computed and
         not sent yet), or None: a put, an erase or a clear, a write this master applied and has not
         answered, or one no older than the state's oldest kept answer (none was dropped). Otherwise
-        it is unknown: the write is answered AnswerForgotten, not None (which reads as success, and
+        it is the answer the log's record of the write holds, while the log holds it; past that it is
+        unknown: the write is answered AnswerForgotten, not None (which reads as success, and
         put_unique's as "not inserted")."""
         a = self.state.applied.get(writer)
         if a is None:
@@ -191,13 +193,30 @@ class MasterSide(ClaimSide):
         elif n > self._none_known_after(writer, a) or _answers_none(cmd):
             pass  # None, noted now: writes applied before it is answered can make it unknown to _determined
         else:
-            answer = _forgotten(writer, n)
+            answer = self._logged_answer(writer, n, a.n)
         repeats = self._repeat_answers.get(writer)
         if repeats is None:
             repeats = self._repeat_answers[writer] = {}
         repeats[n] = answer
         if len(repeats) > MAX_UNANSWERED:
             del repeats[next(iter(repeats))]
+
+    def _logged_answer(self, writer: str, n: int, last: int) -> Any:
+        """The answer of applied write ``n`` of ``writer`` as the log's record of it holds it, else
+        AnswerForgotten. Repeats come in bursts, in n order (a writer sends again what it has no
+        answer for): the first of a burst scans the log once for writes ``n`` to ``last`` (the
+        writer's last applied), and the rest of it is answered from that scan. An answer never
+        changes, and a write the scan did not find (the log had dropped it) never comes back into
+        the log, so the scan stays true; it is kept for the LOGGED_WRITERS writers scanned last."""
+        scan = self._logged_answers.get(writer)
+        if scan is None or not scan[0] <= n <= scan[1]:
+            scan = (n, last, self._log.results_of(writer, n, last))
+            self._logged_answers.pop(writer, None)
+            self._logged_answers[writer] = scan
+            if len(self._logged_answers) > LOGGED_WRITERS:
+                del self._logged_answers[next(iter(self._logged_answers))]
+        found = scan[2]
+        return found[n] if n in found else _forgotten(writer, n)
 
     def _none_known_after(self, writer: str, a: Any) -> int:
         """The n after which every applied write of ``writer`` (its applied state ``a``) with no

@@ -749,15 +749,19 @@ def _as_writer_reads(wacks: list[list[Any]], ns: list[int]) -> dict[int, Any]:
 
 
 @pytest.mark.parametrize("together", [False, True])
-def test_a_repeat_whose_answer_is_forgotten_is_answered_answer_forgotten_not_none(together: bool) -> None:
+@pytest.mark.parametrize("logged", [False, True], ids=["log-dropped-them", "log-holds-them"])
+def test_a_repeat_whose_answer_is_forgotten_is_answered_answer_forgotten_not_none(
+        together: bool, logged: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer without a replica places 10 puts, 5 increments, 200 put_uniques and 100 puts; all
     are answered. Its answers are "lost" and it sends them all again (one message each, or
     together): the last RESULTS_KEPT put_uniques get their kept answer (True); the older put_uniques
-    and the increments (None, or a TypeClash: nobody knows any more) AnswerForgotten (applied,
-    answer unknown), not None (which put_unique read as "not inserted", and which reads as
-    success); the puts None, as before. Read as the writer reads them: a wack answers every write
-    up to its ``upto``, so none may go out before the answers up to there are known."""
-    net = SimNet(["a", "b"], seed=16)
+    and the increments get the answer the log's record of them holds (True, None) while the log
+    holds them; once it dropped them (a log of 50 ops), AnswerForgotten (applied, answer unknown:
+    None, or a TypeClash for an increment, nobody knows any more), not None (which put_unique read
+    as "not inserted", and which reads as success); the puts None, as before. Read as the writer
+    reads them: a wack answers every write up to its ``upto``, so none may go out before the
+    answers up to there are known."""
+    net = SimNet(["a", "b"], seed=16, config=None if logged else ReplicaConfig(log_keep=50))
     net.tag("a")
     net.run(0.5)
     master = net.nodes["a"].replica
@@ -783,13 +787,33 @@ def test_a_repeat_whose_answer_is_forgotten_is_answered_answer_forgotten_not_non
     first = place_all(False)
     assert [first[n] for n in range(16, 216)] == [True] * 200
     assert all(first[n] is None for n in [*range(1, 16), *range(216, 316)])
+    scans = _count_log_scans(monkeypatch, master)
     again = place_all(together)
     assert [again[n] for n in range(216 - RESULTS_KEPT, 216)] == [True] * RESULTS_KEPT
-    for n in [*range(11, 16), *range(16, 216 - RESULTS_KEPT)]:
-        assert isinstance(again[n], list) and isinstance(error_from_wire(again[n][1:]), AnswerForgotten), \
-            (n, again[n])
+    if logged:
+        assert [again[n] for n in range(16, 216 - RESULTS_KEPT)] == [True] * (200 - RESULTS_KEPT)
+        assert [again[n] for n in range(11, 16)] == [None] * 5
+        assert len(scans) == 1  # one scan of the log for the whole burst of repeats
+    else:
+        for n in [*range(11, 16), *range(16, 216 - RESULTS_KEPT)]:
+            assert isinstance(again[n], list) and isinstance(error_from_wire(again[n][1:]), AnswerForgotten), \
+                (n, again[n])
     assert all(again[n] is None for n in [*range(1, 11), *range(216, 316)])
     assert not master._repeat_answers
+
+
+def _count_log_scans(monkeypatch: pytest.MonkeyPatch, replica: Replica) -> list[tuple[int, int]]:
+    """From now on, the ``(first, last)`` of every scan of ``replica``'s log for a writer's answers."""
+    scans: list[tuple[int, int]] = []
+    results_of = RecordLog.results_of
+
+    def counted(log: RecordLog, writer: str, first: int, last: int) -> dict[int, Any]:
+        if log is replica._log:
+            scans.append((first, last))
+        return results_of(log, writer, first, last)
+
+    monkeypatch.setattr(RecordLog, "results_of", counted)
+    return scans
 
 
 def test_a_slow_write_sent_again_keeps_its_answer() -> None:
@@ -825,10 +849,10 @@ def _job_writes(net: SimNet, name: str, wire: list[list[Any]], seconds: float = 
     net.run(seconds)
 
 
-def _master_dies_after(wire: list[list[Any]], seed: int) -> tuple[SimNet, Replica]:
+def _master_dies_after(wire: list[list[Any]], seed: int, config: ReplicaConfig | None = None) -> tuple[SimNet, Replica]:
     """Three nodes; master "a" applies "job"'s ``wire`` (made durable), then dies before its answers
     arrive, and "b" becomes master: the network and the new master."""
-    net = SimNet(["a", "b", "c"], seed=seed)
+    net = SimNet(["a", "b", "c"], seed=seed, config=config)
     net.tag("a")
     net.run(0.5)
     _job_writes(net, "a", wire)
@@ -841,20 +865,24 @@ def _master_dies_after(wire: list[list[Any]], seed: int) -> tuple[SimNet, Replic
     return net, new
 
 
-def test_repeats_to_a_new_master_get_the_answers_it_knows_and_no_none_for_the_rest() -> None:
+@pytest.mark.parametrize("logged", [False, True], ids=["log-dropped-them", "log-holds-them"])
+def test_repeats_to_a_new_master_get_the_answers_it_knows_and_no_none_for_the_rest(logged: bool) -> None:
     """200 put_uniques of a writer without a replica are applied and durable, and the master dies
     before its answers arrive. The writer sends them all again to the next master: the last
-    RESULTS_KEPT are answered True (the state carried their answers), the others AnswerForgotten,
-    none None."""
+    RESULTS_KEPT are answered True (the state carried their answers), the others True too while the
+    next master's log holds their records, else (a log of 50 ops) AnswerForgotten; none None."""
     commands = [PutUnique(f"u{i}", i, None, "", 0) for i in range(200)]
     wire = [[n, c.to_wire()] for n, c in enumerate(commands, 1)]
-    net, new = _master_dies_after(wire, seed=18)
+    net, new = _master_dies_after(wire, seed=18, config=None if logged else ReplicaConfig(log_keep=50))
     assert net.contents("b") == net.contents("c") == {f"u{i}": i for i in range(200)}
     out = record_sends(new)
     _job_writes(net, "b", wire)
     answers = _as_writer_reads([m for m in out if m[0] == "wack" and m[2] == "job"], list(range(1, 201)))
     assert [answers[n] for n in range(201 - RESULTS_KEPT, 201)] == [True] * RESULTS_KEPT
-    assert all(isinstance(error_from_wire(answers[n][1:]), AnswerForgotten) for n in range(1, 201 - RESULTS_KEPT))
+    if logged:
+        assert [answers[n] for n in range(1, 201 - RESULTS_KEPT)] == [True] * (200 - RESULTS_KEPT)
+    else:
+        assert all(isinstance(error_from_wire(answers[n][1:]), AnswerForgotten) for n in range(1, 201 - RESULTS_KEPT))
     assert net.contents("b") == {f"u{i}": i for i in range(200)}  # answered, not applied again
 
 
@@ -1040,8 +1068,9 @@ def test_a_later_gap_gets_its_own_two_retry_intervals() -> None:
     sends them again in two parts, 1.5 retry intervals apart; its next write, 201, comes after the
     second part's first half. The master holds the writer back at each unknown answer, but the
     timer of the first gap does not cut the second's short: 21..40 are answered AnswerForgotten
-    when they come, not None (read as "not inserted") when 201 is acknowledged."""
-    net = SimNet(["a", "b"], seed=22)
+    when they come (the log of 50 ops no longer holds them either), not None (read as "not
+    inserted") when 201 is acknowledged."""
+    net = SimNet(["a", "b"], seed=22, config=ReplicaConfig(log_keep=50))
     net.tag("a")
     net.run(0.5)
     master = net.nodes["a"].replica
