@@ -475,16 +475,23 @@ class VersionedState:
         if self._file is None:
             return None
         self._staging += 1
+        if self._from_staged:  # an adopt took the table and is not committed yet: it writes every row now
+            self._from_staged, self._rewrite_all = False, True
         self._file.stage((), [], fresh=True)
         return self._staging
 
     def stage_rows(self, token: int, rows: Iterable[tuple[bytes, bytes]], gone: list[tuple[bytes]]) -> bool:
         """Stage ``rows`` (packed key, packed version, as :meth:`packed_row` gives it) and drop the
         ``gone`` keys, in one transaction. False, and nothing staged, if ``token`` is not the current
-        staging's (staging began again, or an adopt took it). Raises BackendError."""
+        staging's (staging began again, or an adopt took it). Raises BackendError, and the staging
+        is then stale (an adopt naming it writes every row)."""
         if self._file is None or token != self._staging:
             return False
-        self._file.stage(rows, gone, fresh=False)
+        try:
+            self._file.stage(rows, gone, fresh=False)
+        except BaseException:
+            self._staging += 1  # the table misses these rows: no adopt may take it
+            raise
         return True
 
     def attach(self, persistence: Persistence, path: Path | None = None) -> None:

@@ -8,10 +8,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _elected_sim import SimNet, record_sends
 from test_elected_snapshot_stream import chunks_to, filled
 
 from broker_mqtt.store.commands import Erase, Put
+from broker_mqtt.store.errors import BackendError
 from broker_mqtt.store.history import Version
 from broker_mqtt.store.packing import pack
 from broker_mqtt.store.snapshot_stream import Incoming
@@ -214,3 +216,66 @@ def test_a_state_without_a_file_stages_nothing() -> None:
     assert state.begin_staging() is None
     assert not state.stage_rows(1, [(b"k", b"v")], [])
 
+
+
+def _row(key: str, value: Any, seq: int) -> tuple[bytes, bytes]:
+    return pack(key), pack(Version(value, 5 + seq, "a.0", seq, False, None).to_wire())
+
+
+HEADER = (2, [((1, "a.0"), 1)], 7)
+
+
+class FailingStage(FileCalls):
+    """A file whose next ``stage`` fails (a disk error) and stages nothing."""
+
+    fail = False
+
+    def stage(self, rows: Any, gone: list[Any], *, fresh: bool) -> None:
+        if self.fail:
+            self.fail = False
+            raise BackendError("disk I/O error (injected)")
+        super().stage(rows, gone, fresh=fresh)
+
+
+def test_a_chunk_the_file_failed_to_stage_makes_the_install_write_every_row(tmp_path: Path) -> None:
+    """The chunk is in the staged entries but not in the table: a caller that goes on after the
+    BackendError must not get the table taken as the state (one key short)."""
+    state = open_state(tmp_path / "s.db")
+    try:
+        file = FailingStage(state)
+        inc = Incoming("a.0", (1, "a.0"), False, file=state)
+        inc.take([_row("k1", 1, 1)], pack("k1"), (2, (1, "a.0")))
+        file.fail = True
+        with pytest.raises(BackendError):
+            inc.take([_row("k2", 2, 2)], None, (2, (1, "a.0")))
+        inc.next_pass()
+        inc.stage([], [])
+        state.adopt(**inc.parts(HEADER))
+        state.commit()
+        assert file.writes == [(2, True, False)]
+        mine = versions(state)
+        assert set(mine) == {"k1", "k2"}
+    finally:
+        state.close()
+    assert reopened(tmp_path / "s.db") == mine
+
+
+def test_staging_begun_before_an_adopt_is_committed_does_not_empty_the_file(tmp_path: Path) -> None:
+    """An adopt took the staged table, and another snapshot begins staging before the commit: the
+    commit writes every row, and does not take the new, empty table as the state."""
+    state = open_state(tmp_path / "s.db")
+    try:
+        file = FileCalls(state)
+        inc = Incoming("a.0", (1, "a.0"), False, file=state)
+        inc.take([_row("k1", 1, 1), _row("k2", 2, 2)], None, (2, (1, "a.0")))
+        inc.next_pass()
+        inc.stage([], [])
+        state.adopt(**inc.parts(HEADER))
+        Incoming("a.0", (1, "a.0"), False, file=state)  # begins staging afresh
+        state.commit()
+        assert file.writes == [(2, True, False)]
+        mine = versions(state)
+        assert set(mine) == {"k1", "k2"}
+    finally:
+        state.close()
+    assert reopened(tmp_path / "s.db") == mine
