@@ -33,7 +33,7 @@ from typing import Any
 from .errors import BackendError, StoreDecodeError
 from .history import Epoch, Position, Record, Version
 from .packing import pack, unpack
-from .versioned import StateEntries, VersionedState, _Applied
+from .versioned import StateEntries, VersionedState, applied_from_wire
 
 __all__ = ["SnapshotReader", "Incoming", "touched_keys", "SCAN_LIMIT"]
 
@@ -202,14 +202,7 @@ class Incoming:
     def parts(self, header: tuple[int, Any, int]) -> dict[str, Any]:
         """The staged state as keyword arguments of :meth:`~.versioned.VersionedState.adopt`.
         Raises StoreDecodeError for a malformed writer row."""
-        try:
-            applied = {}
-            for w, n, seq, results in self.applied:
-                if not (isinstance(w, str) and isinstance(n, int) and isinstance(seq, int)):
-                    raise StoreDecodeError("bad applied entry")
-                applied[w] = _Applied(n, seq, {int(i): r for i, r in results})
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise StoreDecodeError(f"bad snapshot chunk: {exc}") from exc
         seq, lineage, hlc = header
-        return {"entries": self.staged, "last_seq": seq, "lineage": lineage, "applied": applied, "max_hlc": hlc,
+        return {"entries": self.staged, "last_seq": seq, "lineage": lineage,
+                "applied": applied_from_wire(self.applied), "max_hlc": hlc,
                 "staged": self.token}

@@ -153,6 +153,20 @@ class _Applied:
         return Packed(pack_array(parts))
 
 
+def applied_from_wire(rows: Iterable[Any]) -> dict[str, _Applied]:
+    """The writer table from its wire (and persisted) form, ``[[writer, n, seq, [[n, answer], ...]],
+    ...]``. Raises StoreDecodeError for a malformed row."""
+    applied = {}
+    try:
+        for w, n, seq, results in rows:
+            if not (isinstance(w, str) and isinstance(n, int) and isinstance(seq, int)):
+                raise StoreDecodeError("bad applied entry")
+            applied[w] = _Applied(n, seq, {int(i): r for i, r in results})
+    except (TypeError, ValueError, OverflowError) as exc:  # (int() of an infinity)
+        raise StoreDecodeError(f"bad applied entry: {exc}") from exc
+    return applied
+
+
 # The state holds no object per key that the garbage collector tracks (unless the value is a list or a
 # dict): per key the value, an int stamp (hlc, seq and origin in one) and, if it expires, a float, in
 # three dicts; the key itself is its packed bytes. A dict holding no tracked object is one the collector
@@ -449,11 +463,7 @@ class VersionedState:
             entries = StateEntries()
             for key, v in wire["versions"]:
                 entries.set(pack(key), Version.from_wire(v))
-            applied = {}
-            for w, n, seq, results in wire["applied"]:
-                if not (isinstance(w, str) and isinstance(n, int) and isinstance(seq, int)):
-                    raise StoreDecodeError("bad applied entry")
-                applied[w] = _Applied(n, seq, {int(i): r for i, r in results})
+            applied = applied_from_wire(wire["applied"])
             last_seq, hlc = wire["seq"], wire["hlc"]
             if not (isinstance(last_seq, int) and isinstance(hlc, int)):
                 raise StoreDecodeError("bad snapshot header")
@@ -521,7 +531,7 @@ class VersionedState:
             self.last_seq = parts["seq"]
             self.lineage = lineage_from_wire(parts["lineage"])
             self.max_hlc = parts["hlc"]
-            self.applied = {w: _Applied(n, s, {int(i): r for i, r in res}) for w, n, s, res in parts["applied"]}
+            self.applied = applied_from_wire(parts["applied"])
 
     def _index_tombstones(self, dead: list[tuple[int, bytes, int]]) -> None:
         """Hold these ``(hlc, packed key, stamp)`` as the tombstones, oldest first."""

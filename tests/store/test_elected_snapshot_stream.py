@@ -195,6 +195,43 @@ def test_a_malformed_entry_installs_nothing_and_the_fetch_starts_over(bad: bytes
         assert c.stats.snapshots_installed == 1
 
 
+@pytest.mark.parametrize("row", [["w", "x", 1, []], ["w", 1, 1, [["inf", True]]], [1, 2], "w"],
+                         ids=["n-not-int", "answer-number-not-int", "short", "not-a-row"])
+def test_a_malformed_writer_row_installs_nothing_and_the_fetch_starts_over(row: Any) -> None:
+    """The final burst's writer table is checked before anything is installed: a malformed row fails
+    the snapshot (StoreDecodeError, as ElectedStore's receive loop counts it), and the fetch starts over."""
+    with filled() as net:
+        mangled: list[list[Any]] = []
+        a = net.nodes["a"].replica
+        send = a.to_send
+
+        def mangle_once() -> list[list[Any]]:
+            out = send()
+            for m in out:
+                if not mangled and m[0] == "schunk" and m[2] == "c.0" and m[9] and m[10]:
+                    m[10] = [*m[10], row]
+                    mangled.append(m)
+            return out
+
+        a.to_send = mangle_once  # type: ignore[method-assign]
+        c = net.add("c").replica
+        refused: list[Exception] = []
+        handle = c.handle
+
+        def counting(msg: Any, now: float, **kw: Any) -> None:
+            try:
+                handle(msg, now, **kw)
+            except StoreDecodeError as exc:
+                refused.append(exc)
+                assert len(c.state) == 0 and c.stats.snapshots_installed == 0
+
+        c.handle = counting  # type: ignore[method-assign]
+        net.run(6.0)
+        assert mangled and len(refused) == 1 and "bad applied entry" in str(refused[0])
+        assert net.contents("c") == net.contents("a") and not c.stale
+        assert c.stats.snapshots_installed == 1
+
+
 def test_a_joiner_builds_the_changes_of_a_snapshot_only_when_they_are_wanted() -> None:
     """One change per key for a joiner's event streams; none built when nobody wants data changes."""
     with filled() as net:
