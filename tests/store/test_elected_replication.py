@@ -306,12 +306,7 @@ def test_a_master_answers_each_of_many_writers_once_and_then_forgets_them() -> N
     """300 writers without a replica (Spark tasks, say), two writes each: each writer gets one answer
     up to its last write, and the master's list of writers to answer is empty again (an ack looks
     only at the writers it may answer, not at every writer the master has heard)."""
-    net = SimNet(["a", "b"], seed=14)
-    net.tag("a")
-    net.run(0.5)
-    master = net.nodes["a"].replica
-    epoch = list(master.epoch)
-    out = record_sends(master)
+    net, master, epoch, out = _master_a(seed=14)
     for w in range(300):
         for n in (1, 2):
             master.handle(["write", f"job-{w}", n, "e" * 32, Put(f"k{w}", n).to_wire(), epoch], net.now)
@@ -735,6 +730,16 @@ def test_each_log_message_is_answered_once_acknowledged_not_when_the_last_is(wri
     assert not master._unacked and not master._rounds
 
 
+def _master_a(seed: int, config: ReplicaConfig | None = None) -> tuple[SimNet, Replica, list[Any], list[list[Any]]]:
+    """Nodes a and b, a master: the network, a's replica, its epoch (as on the wire) and, from now on,
+    a copy of everything it sends."""
+    net = SimNet(["a", "b"], seed=seed, config=config)
+    net.tag("a")
+    net.run(0.5)
+    master = net.nodes["a"].replica
+    return net, master, list(master.epoch), record_sends(master)
+
+
 def _as_writer_reads(wacks: list[list[Any]], ns: list[int]) -> dict[int, Any]:
     """What a writer with writes ``ns`` pending reads from ``wacks`` in order (as WriterCore does):
     each wack answers every pending write after its ``after`` up to its ``upto``, with its result or None."""
@@ -761,12 +766,7 @@ def test_a_repeat_whose_answer_is_forgotten_is_answered_answer_forgotten_not_non
     as "not inserted", and which reads as success); the puts None, as before. Read as the writer
     reads them: a wack answers every write up to its ``upto``, so none may go out before the
     answers up to there are known."""
-    net = SimNet(["a", "b"], seed=16, config=None if logged else ReplicaConfig(log_keep=50))
-    net.tag("a")
-    net.run(0.5)
-    master = net.nodes["a"].replica
-    epoch = list(master.epoch)
-    out = record_sends(master)
+    net, master, epoch, out = _master_a(seed=16, config=None if logged else ReplicaConfig(log_keep=50))
     commands: list[Any] = [Put(f"p{i}", i) for i in range(10)] + [Increment(f"c{i}", 1) for i in range(5)]
     commands += [PutUnique(f"u{i}", i, None, "", 0) for i in range(200)] + [Put(f"q{i}", i) for i in range(100)]
     ns = list(range(1, len(commands) + 1))
@@ -821,12 +821,7 @@ def test_a_slow_write_sent_again_keeps_its_answer() -> None:
     live replica), and their writer sends them again meanwhile: once durable, the put and the
     increment are answered None (the put has no answer to forget; the increment's, None, is known to
     the master that applied it and has not answered it) and each put_unique True, not AnswerForgotten."""
-    net = SimNet(["a", "b"], seed=17)
-    net.tag("a")
-    net.run(0.5)
-    master = net.nodes["a"].replica
-    epoch = list(master.epoch)
-    out = record_sends(master)
+    net, master, epoch, out = _master_a(seed=17)
     net.pause("b")
     commands = [Put("p", 1), Increment("c", 1)] + [PutUnique(f"u{i}", i, None, "", 0) for i in range(100)]
     for _ in range(2):  # the second time: repeats (the writer's retry), the first not durable yet
@@ -918,12 +913,7 @@ def test_a_writer_whose_repeats_stopped_coming_is_not_held_back_for_ever() -> No
     part: 101..356 again. The master cannot tell the answers of 357..600 any more and holds them back
     for the repeats, which never come (the writer has them). The writer's next write, 601, is still
     answered: within two retry intervals, not never."""
-    net = SimNet(["a", "b"], seed=21)
-    net.tag("a")
-    net.run(0.5)
-    master = net.nodes["a"].replica
-    epoch = list(master.epoch)
-    out = record_sends(master)
+    net, master, epoch, out = _master_a(seed=21)
     wire = [[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(1, 601)]
     for i in range(0, 600, 200):
         master.handle(["writes", "job", "e" * 32, wire[i:i + 200], epoch], net.now)
@@ -1039,12 +1029,7 @@ def test_a_master_keeps_its_marks_of_a_bounded_number_of_writers(monkeypatch: py
     marks of those with nothing to answer are forgotten past MAX_WRITERS_MARKED, and a forgotten
     writer is still answered exactly, from the state: a repeat with its kept answer, a new write."""
     monkeypatch.setattr(replica_master, "MAX_WRITERS_MARKED", 100)
-    net = SimNet(["a", "b"], seed=20)
-    net.tag("a")
-    net.run(0.5)
-    master = net.nodes["a"].replica
-    epoch = list(master.epoch)
-    out = record_sends(master)
+    net, master, epoch, out = _master_a(seed=20)
 
     def write(writer: str, n: int, command: Any) -> Any:
         sent = len(out)
@@ -1070,12 +1055,7 @@ def test_a_later_gap_gets_its_own_two_retry_intervals() -> None:
     timer of the first gap does not cut the second's short: 21..40 are answered AnswerForgotten
     when they come (the log of 50 ops no longer holds them either), not None (read as "not
     inserted") when 201 is acknowledged."""
-    net = SimNet(["a", "b"], seed=22, config=ReplicaConfig(log_keep=50))
-    net.tag("a")
-    net.run(0.5)
-    master = net.nodes["a"].replica
-    epoch = list(master.epoch)
-    out = record_sends(master)
+    net, master, epoch, out = _master_a(seed=22, config=ReplicaConfig(log_keep=50))
     wire = [[n, PutUnique(f"u{n}", n, None, "", 0).to_wire()] for n in range(1, 201)]
     _job_writes(net, "a", wire)
     sent = len(out)
@@ -1121,12 +1101,7 @@ def test_a_hold_back_that_runs_out_answers_from_the_log_or_answer_forgotten_not_
     intervals): the master answers what it still cannot tell from its log's records (the puts'
     None, the put_uniques' True) where the log still holds them, else AnswerForgotten; never a
     put_unique None."""
-    net = SimNet(["a", "b"], seed=24, config=ReplicaConfig(log_keep=200))
-    net.tag("a")
-    net.run(0.5)
-    master = net.nodes["a"].replica
-    epoch = list(master.epoch)
-    out = record_sends(master)
+    net, master, epoch, out = _master_a(seed=24, config=ReplicaConfig(log_keep=200))
     commands: list[Any] = [Put(f"p{i}", i) for i in range(40)] + [PutUnique(f"u{i}", i, None, "", 0)
                                                                   for i in range(260)]
     wire = [[n, c.to_wire()] for n, c in enumerate(commands, 1)]
