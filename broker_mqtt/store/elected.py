@@ -414,6 +414,9 @@ class ElectedStore(WriteOperations):
                 with anyio.move_on_after(min(delay, 1.0)):
                     await self._wake.wait()
                 self._wake = anyio.Event()
+            else:
+                await anyio.lowlevel.checkpoint()  # due at once again and again (a key order taken a slice
+                # at a time): the other tasks run between the slices
             self._sleep_until = -math.inf
             self.replica.tick(anyio.current_time(), clock())
             self._drain()

@@ -108,6 +108,8 @@ class ReplicaBase:
         self._snaps: dict[str, Incoming] = {}
         self._snap_done: dict[str, tuple[Epoch, int]] = {}
         self._reader: SnapshotReader | None = None
+        # requester -> (epoch, after, since, window): its pass, waiting for the reader's key order
+        self._snap_waiting: dict[str, tuple[Epoch, bytes | None, Position | None, int]] = {}
         # master side
         self._held: dict[str, dict[int, tuple[str, list[Any]]]] = {}
         #: Whether anyone wants the data changes of a whole-state replacement (a snapshot installed, a

@@ -80,13 +80,17 @@ class MasterSide(ClaimSide):
             return
         self._serve_snapshot(msg.epoch, msg.requester, msg.after, msg.since, max(1, min(msg.window, MAX_WINDOW)))
 
-    def _serve_snapshot(self, epoch: Epoch, to: str, after: bytes | None, since: Position | None, window: int) -> None:
+    def _serve_snapshot(self, epoch: Epoch, to: str, after: bytes | None, since: Position | None, window: int,
+                        *, taken: bool = False) -> None:
         """Up to ``window`` chunks of the state for ``to`` (:mod:`.snapshot_stream`): the entries after key
         ``after`` written after ``since``, or, when the log tells what changed since ``since`` and that
-        is little, the final burst that completes the snapshot at this node's position."""
+        is little, the final burst that completes the snapshot at this node's position. A pass that
+        needs a key order of more keys than one step sorts waits for it (:meth:`_take_order`; ``taken``:
+        the order it waited for is there)."""
         reader = self._reader
         if reader is None or reader.state is not self.state:
             reader = self._reader = SnapshotReader(self.state)
+            self._snap_waiting.clear()
         budget = max(1, self.config.snapshot_chunk - CHUNK_HEADROOM)
         last = self.state.last_seq
         if since is not None:
@@ -102,6 +106,9 @@ class MasterSide(ClaimSide):
                         header = reader.header() if i == len(burst) - 1 else None
                         self._send(SnapChunk(epoch, to, self.id, after, since, pos, entries, None, True, applied, header))
                     return
+        if not taken and not reader.ready(after is None):
+            self._snap_waiting[to] = (epoch, after, since, window)  # answered once the order is taken
+            return
         since_seq = 0 if since is None else since[0]
         for _ in range(window):
             entries, nxt, pos = reader.chunk(after, since_seq, budget - 2 * len(after or b""))
@@ -109,6 +116,17 @@ class MasterSide(ClaimSide):
             if nxt is None:
                 return
             after = nxt
+
+    def _take_order(self) -> None:
+        """A step of the key order the snapshot reader is taking (the timers run it while one is: a
+        large state's order is taken a slice at a time, not in one stall); once it is taken, the
+        passes waiting for it are served."""
+        reader = self._reader
+        if reader is None or not reader.step():
+            return
+        waiting, self._snap_waiting = self._snap_waiting, {}
+        for to, (epoch, after, since, window) in waiting.items():
+            self._serve_snapshot(epoch, to, after, since, window, taken=True)
 
     def _on_ack(self, msg: Ack, now: float) -> None:
         epoch, node, seq = msg.epoch, msg.node, msg.seq
