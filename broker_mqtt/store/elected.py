@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
+import anyio.to_thread
 
 from ..endpoint.attaching import attaching
 from ..endpoint.event_stream import EventStream
@@ -486,6 +487,25 @@ class ElectedStore(WriteOperations):
             self._draining = False
 
 
+async def _open_state(path: str | Path) -> VersionedState:
+    """``open_state(path)`` in a worker thread: a large file takes long to load (60 s for 10,000,000
+    keys), and on the event loop that was as long without keepalive or heartbeat (the connection
+    dropped). Cancelled, it waits for the open to end and closes the state again."""
+    opened: list[VersionedState] = []
+
+    def opening() -> VersionedState:
+        state = open_state(path)
+        opened.append(state)
+        return state
+
+    try:
+        return await anyio.to_thread.run_sync(opening)
+    except BaseException:
+        for state in opened:
+            state.close()
+        raise
+
+
 @attaching
 async def attach_store(
     ep: Endpoint,
@@ -542,8 +562,12 @@ async def attach_store(
                                write_timeout=write_timeout, tombstone_ttl=tombstone_ttl)
     elif config.tombstone_ttl != tombstone_ttl:
         config = dataclasses.replace(config, tombstone_ttl=tombstone_ttl)
-    state = open_state(path) if backend == "sqlite" and path is not None else VersionedState()
     held.add(name)
+    try:
+        state = await _open_state(path) if backend == "sqlite" and path is not None else VersionedState()
+    except BaseException:
+        held.discard(name)
+        raise
     try:
         node_id = f"{ep.id.hex}.{secrets.token_hex(4)}"
         replica = Replica(name, node_id, state, anyio.current_time(), durability=durability, config=config,

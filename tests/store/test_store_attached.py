@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 from _sqlite_tracking import is_closed, track_connections
 
@@ -261,3 +263,61 @@ async def test_a_queue_whose_service_fails_to_start_closes_its_replica(
         assert len(opened) == 1 and is_closed(opened[0])  # the replica's file is closed ...
         q = await attach_queue(ep, "jobs", election={"cycle": 1.0, "gap": 0.25})  # ... and the name is free
         await q.close()
+
+
+async def test_a_store_file_opens_off_the_event_loop(broker: EmbeddedBroker, namespace: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading a large state file takes long (60 s for 10,000,000 keys): the event loop runs meanwhile
+    (keepalives, heartbeats). The open here waits until a task on the loop has run: on the loop
+    itself it would wait in vain."""
+    from broker_mqtt.store import elected
+
+    loop_ran = threading.Event()
+    real = elected.open_state
+
+    def slow_open(path: Any) -> Any:
+        assert loop_ran.wait(30), "the event loop did not run while the state file opened"
+        return real(path)
+
+    monkeypatch.setattr(elected, "open_state", slow_open)
+
+    async def mark() -> None:
+        loop_ran.set()
+
+    async with Endpoint(broker, namespace=namespace) as ep, anyio.create_task_group() as tg:
+        tg.start_soon(mark)
+        store = await attach_store(ep, "e", backend="sqlite", path=tmp_path / "e.db")
+        await store.close()
+
+
+async def test_an_attach_cancelled_while_its_file_opens_closes_it(broker: EmbeddedBroker, namespace: str,
+                                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from broker_mqtt.store import elected
+
+    opened = track_connections(monkeypatch)
+    entered, go = threading.Event(), threading.Event()
+    real = elected.open_state
+
+    def held_open(path: Any) -> Any:
+        entered.set()
+        assert go.wait(30)
+        return real(path)
+
+    monkeypatch.setattr(elected, "open_state", held_open)
+    async with Endpoint(broker, namespace=namespace) as ep:
+
+        async def attach() -> None:
+            await attach_store(ep, "e", backend="sqlite", path=tmp_path / "e.db")
+            raise AssertionError("the attach was not cancelled")
+
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(attach)
+                await anyio.to_thread.run_sync(entered.wait)
+                scope.cancel()
+                go.set()
+        assert scope.cancelled_caught
+        assert len(opened) == 1 and is_closed(opened[0])  # opened after the cancel, and closed
+        monkeypatch.setattr(elected, "open_state", real)
+        store = await attach_store(ep, "e", backend="sqlite", path=tmp_path / "e.db")  # the name is free
+        await store.close()
