@@ -97,11 +97,12 @@ async def _node_op(ep: Any, mine: dict[str, Any], op: str, kw: dict[str, Any]) -
             election={"cycle": kw["cycle"], "gap": kw["gap"]}, durability=kw.get("durability", "one"),
             candidate=kw.get("candidate", True), write_timeout=120)
         return None
-    if op == "memory":
-        return _memory()
-    if op == "reset_peak":  # VmHWM := VmRSS (Linux >= 4.0)
+    if op == "memory":  # and the longest event-loop stall since the last reset_peak
+        return {**_memory(), "stall_s": mine.get("stall", 0.0)}
+    if op == "reset_peak":  # VmHWM := VmRSS (Linux >= 4.0); the longest stall := 0
         gc.collect()
         _reset_peak()
+        mine["stall"] = 0.0
         return _memory()
     assert store is not None, "attach first"
     if op == "await_master":
@@ -147,7 +148,15 @@ async def _node_role(args: argparse.Namespace) -> None:
     from broker_mqtt import Endpoint
 
     mine: dict[str, Any] = {}
-    async with Endpoint(args.url, namespace=args.namespace) as ep:
+
+    async def watch_stalls() -> None:  # the longest the event loop did not come back (a 2 ms sleep that took longer)
+        while True:
+            t = time.perf_counter()
+            await anyio.sleep(0.002)
+            mine["stall"] = max(mine.get("stall", 0.0), time.perf_counter() - t - 0.002)
+
+    async with Endpoint(args.url, namespace=args.namespace) as ep, anyio.create_task_group() as tg:
+        tg.start_soon(watch_stalls)
         print("READY", ep.id.hex, flush=True)
         stdin = anyio.wrap_file(sys.stdin)
         while line := await stdin.readline():
@@ -159,6 +168,7 @@ async def _node_role(args: argparse.Namespace) -> None:
             print(json.dumps(answer), flush=True)
         if mine.get("store") is not None:
             await mine["store"].close()
+        tg.cancel_scope.cancel()
 
 
 # -- the orchestrator -------------------------------------------------------------------------------
@@ -216,9 +226,10 @@ def elected_rows(url: str, durability: str, master_here: bool, inflights: list[i
             n.stop()
 
 
-def fill_state_file(path: Path, n: int) -> float:
-    """Write an n-key state (keys ``k<i>``, 100-byte str values, 1,000 keys a record) with the
-    store's own state file, in transactions of 100,000 rows; return the seconds taken."""
+def fill_state_file(path: Path, n: int, random_keys: bool = False) -> float:
+    """Write an n-key state (keys ``k<i>``, or with ``random_keys`` a random 32-character hex string
+    before it, as UUID keys come; 100-byte str values, 1,000 keys a record) with the store's own state
+    file, in transactions of 100,000 rows; return the seconds taken."""
     from broker_mqtt.store.history import Version, lineage_to_wire
     from broker_mqtt.store.packing import pack
     from broker_mqtt.store.versioned_sqlite import StateFile
@@ -233,7 +244,8 @@ def fill_state_file(path: Path, n: int) -> float:
     file = StateFile.open(path, lambda rows, meta: None)
     try:
         for start in range(0, n, 100_000):
-            rows = [(pack(f"k{i}"), pack(Version(f"{i:0{VALUE_SIZE}d}", hlc, origin, i // per_record + 1).to_wire()))
+            rows = [(pack(f"{uuid.uuid4().hex}-k{i}" if random_keys else f"k{i}"),
+                     pack(Version(f"{i:0{VALUE_SIZE}d}", hlc, origin, i // per_record + 1).to_wire()))
                     for i in range(start, min(n, start + 100_000))]
             file.write(header, rows, [], replace_all=False)
     finally:
@@ -244,7 +256,7 @@ def fill_state_file(path: Path, n: int) -> float:
 def join_rows(url: str, n: int, backends: list[str], tmp: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     ns = "j" + uuid.uuid4().hex[:8]
     path = tmp / f"master-{n}.db"
-    fill_s = fill_state_file(path, n)
+    fill_s = fill_state_file(path, n, getattr(args, "random_keys", False))
     common = {"cycle": args.cycle, "gap": args.gap}
     master = node(url, ns)
     rows: list[dict[str, Any]] = []
@@ -265,7 +277,8 @@ def join_rows(url: str, n: int, backends: list[str], tmp: Path, args: argparse.N
                 row["join_s"], row["joiner_stall_s"] = joined["join_s"], joined["stall_s"]
                 row["keys_per_s"] = n / row["join_s"]
                 row["joiner_peak_mb"] = joiner.call("memory")["peak_mb"]
-                row["master_peak_mb"] = master.call("memory")["peak_mb"]
+                after = master.call("memory")
+                row["master_peak_mb"], row["master_stall_s"] = after["peak_mb"], after["stall_s"]
                 stats = joiner.call("stats")
                 row["via"] = "snapshot" if stats["snapshots_installed"] else "tail"
                 row["stats"] = stats
@@ -314,7 +327,7 @@ def print_tables(result: dict[str, Any]) -> None:
         print(f"{'work queue, 4 consumers, publish->accept msg/s':58} {_fmt(q['accepted_per_s']):>9} {'':>7} {'':>7} "
               f"{q['accepted_per_s'] / base:>6.3f} {q['accepted_per_s'] / ZEEK_MASTER_PUT:>6.3f}  >=30,000/s")
     print(f"\n{'snapshot join (SQLite master, 100-byte values)':48} {'join s':>7} {'keys/s':>9} "
-          f"{'master MB':>14} {'joiner MB':>14} {'stall s':>7}  via / target")
+          f"{'master MB':>14} {'joiner MB':>14} {'stall s':>13}  via / target")
     for r in result["joins"]:
         case = f"{r['keys']:,} keys, joiner {r['joiner_backend']}"
         if "error" in r:
@@ -323,9 +336,10 @@ def print_tables(result: dict[str, Any]) -> None:
         target = "<300 MB each, >=100k keys/s" if r["keys"] >= 10_000_000 else ""
         print(f"{case:48} {r['join_s']:>7.2f} {_fmt(r['keys_per_s']):>9} "
               f"{_fmt(r['master_before_mb']):>5} -> {_fmt(r['master_peak_mb']):>5} "
-              f"{_fmt(r['joiner_before_mb']):>5} -> {_fmt(r['joiner_peak_mb']):>5} {r['joiner_stall_s']:>7.2f}  "
-              f"{r['via']} {target}")
-    print("(MB: resident before the join -> peak during it; stall: the joiner's longest event-loop stall)")
+              f"{_fmt(r['joiner_before_mb']):>5} -> {_fmt(r['joiner_peak_mb']):>5} "
+              f"{r['master_stall_s']:>6.2f} {r['joiner_stall_s']:>6.2f}  {r['via']} {target}")
+    print("(MB: resident before the join -> peak during it; stall s: the master's and the joiner's longest "
+          "event-loop stall during it)")
 
 
 def orchestrate(args: argparse.Namespace) -> None:
@@ -382,6 +396,8 @@ def main() -> None:
     parser.add_argument("--no-queue", action="store_true", help="skip the work-queue row")
     parser.add_argument("--join-timeout", type=float, default=1800.0, help="seconds a join may take")
     parser.add_argument("--join-keys", help="store sizes of the join rows, comma-separated (default 10000,1000000; '' for none)")
+    parser.add_argument("--random-keys", action="store_true",
+                        help="the joined stores' keys begin with a random hex string (UUID-like) instead of k<i>")
     parser.add_argument("--max-packet", type=int, default=268_435_455,
                         help="the broker's maximum packet size (default: MQTT's largest)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "elected_store.json"))
