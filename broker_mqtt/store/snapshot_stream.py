@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +35,8 @@ from typing import Any
 from .errors import BackendError, StoreDecodeError
 from .history import Epoch, Position, Record, Version
 from .packing import pack, unpack
-from .versioned import StateEntries, VersionedState, applied_from_wire
+from .versioned import StateEntries, VersionedState
+from .writer_table import applied_from_wire
 
 __all__ = ["SnapshotReader", "Incoming", "touched_keys", "SCAN_LIMIT", "SORT_SLICE"]
 
@@ -52,6 +54,7 @@ class _Ordering:
     __slots__ = ("keys", "runs", "stamp", "pos")
 
     def __init__(self, state: VersionedState, stamp: tuple[int, int, int]) -> None:
+        state.begin_new_keys()  # what comes in from now on, the order takes in later at little cost
         self.keys = list(state.packed_keys())
         self.runs: list[list[bytes]] = []
         self.stamp, self.pos = stamp, state.position
@@ -70,9 +73,13 @@ class _Ordering:
 
 class SnapshotReader:
     """The source's side: chunks of ``state`` in packed-key order. Keeps the keys in sorted runs (one
-    for a state of up to SORT_SLICE keys), taken again at the start of a pass when the state changed
-    since. A larger state's order is taken a slice at a time (:meth:`ready`, :meth:`step`): sorting
-    every key at once stalled the source's event loop (0.6 s per million random keys, per pass)."""
+    for a state of up to SORT_SLICE keys). A pass begun after the state changed needs the order as
+    of now: the keys that came in since the order was taken are sorted into its last run (the state
+    notes them, :meth:`~.versioned.VersionedState.begin_new_keys`). The whole order is taken anew,
+    a slice at a time (:meth:`ready`, :meth:`step`), only at first, after the state was replaced, when
+    more keys came in than the state notes, or when half the order is keys no longer there. Sorting
+    every key at the start of each pass stalled the source's event loop (0.6 s per million random
+    keys), and taking the whole order in slices each time let its position fall behind the writes."""
 
     def __init__(self, state: VersionedState) -> None:
         self.state = state
@@ -97,8 +104,27 @@ class SnapshotReader:
         if self._stamp is not None and (not fresh or stamp == self._stamp):
             return True
         if self._next is None:
+            if self._stamp is not None and self._stamp[0::2] == stamp[0::2] and self._bring_up_to_date():
+                self._stamp, self._pos = stamp, s.position
+                return True
             self._next = _Ordering(s, stamp)
         return self.step() if len(self._next.keys) <= SORT_SLICE else False
+
+    def _bring_up_to_date(self) -> bool:
+        """Sort the keys new since the order was taken into its last run; False (nothing changed) if
+        the state did not note them all, or if half the order is keys gone since (forgotten)."""
+        new = self.state.take_new_keys()
+        if new is None:
+            return False
+        runs = self._runs
+        if sum(map(len, runs)) > 2 * (len(self.state) + self.state.tombstones) + SORT_SLICE:
+            return False
+        if new:
+            if runs and len(runs[-1]) < SORT_SLICE:
+                runs[-1] = sorted(itertools.chain(runs[-1], new))
+            else:
+                runs.append(sorted(new))
+        return True
 
     def step(self) -> bool:
         """Take the next slice of the order being taken; True once it is the order (nothing being taken)."""
@@ -128,6 +154,8 @@ class SnapshotReader:
         size = 0
         last: bytes | None = None
         for scanned, k in enumerate(keys, 1):
+            if k == last:
+                continue  # in two runs (forgotten, then written again): once
             pv = versions.packed_row(k, since_seq)
             if pv is not None:
                 n = len(k) + len(pv) + ENTRY_OVERHEAD

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from .history import Conflict, Epoch, Resolver, Version, fork_seq, last_writer_wins
-from .versioned import VersionedState, _Applied
+from .versioned import VersionedState
+from .writer_table import _Applied
 
 __all__ = ["merge", "merge_histories"]
 

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,8 +69,9 @@ from .history import (
     position_from_wire,
     position_to_wire,
 )
-from .packing import Packed, pack, pack_array, unpack
+from .packing import pack, unpack
 from .state_entries import StateEntries
+from .writer_table import _Applied, applied_from_wire
 
 __all__ = [
     "Epoch",
@@ -103,6 +103,7 @@ WRITERS_KEPT = 100_000  # writers remembered; past it the 10 % least recently ap
 FORGET_KEYS = 1_000  # tombstones forgotten per forget record, at most
 FORGET_BYTES = 64 * 1024  # packed key bytes per forget record, at most (one key always)
 FORGET_RECORDS = 64  # forget records the master appends per tick, at most
+NEW_KEYS_NOTED = 131_072  # new keys noted for a snapshot reader's order, at most (see begin_new_keys)
 
 
 # -- the state -------------------------------------------------------------------------------------------
@@ -126,45 +127,6 @@ class Persistence(Protocol):
     def close(self) -> None:
         """Release it; idempotent."""
         ...
-
-
-@dataclass(slots=True)
-class _Applied:
-    n: int
-    seq: int
-    results: dict[int, Any] = field(default_factory=dict)
-    # commit()'s cache: n -> (results[n], the encoding of [n, results[n]]); see packed_results
-    packed: dict[int, tuple[Any, bytes]] = field(default_factory=dict, compare=False, repr=False)
-
-    def packed_results(self) -> Packed:
-        """The encoding of ``[[n, result], ...]`` as the persisted header holds it. Each answer is
-        encoded once, at the first commit that writes it: re-encoding the up to RESULTS_KEPT answers of
-        every writer at every commit was most of the cost of a commit (a queue's acquire answers
-        with its messages)."""
-        cache = self.packed
-        parts = []
-        for n, result in self.results.items():
-            hit = cache.get(n)
-            if hit is None or hit[0] is not result:
-                hit = cache[n] = (result, pack([n, result]))
-            parts.append(hit[1])
-        if len(cache) > len(parts):  # answers dropped from results
-            self.packed = {n: cache[n] for n in self.results}
-        return Packed(pack_array(parts))
-
-
-def applied_from_wire(rows: Iterable[Any]) -> dict[str, _Applied]:
-    """The writer table from its wire (and persisted) form, ``[[writer, n, seq, [[n, answer], ...]],
-    ...]``. Raises StoreDecodeError for a malformed row."""
-    applied = {}
-    try:
-        for w, n, seq, results in rows:
-            if not (isinstance(w, str) and isinstance(n, int) and isinstance(seq, int)):
-                raise StoreDecodeError("bad applied entry")
-            applied[w] = _Applied(n, seq, {int(i): r for i, r in results})
-    except (TypeError, ValueError, OverflowError) as exc:  # (int() of an infinity)
-        raise StoreDecodeError(f"bad applied entry: {exc}") from exc
-    return applied
 
 
 # The state holds no object per key that the garbage collector tracks (unless the value is a list or a
@@ -205,6 +167,7 @@ class VersionedState:
         # erased keys -> their tombstone's stamp, in erase order (a merge's or a snapshot's: by hlc)
         self._tombstones: dict[bytes, int] = {}
         self._forget_after = 0.0  # wall-clock s before which forget_ops finds nothing (the master's pacing)
+        self._new_keys: set[bytes] | None = None  # keys new since begin_new_keys (None: not noted)
         self._file: Persistence | None = None
         self.path: Path | None = None  # the file attached, if the opener says
 
@@ -298,6 +261,27 @@ class VersionedState:
         hlc, origin, seq = self._stamper.parts(stamp)
         return Version(None, hlc, origin, seq, True)
 
+    def begin_new_keys(self) -> None:
+        """From now on note the keys that come into the state (written or erased for the first time,
+        or since they were forgotten), up to NEW_KEYS_NOTED: a snapshot reader's key order taken at
+        this moment is then brought up to date by sorting only those (:meth:`take_new_keys`)."""
+        self._new_keys = set()
+
+    def take_new_keys(self) -> set[bytes] | None:
+        """The keys new since :meth:`begin_new_keys` or the last call, noting on from now; None if
+        more came than are noted (or none are noted): the noting has stopped."""
+        new = self._new_keys
+        if new is not None:
+            self._new_keys = set()
+        return new
+
+    def _note_new(self, k: bytes) -> None:
+        new = self._new_keys
+        if new is not None:
+            new.add(k)
+            if len(new) > NEW_KEYS_NOTED:
+                self._new_keys = None
+
     def next_expiry(self) -> tuple[float, Any] | None:
         """``(expiry, key)`` of the key that expires first, or None."""
         if not self._expiring:
@@ -379,8 +363,8 @@ class VersionedState:
         elif self._expiring:
             self._expiring.pop(k, None)
         if old is _ABSENT:
-            if self._tombstones:
-                self._tombstones.pop(k, None)
+            if (not self._tombstones or self._tombstones.pop(k, _ABSENT) is _ABSENT) and self._new_keys is not None:
+                self._note_new(k)
             changes.append(Change(key, False, None, True, value, origin))
         else:
             changes.append(Change(key, True, old, True, value, origin))
@@ -389,7 +373,9 @@ class VersionedState:
         old = self._values.pop(k, _ABSENT)
         self._dirty.add(k)
         if old is _ABSENT:
-            self._tombstones.pop(k, None)  # re-inserted below, at the end: the order is that of erasure
+            # re-inserted below, at the end: the order is that of erasure
+            if self._tombstones.pop(k, _ABSENT) is _ABSENT and self._new_keys is not None:
+                self._note_new(k)
         else:
             del self._stamps[k]
             if self._expiring:
@@ -439,6 +425,7 @@ class VersionedState:
         self.applied = {w: _Applied(a.n, a.seq, dict(a.results)) for w, a in applied.items()}
         self.max_hlc = max(self.max_hlc, max_hlc)
         self._dirty = set()
+        self._new_keys = None  # (a reader's order is of the state replaced: it takes its order again)
         self._from_staged = staged is not None and staged == self._staging and self._file is not None
         self._rewrite_all = not self._from_staged
         self._staging += 1  # the staged rows are taken (or stale): no stage_rows until begin_staging

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from _elected_sim import SimNet, record_sends
 
-from broker_mqtt.store import snapshot_stream
+from broker_mqtt.store import snapshot_stream, versioned
 from broker_mqtt.store.commands import Erase, Put
 from broker_mqtt.store.errors import StoreDecodeError
 from broker_mqtt.store.history import Record
@@ -342,3 +342,92 @@ def test_chunks_over_several_sorted_runs_cover_every_key_once_in_order(
             assert nxt > (after or b"")
             after = nxt
         assert got == [k for k in everything if start is None or k > start]
+
+
+def test_writes_between_the_slices_of_a_key_order_do_not_make_the_source_sort_it_all_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The master takes its order a slice per timer step, 2 ms apart here, with writes (new keys
+    among them) handled in between: once taken, the waiting pass is served from it brought up to
+    date with the keys new since (sorted alone), not from the whole order sorted again in one step
+    (a review saw that), and the joiner converges though the log keeps only 50 ops."""
+    sizes: list[int] = []
+    per_call: list[int] = []
+
+    def counted(items: Any, **kw: Any) -> list[Any]:
+        out = sorted(items, **kw)
+        sizes.append(len(out))
+        return out
+
+    with filled(1500) as net:
+        monkeypatch.setattr(snapshot_stream, "SORT_SLICE", 64)
+        monkeypatch.setattr(snapshot_stream, "sorted", counted, raising=False)
+        a = net.nodes["a"].replica
+        real_deadline = type(a).next_deadline.fget
+        assert real_deadline is not None
+        last_tick = [0.0]
+
+        def deadline(self: Any) -> float:  # a slice per timer step, 2 ms apart: messages come between
+            if self is a and self._reader is not None and self._reader.taking:
+                return last_tick[0] + 0.002
+            return real_deadline(self)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(type(a), "next_deadline", property(deadline))
+        for name in ("tick", "handle"):
+            real = getattr(a, name)
+
+            def counting(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+                before = len(sizes)
+                if _name == "tick":
+                    last_tick[0] = args[0]
+                try:
+                    return _real(*args, **kw)
+                finally:
+                    per_call.append(sum(sizes[before:]))
+
+            monkeypatch.setattr(a, name, counting)
+        net.add("c")
+        for i in range(600):
+            net.write("a", Put(f"k{(i * 7) % 1600:04}", i))
+            net.run(0.003)
+        net.run(5.0)
+        c = net.nodes["c"].replica
+        assert c.stats.snapshots_installed == 1 and net.contents("c") == net.contents("a") and not c.stale
+        assert sum(sizes) >= 1500 and max(per_call) <= 64 + 100  # a slice, or a slice and the new keys
+
+
+def test_a_fresh_pass_sorts_only_the_keys_new_since_the_order_was_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = _sorts_at_most(monkeypatch, 50)
+    state = VersionedState()
+    seq = 0
+
+    def put(key: str) -> None:
+        nonlocal seq
+        seq += 1
+        state.apply(Record(seq, (1, "a.0"), 1000 + seq, "a.0", "w", seq, ("put", key, seq, None)))
+
+    for i in range(300):
+        put(f"k{(i * 37) % 301:04}")
+    reader = snapshot_stream.SnapshotReader(state)
+    while not reader.ready(True):
+        reader.step()
+    assert sum(sizes) == 300 and max(sizes) <= 50
+    sizes.clear()
+    for i in range(20):
+        put(f"n{i:02}")  # new keys
+        put(f"k{i:04}")  # and keys the order holds
+    assert reader.ready(True) and sizes == [20]  # the new keys alone, into a run of their own
+    keys, after = [], None
+    while True:
+        entries, after, pos = reader.chunk(after, 0, 500)
+        keys += [k for k, _ in entries]
+        if after is None:
+            break
+    assert keys == sorted(state.packed_keys()) and pos == state.position
+    monkeypatch.setattr(versioned, "NEW_KEYS_NOTED", 5)  # past it: the order is taken anew
+    sizes.clear()
+    for i in range(20, 40):
+        put(f"n{i:02}")
+    assert not reader.ready(True) and reader.taking
+    while not reader.step():
+        pass
+    assert sum(sizes) == 340 and reader.ready(True)
