@@ -10,6 +10,7 @@ log, catching up), and :class:`~.replication.Replica`, the public face (theory o
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,6 +111,7 @@ class ReplicaBase:
         self._reader: SnapshotReader | None = None
         # requester -> (epoch, after, since, window): its pass, waiting for the reader's key order
         self._snap_waiting: dict[str, tuple[Epoch, bytes | None, Position | None, int]] = {}
+        self._snap_served_at = -math.inf  # when this replica last served a snapshot's chunks
         # master side
         self._held: dict[str, dict[int, tuple[str, list[Any]]]] = {}
         #: Whether anyone wants the data changes of a whole-state replacement (a snapshot installed, a

@@ -87,6 +87,7 @@ class MasterSide(ClaimSide):
         is little, the final burst that completes the snapshot at this node's position. A pass that
         needs a key order of more keys than one step sorts waits for it (:meth:`_take_order`; ``taken``:
         the order it waited for is there)."""
+        self._snap_served_at = self._now  # no tombstone is forgotten while snapshots are served (_expire)
         reader = self._reader
         if reader is None or reader.state is not self.state:
             reader = self._reader = SnapshotReader(self.state)
@@ -106,6 +107,12 @@ class MasterSide(ClaimSide):
                         header = reader.header() if i == len(burst) - 1 else None
                         self._send(SnapChunk(epoch, to, self.id, after, since, pos, entries, None, True, applied, header))
                     return
+        if since is not None and self.state.forgot_seq > since[0]:
+            # tombstones forgotten since the pass began: a pass of changes cannot name those keys (the
+            # requester may hold them live from an earlier pass), so it starts over (a review saw a
+            # joiner keep keys erased and forgotten during its join)
+            self._send(SnapChunk(epoch, to, self.id, after, since, None, [], None))
+            return
         if not taken and not reader.ready(after is None):
             self._snap_waiting[to] = (epoch, after, since, window)  # answered once the order is taken
             return
@@ -387,6 +394,8 @@ class MasterSide(ClaimSide):
                 break
             self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), self.origin,  # type: ignore[arg-type]  # epoch: set while master
                                 "$expiry", 0, ("expire", nxt[1])))
+        if now - self._snap_served_at < 2 * self.config.fetch_timeout:
+            return  # a replica is joining: what it holds from an earlier pass must still be named (above)
         for op in forget_ops(self.state, wall, self.config.tombstone_ttl):  # tombstones past tombstone_ttl
             self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), self.origin,  # type: ignore[arg-type]  # epoch: set while master
                                 "$expiry", 0, op))

@@ -168,6 +168,9 @@ class VersionedState:
         self._tombstones: dict[bytes, int] = {}
         self._forget_after = 0.0  # wall-clock s before which forget_ops finds nothing (the master's pacing)
         self._new_keys: set[bytes] | None = None  # keys new since begin_new_keys (None: not noted)
+        # the seq of the last record that forgot a tombstone (after an adopt or a load: the last seq,
+        # not known better): a pass of changes since before it cannot tell the keys it forgot
+        self.forgot_seq = 0
         self._file: Persistence | None = None
         self.path: Path | None = None  # the file attached, if the opener says
 
@@ -341,6 +344,7 @@ class VersionedState:
             k = pack(op[1])
             if self._tombstones.pop(k, None) is not None:
                 self._dirty.add(k)
+                self.forgot_seq = Stamps.seq_of(stamp)
         elif kind == "push" or kind == "pop":
             key, k = op[1], pack(op[1])
             items = self._values.get(k)
@@ -422,6 +426,7 @@ class VersionedState:
         self._index_tombstones([(hlc, k, stamp) for k, (hlc, stamp) in entries.dead.items()])
         self._changed = True
         self.last_seq, self.lineage = last_seq, list(lineage)
+        self.forgot_seq = last_seq
         self.applied = {w: _Applied(a.n, a.seq, dict(a.results)) for w, a in applied.items()}
         self.max_hlc = max(self.max_hlc, max_hlc)
         self._dirty = set()
@@ -519,6 +524,7 @@ class VersionedState:
             self.lineage = lineage_from_wire(parts["lineage"])
             self.max_hlc = parts["hlc"]
             self.applied = applied_from_wire(parts["applied"])
+            self.forgot_seq = self.last_seq
 
     def _index_tombstones(self, dead: list[tuple[int, bytes, int]]) -> None:
         """Hold these ``(hlc, packed key, stamp)`` as the tombstones, oldest first."""

@@ -12,7 +12,7 @@ import sqlite3
 from typing import Any
 
 import pytest
-from _elected_sim import SimNet
+from _elected_sim import SimNet, record_sends
 
 from broker_mqtt.store.commands import Clear, Erase, Put
 from broker_mqtt.store.log_ops import forget_ops
@@ -162,3 +162,71 @@ def test_forget_ops_respect_the_limits_and_share_one_version_per_record() -> Non
     assert list(forget_ops(state, 1.09, 0.1)) == [] and state.tombstones == 1
     assert next(forget_ops(state, 1.11, 0.1)) == ("many", [("forget", 4)])
     assert next(forget_ops(state, 0.5, 0.1), None) is None  # a wall clock set back far: no pacing, none old
+
+
+def _churn_while_joining(net: SimNet, joiner: str, steps: int = 200) -> None:
+    """Start ``joiner`` and, while it joins, put new keys and erase each 20 puts later (a work queue's
+    churn): erased keys the joiner may already hold live from an earlier pass of its snapshot."""
+    net.add(joiner)
+    jobs: list[str] = []
+    for i in range(steps):
+        jobs.append(f"job{i}")
+        net.write("a", Put(jobs[-1], i))
+        if len(jobs) > 20:
+            net.write("a", Erase(jobs.pop(0)))
+        net.run(0.005)
+
+
+def _small_chunks_short_log(ttl: float) -> SimNet:
+    net = SimNet(["a", "b"], seed=1, config=ReplicaConfig(log_keep=50, snapshot_chunk=1024, snapshot_window=2,
+                                                         tombstone_ttl=ttl))
+    net.tag("a")
+    net.run(1.0)
+    for i in range(300):
+        net.write("a", Put(f"s{i:05}", i))
+    net.run(1.0)
+    return net
+
+
+def test_no_tombstone_is_forgotten_while_a_replica_joins() -> None:
+    """Keys erased and forgotten during a join could not be named by a later pass of changes (the log
+    no longer reaching back): the joiner kept them live while reporting itself current (a review's
+    case: 0.2 s ttl, a 50-op log). The master now forgets no tombstone while it serves snapshots."""
+    with _small_chunks_short_log(0.2) as net:
+        forgets = _forgets(net, "a")
+        _churn_while_joining(net, "c")
+        during = list(forgets)
+        net.run(10.0)  # the join ends; 2 fetch timeouts later the tombstones go
+        c = net.nodes["c"].replica
+        assert c.stats.snapshots_installed == 1 and not c.stale
+        assert net.contents("c") == net.contents("a") == net.contents("b")
+        assert not during and forgets  # none forgotten while c joined; forgotten after
+        assert net.nodes["a"].replica.state.tombstones == net.nodes["c"].replica.state.tombstones == 0
+
+
+def test_a_pass_of_changes_since_before_a_forget_starts_over() -> None:
+    """A joiner cut off mid-join long enough for the master to forget tombstones again (no snapshot
+    served meanwhile) resumes its pass; the master cannot name the keys it forgot since the pass
+    began, so it makes the joiner start over, and the joiner ends holding what the master holds."""
+    with _small_chunks_short_log(0.2) as net:
+        a = net.nodes["a"].replica
+        sent = record_sends(a)
+        net.add("c")
+        jobs = [f"job{i}" for i in range(40)]
+        for i, job in enumerate(jobs):
+            net.write("a", Put(job, i))
+            net.run(0.005)
+        while not [m for m in sent if m[0] == "schunk" and m[2] == "c.0" and m[5] is not None]:
+            net.write("a", Put(f"more{len(sent)}", 0))  # until c is in a pass of changes
+            net.run(0.005)
+        net.partition({"a", "b"}, {"c"})
+        for job in jobs:
+            net.write("a", Erase(job))
+        net.run(8.0)  # past 2 fetch timeouts and the ttl: the tombstones are forgotten
+        assert a.state.tombstones == 0 and a.state.forgot_seq > 0
+        net.heal()
+        net.run(8.0)
+        c = net.nodes["c"].replica
+        assert c.stats.snapshots_installed == 1 and not c.stale
+        assert net.contents("c") == net.contents("a") == net.contents("b")
+        assert [m for m in sent if m[0] == "schunk" and m[2] == "c.0" and m[6] is None]  # it started over
