@@ -112,6 +112,7 @@ class ReplicaBase:
         # requester -> (epoch, after, since, window): its pass, waiting for the reader's key order
         self._snap_waiting: dict[str, tuple[Epoch, bytes | None, Position | None, int]] = {}
         self._snap_served_at = -math.inf  # when this replica last served a snapshot's chunks
+        self._snap_paused_at = -math.inf  # when it began serving them, after a while without
         # master side
         self._held: dict[str, dict[int, tuple[str, list[Any]]]] = {}
         #: Whether anyone wants the data changes of a whole-state replacement (a snapshot installed, a

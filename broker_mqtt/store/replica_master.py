@@ -29,6 +29,10 @@ __all__ = ["MasterSide"]
 MAX_UNANSWERED = 65_536  #: answers of applied, not yet durable writes the master keeps per writer
 #: commands whose answer is always None (never an error, never a value): a repeat's answer is known
 NONE_ANSWERED = frozenset({"put", "erase", "clear"})
+#: tombstone ttls the master forgets nothing for while it serves snapshots, at most: longer, a joiner
+#: that never finishes (or never keeps up) would keep every tombstone on every replica; past it, a pass
+#: of changes that can no longer name what was forgotten starts over
+FORGET_PAUSE_TTLS = 4
 LOGGED_WRITERS = 16  #: writers whose last scan of the log for repeats' answers the master keeps (_logged_answer)
 MAX_ROUNDS = 1024  #: log messages per writer whose ends the master notes to answer them one by one
 #: writers a master keeps its marks of (last answered, first applied, ...) for; past it, those of the
@@ -87,7 +91,9 @@ class MasterSide(ClaimSide):
         is little, the final burst that completes the snapshot at this node's position. A pass that
         needs a key order of more keys than one step sorts waits for it (:meth:`_take_order`; ``taken``:
         the order it waited for is there)."""
-        self._snap_served_at = self._now  # no tombstone is forgotten while snapshots are served (_expire)
+        if self._now - self._snap_served_at >= 2 * self.config.fetch_timeout:
+            self._snap_paused_at = self._now  # no tombstone is forgotten from now, for a while (_expire)
+        self._snap_served_at = self._now
         reader = self._reader
         if reader is None or reader.state is not self.state:
             reader = self._reader = SnapshotReader(self.state)
@@ -108,9 +114,9 @@ class MasterSide(ClaimSide):
                         self._send(SnapChunk(epoch, to, self.id, after, since, pos, entries, None, True, applied, header))
                     return
         if since is not None and self.state.forgot_seq > since[0]:
-            # tombstones forgotten since the pass began: a pass of changes cannot name those keys (the
-            # requester may hold them live from an earlier pass), so it starts over (a review saw a
-            # joiner keep keys erased and forgotten during its join)
+            # a key erased after the pass began, and its tombstone forgotten since: the requester may
+            # hold it live from an earlier pass, and a pass of changes cannot name it, so it starts
+            # over (a review saw a joiner keep keys erased and forgotten during its join)
             self._send(SnapChunk(epoch, to, self.id, after, since, None, [], None))
             return
         if not taken and not reader.ready(after is None):
@@ -394,7 +400,9 @@ class MasterSide(ClaimSide):
                 break
             self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), self.origin,  # type: ignore[arg-type]  # epoch: set while master
                                 "$expiry", 0, ("expire", nxt[1])))
-        if now - self._snap_served_at < 2 * self.config.fetch_timeout:
+        ttl = self.config.tombstone_ttl
+        if now - self._snap_served_at < 2 * self.config.fetch_timeout and ttl is not None \
+                and now - self._snap_paused_at < FORGET_PAUSE_TTLS * ttl:
             return  # a replica is joining: what it holds from an earlier pass must still be named (above)
         for op in forget_ops(self.state, wall, self.config.tombstone_ttl):  # tombstones past tombstone_ttl
             self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), self.origin,  # type: ignore[arg-type]  # epoch: set while master

@@ -230,3 +230,30 @@ def test_a_pass_of_changes_since_before_a_forget_starts_over() -> None:
         assert c.stats.snapshots_installed == 1 and not c.stale
         assert net.contents("c") == net.contents("a") == net.contents("b")
         assert [m for m in sent if m[0] == "schunk" and m[2] == "c.0" and m[6] is None]  # it started over
+
+
+def test_a_joiner_that_never_finishes_pauses_forgetting_only_for_a_while() -> None:
+    """A replica that keeps asking for a snapshot and never gets it (its chunks dropped: a broker's
+    size limit, a full disk) would keep every tombstone on every replica if the pause had no end (a
+    review's case): the master forgets again after FORGET_PAUSE_TTLS ttls."""
+    net = SimNet(["a", "b"], seed=1, config=ReplicaConfig(log_keep=200, tombstone_ttl=1.0))
+    with net:
+        net.tag("a")
+        net.run(1.0)
+        for i in range(300):  # more than the log keeps: c needs a snapshot
+            net.write("a", Put(f"s{i:05}", i))
+        net.run(1.0)
+        c = net.add("c").replica
+        handle = c.handle
+        c.handle = lambda msg, now, **kw: None if msg[0] == "schunk" else handle(msg, now, **kw)  # type: ignore[method-assign]
+        a, b = net.nodes["a"].replica, net.nodes["b"].replica
+        forgets = _forgets(net, "a")
+        jobs: list[str] = []
+        for n in range(2000):  # 20 s: 100 puts a second, each erased 20 puts later
+            jobs.append(f"job{n}")
+            net.write("a", Put(jobs[-1], n))
+            if len(jobs) > 20:
+                net.write("a", Erase(jobs.pop(0)))
+            net.run(0.01)
+        assert c.stale and a._snap_served_at > net.now - 2 * net.config.fetch_timeout  # still asking
+        assert forgets and a.state.tombstones < 1000 and b.state.tombstones < 1000  # of 1,980 erased
