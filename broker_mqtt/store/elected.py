@@ -415,9 +415,8 @@ class ElectedStore(WriteOperations):
                 with anyio.move_on_after(min(delay, 1.0)):
                     await self._wake.wait()
                 self._wake = anyio.Event()
-            else:
-                await anyio.lowlevel.checkpoint()  # due at once again and again (a key order taken a slice
-                # at a time): the other tasks run between the slices
+            else:  # due at once, maybe again and again (a key order taken a slice at a time):
+                await anyio.lowlevel.checkpoint()  # the other tasks run between the ticks
             self._sleep_until = -math.inf
             self.replica.tick(anyio.current_time(), clock())
             self._drain()
@@ -563,12 +562,9 @@ async def attach_store(
     elif config.tombstone_ttl != tombstone_ttl:
         config = dataclasses.replace(config, tombstone_ttl=tombstone_ttl)
     held.add(name)
+    state: VersionedState | None = None
     try:
         state = await _open_state(path) if backend == "sqlite" and path is not None else VersionedState()
-    except BaseException:
-        held.discard(name)
-        raise
-    try:
         node_id = f"{ep.id.hex}.{secrets.token_hex(4)}"
         replica = Replica(name, node_id, state, anyio.current_time(), durability=durability, config=config,
                           resolver=resolver, clock=Clock(clock))
@@ -579,6 +575,7 @@ async def attach_store(
         # the service closes the state when it ends; one that never ran (the endpoint is closed, or
         # this call was cancelled before the task's first step) cannot. close() is idempotent.
         held.discard(name)
-        state.close()
+        if state is not None:
+            state.close()
         raise
     return store

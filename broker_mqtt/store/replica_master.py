@@ -130,6 +130,11 @@ class MasterSide(ClaimSide):
                 return
             after = nxt
 
+    @property
+    def _taking_order(self) -> bool:
+        """The snapshot reader is taking a key order, a slice per :meth:`_take_order`."""
+        return self._reader is not None and self._reader.taking
+
     def _take_order(self) -> None:
         """A step of the key order the snapshot reader is taking (the timers run it while one is: a
         large state's order is taken a slice at a time, not in one stall); once it is taken, the

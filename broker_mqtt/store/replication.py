@@ -139,7 +139,7 @@ class Replica(FollowerSide):
                 times.extend(self._claim.fetching.values())
         if self._fetch_due():
             times.append(self._fetch_deadline)
-        if self._reader is not None and self._reader.taking:
+        if self._taking_order:
             times.append(self._now)  # the next slice of a snapshot's key order: at once
         return min(times)
 
@@ -231,7 +231,7 @@ class Replica(FollowerSide):
             self._request_fetch(self.master, now)  # type: ignore[arg-type]  # _fetch_due: a master
         if self.role is Role.MASTER:
             self._expire(wall, now)
-        if self._reader is not None and self._reader.taking:
+        if self._taking_order:
             self._take_order()
 
     # -- outputs ----------------------------------------------------------------------------------------
