@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from _elected_sim import SimNet, record_sends
-from test_elected_snapshot_stream import chunks_to, filled
+from test_elected_snapshot_stream import chunks_to, filled, new_master_midway, until_chunks
 
 from broker_mqtt.store.commands import Erase, Put
 from broker_mqtt.store.errors import BackendError
@@ -153,13 +153,7 @@ def test_a_new_master_mid_stream_stages_its_snapshot_afresh(tmp_path: Path) -> N
     with filled() as net:
         sent = record_sends(net.nodes["a"].replica)
         c, calls = join(net, path)
-        while len(chunks_to(sent, "c.0")) < 4:
-            net.run(0.001)
-        net.untag("a")
-        net.tag("b")
-        net.run(1.0)
-        net.write("b", Put("new", 1))
-        net.run(4.0)
+        new_master_midway(net, sent)
         assert net.masters() == ["b"] and net.contents("c") == net.contents("b") and not c.stale
         assert c.stats.snapshots_installed == 1
         assert [fresh for _, _, fresh in calls.stages].count(True) == 2  # a's, then b's from scratch
@@ -173,8 +167,7 @@ def test_a_joiner_that_dies_mid_stream_reopens_without_the_staged_rows(tmp_path:
     with filled() as net:
         sent = record_sends(net.nodes["a"].replica)
         c, calls = join(net, path)
-        while len(chunks_to(sent, "c.0")) < 6:
-            net.run(0.001)
+        until_chunks(net, sent, 6)
         assert calls.stages and "staging" in tables(path)
         c.state.close()  # the process dies: nothing installed, the staged rows are in the file
         assert reopened(path) == {}

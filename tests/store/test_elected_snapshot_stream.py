@@ -55,6 +55,23 @@ def chunks_to(msgs: list[list[Any]], to: str) -> list[list[Any]]:
     return [m for m in msgs if m[0] == "schunk" and m[2] == to]
 
 
+def until_chunks(net: SimNet, sent: list[list[Any]], n: int) -> None:
+    """Run until ``sent`` (a's, recorded) holds ``n`` chunks for c."""
+    while len(chunks_to(sent, "c.0")) < n:
+        net.run(0.001)
+
+
+def new_master_midway(net: SimNet, sent: list[list[Any]]) -> None:
+    """Once c got 4 chunks of a's snapshot, b becomes master and writes "new": c's snapshot from a is
+    abandoned, and it fetches b's."""
+    until_chunks(net, sent, 4)
+    net.untag("a")
+    net.tag("b")
+    net.run(1.0)
+    net.write("b", Put("new", 1))
+    net.run(4.0)
+
+
 def test_a_state_larger_than_a_chunk_joins_in_bounded_chunks() -> None:
     with filled() as net:
         sent = record_sends(net.nodes["a"].replica)
@@ -97,8 +114,7 @@ def test_a_cut_mid_snapshot_resumes_from_the_last_key_held() -> None:
     with filled() as net:
         sent = record_sends(net.nodes["a"].replica)
         net.add("c")
-        while len(chunks_to(sent, "c.0")) < 6:
-            net.run(0.001)
+        until_chunks(net, sent, 6)
         net.partition({"a", "b"}, {"c"})
         net.run(3.0)  # fetches time out while cut off
         held = len(net.nodes["c"].replica._snaps["a.0"].staged)
@@ -132,13 +148,7 @@ def test_a_new_master_mid_snapshot_restarts_it_cleanly() -> None:
     with filled() as net:
         sent = record_sends(net.nodes["a"].replica)
         net.add("c")
-        while len(chunks_to(sent, "c.0")) < 4:
-            net.run(0.001)
-        net.untag("a")
-        net.tag("b")
-        net.run(1.0)
-        net.write("b", Put("new", 1))
-        net.run(4.0)
+        new_master_midway(net, sent)
         c = net.nodes["c"].replica
         assert net.masters() == ["b"]
         assert net.contents("c") == net.contents("b") and not c.stale
@@ -162,37 +172,50 @@ def test_tombstones_travel_in_the_stream() -> None:
         assert c.state.version("k0000").deleted  # type: ignore[union-attr]
 
 
+def _join_mangled(net: SimNet, mangle: Callable[[list[Any]], bool]) -> tuple[Any, list[list[Any]], list[Exception]]:
+    """Node c joins; the first chunk for it that ``mangle`` changes (True) is the only one changed.
+    Returns c's replica, the chunk changed, and the StoreDecodeErrors c raised, as ElectedStore's
+    receive loop counts them; when it raises, nothing of the snapshot is taken."""
+    mangled: list[list[Any]] = []
+    send = net.nodes["a"].replica.to_send
+
+    def mangle_once() -> list[list[Any]]:
+        out = send()
+        for m in out:
+            if not mangled and m[0] == "schunk" and m[2] == "c.0" and mangle(m):
+                mangled.append(m)
+        return out
+
+    net.nodes["a"].replica.to_send = mangle_once  # type: ignore[method-assign]
+    c = net.add("c").replica
+    refused: list[Exception] = []
+    handle = c.handle
+
+    def counting(msg: Any, now: float, **kw: Any) -> None:
+        try:
+            handle(msg, now, **kw)
+        except StoreDecodeError as exc:
+            refused.append(exc)
+            assert len(c.state) == 0 and c.stats.snapshots_installed == 0  # nothing of it taken
+
+    c.handle = counting  # type: ignore[method-assign]
+    return c, mangled, refused
+
+
 @pytest.mark.parametrize("bad", [codec.encode(["not", "a", "version"]), b"\xff"], ids=["not-a-version", "not-cbor"])
 def test_a_malformed_entry_installs_nothing_and_the_fetch_starts_over(bad: bytes) -> None:
     """The joiner decodes each entry as its chunk arrives: one malformed entry (a hostile or broken
     source) fails its chunk, nothing of the snapshot is installed, and the fetch starts over."""
+
+    def mangle(m: list[Any]) -> bool:
+        if not m[7]:
+            return False
+        key, _ = m[7][-1]
+        m[7][-1] = [key, bad]  # valid CBOR but not a version, or not CBOR at all
+        return True
+
     with filled() as net:
-        mangled: list[list[Any]] = []
-        a = net.nodes["a"].replica
-        send = a.to_send
-
-        def mangle_once() -> list[list[Any]]:
-            out = send()
-            for m in out:
-                if not mangled and m[0] == "schunk" and m[2] == "c.0" and m[7]:
-                    key, _ = m[7][-1]
-                    m[7][-1] = [key, bad]  # valid CBOR but not a version, or not CBOR at all
-                    mangled.append(m)
-            return out
-
-        a.to_send = mangle_once  # type: ignore[method-assign]
-        c = net.add("c").replica
-        refused: list[Exception] = []
-        handle = c.handle
-
-        def counting(msg: Any, now: float, **kw: Any) -> None:
-            try:
-                handle(msg, now, **kw)
-            except StoreDecodeError as exc:  # as ElectedStore's receive loop counts it
-                refused.append(exc)
-                assert len(c.state) == 0 and c.stats.snapshots_installed == 0  # nothing of it taken
-
-        c.handle = counting  # type: ignore[method-assign]
+        c, mangled, refused = _join_mangled(net, mangle)
         net.run(6.0)
         assert mangled and len(refused) == 1 and "bad snapshot chunk" in str(refused[0])
         assert net.contents("c") == net.contents("a") and not c.stale
@@ -204,32 +227,15 @@ def test_a_malformed_entry_installs_nothing_and_the_fetch_starts_over(bad: bytes
 def test_a_malformed_writer_row_installs_nothing_and_the_fetch_starts_over(row: Any) -> None:
     """The final burst's writer table is checked before anything is installed: a malformed row fails
     the snapshot (StoreDecodeError, as ElectedStore's receive loop counts it), and the fetch starts over."""
+
+    def mangle(m: list[Any]) -> bool:
+        if not (m[9] and m[10]):  # a chunk of the final burst with writer rows
+            return False
+        m[10] = [*m[10], row]
+        return True
+
     with filled() as net:
-        mangled: list[list[Any]] = []
-        a = net.nodes["a"].replica
-        send = a.to_send
-
-        def mangle_once() -> list[list[Any]]:
-            out = send()
-            for m in out:
-                if not mangled and m[0] == "schunk" and m[2] == "c.0" and m[9] and m[10]:
-                    m[10] = [*m[10], row]
-                    mangled.append(m)
-            return out
-
-        a.to_send = mangle_once  # type: ignore[method-assign]
-        c = net.add("c").replica
-        refused: list[Exception] = []
-        handle = c.handle
-
-        def counting(msg: Any, now: float, **kw: Any) -> None:
-            try:
-                handle(msg, now, **kw)
-            except StoreDecodeError as exc:
-                refused.append(exc)
-                assert len(c.state) == 0 and c.stats.snapshots_installed == 0
-
-        c.handle = counting  # type: ignore[method-assign]
+        c, mangled, refused = _join_mangled(net, mangle)
         net.run(6.0)
         assert mangled and len(refused) == 1 and "bad applied entry" in str(refused[0])
         assert net.contents("c") == net.contents("a") and not c.stale
@@ -258,8 +264,7 @@ def test_a_joiner_decodes_each_chunk_as_it_comes_and_adopts_them_whole_at_the_en
     with filled() as net:
         sent = record_sends(net.nodes["a"].replica)
         c = net.add("c").replica
-        while len(chunks_to(sent, "c.0")) < 4:
-            net.run(0.001)
+        until_chunks(net, sent, 4)
         staged = c._snaps["a.0"].staged
         assert 0 < len(staged.values) < 400 and all(isinstance(v, str) for v in staged.values.values())
         net.run(3.0)
