@@ -103,6 +103,9 @@ async def _node_op(ep: Any, mine: dict[str, Any], op: str, kw: dict[str, Any]) -
         gc.collect()
         _reset_peak()
         mine["stall"] = 0.0
+        if "watching" not in mine:  # from now on: its wake-ups every 2 ms would cost the write rows CPU
+            mine["watching"] = True
+            mine["tg"].start_soon(mine["watch_stalls"])
         return _memory()
     assert store is not None, "attach first"
     if op == "await_master":
@@ -156,7 +159,7 @@ async def _node_role(args: argparse.Namespace) -> None:
             mine["stall"] = max(mine.get("stall", 0.0), time.perf_counter() - t - 0.002)
 
     async with Endpoint(args.url, namespace=args.namespace) as ep, anyio.create_task_group() as tg:
-        tg.start_soon(watch_stalls)
+        mine["tg"], mine["watch_stalls"] = tg, watch_stalls  # started by the first reset_peak (a join row)
         print("READY", ep.id.hex, flush=True)
         stdin = anyio.wrap_file(sys.stdin)
         while line := await stdin.readline():
