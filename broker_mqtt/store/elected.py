@@ -258,9 +258,6 @@ class ElectedStore(WriteOperations):
                              "forgotten (a repeat answered by a later master); whether it inserted is unknown")
         return answer
 
-    async def _write(self, command: WriteCommand) -> Any:
-        return await self.write(command)
-
     async def write(self, command: WriteCommand) -> Any:
         """Place any write command; return its answer (put_unique: inserted) once durable."""
         if self.closed:
@@ -272,6 +269,8 @@ class ElectedStore(WriteOperations):
         if kind == "error":
             raise value
         return value
+
+    _write = write  # the write operations' hook (put, erase, ...): a coroutine frame less per write
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

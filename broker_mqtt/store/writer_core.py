@@ -21,6 +21,7 @@ endpoint.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,8 +133,11 @@ class WriterCore:
         out, self._outbox = self._outbox, []
         return out
 
-    def answers(self) -> list[tuple[int, Any]]:
-        out, self._answers = self._answers, []
+    def answers(self) -> Sequence[tuple[int, Any]]:
+        out = self._answers
+        if not out:
+            return ()  # asked once per write: no new list while there is nothing
+        self._answers = []
         return out
 
     def set_master(self, epoch: Epoch, master: str, now: float) -> None:
