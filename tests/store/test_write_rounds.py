@@ -15,12 +15,11 @@ pytestmark = pytest.mark.anyio
 
 def test_a_round_holds_at_most_round_writes_and_ends_when_the_pump_runs() -> None:
     rounds = WriteRounds()
-    total = 2 * ROUND_WRITES + 22
-    opened = [n for n in range(1, total + 1) if rounds.place(n)]
+    opened = [n for n in range(1, 151) if rounds.place(n)]
     assert opened == [1, 1 + ROUND_WRITES, 1 + 2 * ROUND_WRITES]
     rounds.end_round()
-    assert rounds.place(total + 1)  # the pump ran: the next write opens a round, however full the last
-    assert not rounds.place(total + 2)
+    assert rounds.place(151)  # the pump ran: the next write opens a round, however full the last
+    assert not rounds.place(152)
 
 
 async def test_rounds_answered_together_wake_one_round_per_loop_pass() -> None:
