@@ -401,6 +401,28 @@ async def test_order_per_publisher(world: World) -> None:
         assert payloads(got) == [b"%d" % i for i in range(n)]
 
 
+async def test_publishes_of_every_size_arrive_whole_and_in_order(world: World) -> None:
+    """Small PUBLISHes (the aiomqtt transport decodes them itself from the bytes read) and ones
+    larger than its 64 KiB read (paho reads those, across several reads) interleaved, both QoS:
+    each arrives whole, with its subscription identifier, in the order sent."""
+    t = world.topic
+    sizes = [0, 1, 300, 70_000, 5, 200_000, 65_536, 65_535, 40, 131_073, 2, 9_000] * 3
+    async with client(world, "p") as p, client(world, "s") as s:
+        await s.conn.subscribe(t("z/#"), sub_id=9, no_local=False)
+        sent: list[bytes] = []
+        for i, size in enumerate(sizes):
+            if len(sent) >= WINDOW:
+                await p.wait_for(lambda: len(p.confirmed) >= len(sent) - WINDOW + 1)
+            payload = bytes([i % 251]) * size
+            sent.append(payload)
+            p.conn.publish(t(f"z/{i % 3}"), payload, i % 2, False)
+        got = await s.take(len(sizes))
+        assert payloads(got) == sent
+        assert [m.topic for m in got] == [t(f"z/{i % 3}") for i in range(len(sizes))]
+        assert [m.qos for m in got] == [i % 2 for i in range(len(sizes))]
+        assert all(m.subscription_ids == (9,) for m in got)
+
+
 async def test_maximum_packet_size(world: World) -> None:
     """A PUBLISH of exactly the announced maximum passes; a larger one is a protocol error: the
     broker closes the connection (the will is published) and never confirms it."""
