@@ -26,7 +26,7 @@ until CONNACK and is removed then. Beyond that, the reader takes the usual PUBLI
 from the bytes read itself (:mod:`.publish_packet`, ~3 µs) and queues it as a ``Received``, where
 paho and aiomqtt spent ~30 µs on it; paho still reads every other packet, and every PUBLISH that
 module leaves to it, as before. On the 2-core bench machine this took an elected-store write with
-one in flight from p50 1.13 to 0.96 ms (bench/elected_store.py's three processes).
+one in flight from p50 1.12 and 1.19 ms to 0.96 and 0.96 ms (two paired runs of bench/elected_store.py).
 """
 
 from __future__ import annotations
@@ -274,6 +274,7 @@ class MQTTConnector:
                 c._sock_recv = recv
 
             # paho 2.x's parts that reading a PUBLISH here takes the place of (else paho reads them all)
+            raw_recv: Callable[[int], bytes] = sock_recv if sock_recv is not None else _no_recv
             fast = packet_read is not None and sock_recv is not None and all(
                 hasattr(c, name) for name in ("_in_packet", "_send_puback", "_msgtime_mutex", "_last_bytes_received",
                                      "_easy_log", "_loop_rc_handle"))
@@ -291,7 +292,7 @@ class MQTTConnector:
                             data, pos = buffered
                             if pos >= len(data):
                                 try:
-                                    data, pos = sock_recv(RECV_SIZE), 0  # type: ignore[misc]  # not None when fast
+                                    data, pos = raw_recv(RECV_SIZE), 0
                                 except BlockingIOError:
                                     return
                                 except OSError as exc:  # logged as paho does: _on_log takes a TLS alert from it
@@ -308,8 +309,11 @@ class MQTTConnector:
                                 with c._msgtime_mutex:  # paho's keepalive: bytes came in
                                     c._last_bytes_received = _paho_time()
                                 incoming.put_nowait(got.received)
-                                if got.received.qos:
-                                    c._send_puback(got.packet_id)  # after the message is queued, as paho
+                                if got.received.qos:  # after the message is queued, as paho
+                                    rc = c._send_puback(got.packet_id)
+                                    if rc > 0:  # as paho handles it
+                                        c._loop_rc_handle(rc)
+                                        return
                                 continue
                         rc = packet_read()
                         if rc == MQTT_ERR_AGAIN:
@@ -466,3 +470,7 @@ class _Messages:
 
 
 _GONE = object()  # queued after the last message of a connection (_Messages)
+
+
+def _no_recv(bufsize: int) -> bytes:  # the reader's stand-in where paho has no _sock_recv (it then never reads)
+    raise BlockingIOError
