@@ -103,9 +103,9 @@ async def _node_op(ep: Any, mine: dict[str, Any], op: str, kw: dict[str, Any]) -
         gc.collect()
         _reset_peak()
         mine["stall"] = 0.0
-        if "watching" not in mine:  # from now on: its wake-ups every 2 ms would cost the write rows CPU
-            mine["watching"] = True
-            mine["tg"].start_soon(mine["watch_stalls"])
+        watch = mine.pop("watch_stalls", None)  # from now on: its wake-ups every 2 ms would cost the write rows CPU
+        if watch is not None:
+            mine["tg"].start_soon(watch)
         return _memory()
     assert store is not None, "attach first"
     if op == "await_master":

@@ -257,24 +257,28 @@ class MQTTConnector:
             sock_recv = getattr(c, "_sock_recv", None)
             buffered: list[Any] = [b"", 0]  # bytes read from the socket, and how far paho took them
 
+            def fill() -> bytes:
+                """The next bytes from the socket, now the buffer (b"": the peer closed); raises
+                BlockingIOError when there is nothing."""
+                assert sock_recv is not None
+                chunk: bytes = sock_recv(RECV_SIZE)
+                buffered[:] = [chunk, 0]
+                return chunk
+
             def recv(bufsize: int) -> bytes:
                 data, pos = buffered
                 if pos >= len(data):
-                    assert sock_recv is not None
-                    chunk: bytes = sock_recv(RECV_SIZE)  # raises BlockingIOError when there is nothing
-                    if not chunk:
-                        buffered[:] = [b"", 0]
-                        return chunk  # the peer closed
-                    data, pos = chunk, 0
+                    data, pos = fill(), 0
+                    if not data:
+                        return data  # the peer closed
                 out = data[pos:pos + bufsize]
-                buffered[:] = [data, pos + len(out)]
+                buffered[1] = pos + len(out)
                 return bytes(out)
 
             if packet_read is not None and sock_recv is not None:
                 c._sock_recv = recv
 
             # paho 2.x's parts that reading a PUBLISH here takes the place of (else paho reads them all)
-            raw_recv: Callable[[int], bytes] = sock_recv if sock_recv is not None else _no_recv
             fast = packet_read is not None and sock_recv is not None and all(
                 hasattr(c, name) for name in ("_in_packet", "_send_puback", "_msgtime_mutex", "_last_bytes_received",
                                      "_easy_log", "_loop_rc_handle"))
@@ -292,17 +296,15 @@ class MQTTConnector:
                             data, pos = buffered
                             if pos >= len(data):
                                 try:
-                                    data, pos = raw_recv(RECV_SIZE), 0
+                                    data, pos = fill(), 0
                                 except BlockingIOError:
                                     return
                                 except OSError as exc:  # logged as paho does: _on_log takes a TLS alert from it
                                     c._easy_log(MQTT_LOG_ERR, "failed to receive on socket: %s", exc)
                                     data = b""
                                 if not data:  # the peer closed, or the socket failed: as paho reports it
-                                    buffered[:] = [b"", 0]
                                     c._loop_rc_handle(MQTT_ERR_CONN_LOST)
                                     return
-                                buffered[:] = [data, 0]
                             got = take_publish(data, pos)
                             if got is not None:
                                 buffered[1] = got.end
@@ -470,7 +472,3 @@ class _Messages:
 
 
 _GONE = object()  # queued after the last message of a connection (_Messages)
-
-
-def _no_recv(bufsize: int) -> bytes:  # the reader's stand-in where paho has no _sock_recv (it then never reads)
-    raise BlockingIOError

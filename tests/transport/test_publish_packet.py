@@ -10,7 +10,7 @@ import pytest
 from paho.mqtt import _packet
 from paho.mqtt.client import MQTTv5
 from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
+from paho.mqtt.properties import Properties, VariableByteIntegers
 
 from broker_mqtt.transport import mqtt
 from broker_mqtt.transport.base import ConnectionClosed, Received
@@ -18,12 +18,7 @@ from broker_mqtt.transport.publish_packet import take_publish
 
 
 def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n % 128, n // 128
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+    return bytes(VariableByteIntegers.encode(n))
 
 
 def _packet_bytes(topic: bytes, payload: bytes, *, qos: int = 1, retain: bool = False, dup: bool = False,
