@@ -177,7 +177,7 @@ class ElectedStore(WriteOperations):
 
     def statistics(self) -> ReplicaStatistics:
         """A copy of the replica's counters (handovers, data moved, malformed messages)."""
-        return dataclasses.replace(self.replica.stats, malformed=self.malformed)
+        return dataclasses.replace(self.replica.stats, malformed=self.malformed + self.replica.stats.malformed)
 
     def events(self, *, buffer: int = 10_000, data: bool = True) -> EventStream[ElectedEvent]:
         """Data changes (:class:`Inserted`, :class:`Updated`, :class:`Erased`, :class:`Expired`),

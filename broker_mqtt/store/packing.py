@@ -16,7 +16,7 @@ import cbor2
 from ..wire import codec
 from .errors import BackendError
 
-__all__ = ["Packed", "pack", "pack_array", "unpack"]
+__all__ = ["Packed", "pack", "pack_array", "unpack", "canonical"]
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -70,6 +70,37 @@ def unpack(data: bytes) -> Any:
         return codec.decode(data)
     except codec.DecodeError as exc:
         raise BackendError(f"cannot decode stored data: {exc}") from exc
+
+
+# an int's or a text string's head byte (major type, short count) -> the bytes of its count that
+# follow; canonical when the count could not be written shorter (> 23, > 0xff, ...)
+_COUNT_BYTES = {0x18: 1, 0x19: 2, 0x1A: 4, 0x1B: 8}
+_COUNT_FLOOR = {1: 24, 2: 0x100, 4: 0x1_0000, 8: 0x1_0000_0000}
+
+
+def canonical(data: bytes) -> bytes:
+    """``pack(unpack(data))``: the canonical packing of the item ``data`` holds (how a store keys what a
+    peer packed). An int or a text string already packed canonically, the usual key, comes back as
+    it is, checked in place rather than decoded and packed again (a joiner takes a million keys in
+    a snapshot). Raises BackendError if ``data`` is not one well-formed item."""
+    if data:
+        head = data[0]
+        major, short = head >> 5, head & 0x1F
+        if major <= 1 or major == 3:  # unsigned or negative int, text string
+            count_bytes = _COUNT_BYTES.get(short, 0) if short >= 24 else 0
+            if short < 24 or count_bytes:
+                count = short if not count_bytes else int.from_bytes(data[1:1 + count_bytes], "big")
+                if not count_bytes or (len(data) > count_bytes and count >= _COUNT_FLOOR[count_bytes]):
+                    size = 1 + count_bytes + (count if major == 3 else 0)
+                    if len(data) == size:
+                        if major != 3:
+                            return data
+                        try:
+                            data[1 + count_bytes:].decode("utf-8")
+                        except UnicodeDecodeError as exc:
+                            raise BackendError(f"cannot decode stored data: {exc}") from exc
+                        return data
+    return pack(unpack(data))
 
 
 class Packed:

@@ -28,7 +28,7 @@ from .replica_events import (
     StaleChanged,
 )
 from .replica_messages import ReplicationMessage, encode
-from .snapshot_stream import Incoming, SnapshotReader
+from .snapshot_stream import Incoming, ReadAhead, SnapshotReader
 from .versioned import (
     Change,
     Clock,
@@ -111,6 +111,7 @@ class ReplicaBase:
         self._reader: SnapshotReader | None = None
         # requester -> (epoch, after, since, window): its pass, waiting for the reader's key order
         self._snap_waiting: dict[str, tuple[Epoch, bytes | None, Position | None, int]] = {}
+        self._read_ahead: dict[str, ReadAhead] = {}  # requester -> its next window, read before it asks
         self._snap_served_at = -math.inf  # when this replica last served a snapshot's chunks
         self._snap_paused_at = -math.inf  # when it began serving them, after a while without
         # master side

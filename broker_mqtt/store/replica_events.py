@@ -64,7 +64,7 @@ class ReplicaConfig:
     log_keep: int = 20_000
     tombstone_ttl: float | None = TOMBSTONE_TTL
     snapshot_chunk: int = 256 * 1024
-    snapshot_window: int = 4
+    snapshot_window: int = 8
 
     def __post_init__(self) -> None:
         if self.tombstone_ttl is not None and not self.tombstone_ttl >= 0:
@@ -125,5 +125,7 @@ class ReplicaStatistics:
     snapshots_installed: int = 0  #: snapshots installed (or fetched for a merge)
     snapshot_entries: int = 0  #: entries (tombstones included) in those snapshots
     records_applied: int = 0  #: records applied (as master or follower)
-    malformed: int = 0  #: messages that did not decode (counted by the I/O layer)
+    #: messages that did not decode (counted by the I/O layer), and snapshot chunks whose entries did not
+    #: (counted as they are staged)
+    malformed: int = 0
     answers_lost: int = 0  #: this node's writes whose answer was lost (a later one showed it): sent again

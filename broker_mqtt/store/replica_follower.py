@@ -155,8 +155,8 @@ class FollowerSide(MasterSide):
             if msg.next is None:
                 inc.next_pass()  # next: what changed while this pass ran
                 self._snap_ask(inc, now)
-            elif inc.left <= 0:
-                self._snap_ask(inc, now)
+            elif inc.may_ask():
+                self._snap_ask(inc, now)  # (else once the chunks held are staged: _stage_pending)
             return
         if msg.header is None:
             return
@@ -164,6 +164,29 @@ class FollowerSide(MasterSide):
         # a malformed writer row raises StoreDecodeError (the state unchanged): the fetch starts over
         self._take_snapshot(inc.parts(msg.header), msg.epoch, source, now)
         self._snap_done[source] = (msg.epoch, msg.header[0])
+
+    @property
+    def _staging_pending(self) -> bool:
+        """A snapshot being received has chunks taken and not yet staged (:meth:`_stage_pending`)."""
+        return any(inc.pending for inc in self._snaps.values())
+
+    def _stage_pending(self, now: float) -> None:
+        """Stage one chunk taken of a snapshot being received (the timers run a step at a time while
+        one is pending), and ask for the next window once few are left. A malformed entry drops the
+        snapshot (counted in ``stats.malformed``): the fetch starts over when it is due."""
+        for source, inc in self._snaps.items():
+            if not inc.pending:
+                continue
+            try:
+                inc.step()
+            except StoreDecodeError:
+                del self._snaps[source]
+                self.stats.malformed += 1
+                return
+            self._snap_alive(inc, now)
+            if inc.may_ask() and inc.cursor is not None and inc.asked != (inc.cursor, inc.since):
+                self._snap_ask(inc, now)
+            return
 
     def _snap_ask(self, inc: Incoming, now: float) -> None:
         inc.asked, inc.left = (inc.cursor, inc.since), self.config.snapshot_window

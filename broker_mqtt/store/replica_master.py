@@ -20,7 +20,7 @@ from .replica_base import MAX_ORIGINS, _Member
 from .replica_claim import ClaimSide
 from .replica_events import Durability, Role, WriteDone, WriteFailed
 from .replica_messages import Ack, Fetch, SnapChunk, SnapFetch, Tail, Write, WriteAck, Writes, group_writes
-from .snapshot_stream import SnapshotReader, touched_keys
+from .snapshot_stream import READ_AHEAD_DELAY, ReadAhead, SnapshotReader, chunk_budget, touched_keys
 from .versioned import RESULTS_KEPT, Epoch, Position, Record
 from .writer_core import NoMaster
 
@@ -40,6 +40,7 @@ MAX_ROUNDS = 1024  #: log messages per writer whose ends the master notes to ans
 MAX_WRITERS_MARKED = 100_000
 MAX_WINDOW = 64  #: snapshot chunks one ``sfetch`` gets at most
 CHUNK_HEADROOM = 1024  #: bytes of a chunk message left for its fields beside the entries (and its two keys)
+MAX_READ_AHEAD = 4  #: requesters whose next window of snapshot chunks is read ahead at a time (ReadAhead)
 
 
 def _answers_none(cmd: Any) -> bool:
@@ -98,6 +99,8 @@ class MasterSide(ClaimSide):
         if reader is None or reader.state is not self.state:
             reader = self._reader = SnapshotReader(self.state)
             self._snap_waiting.clear()
+            self._read_ahead.clear()
+        ahead = self._read_ahead.pop(to, None)  # used below if it read this very window
         budget = max(1, self.config.snapshot_chunk - CHUNK_HEADROOM)
         last = self.state.last_seq
         if since is not None:
@@ -123,17 +126,43 @@ class MasterSide(ClaimSide):
             self._snap_waiting[to] = (epoch, after, since, window)  # answered once the order is taken
             return
         since_seq = 0 if since is None else since[0]
-        for _ in range(window):
-            entries, nxt, pos = reader.chunk(after, since_seq, budget - 2 * len(after or b""))
+        read = [] if ahead is None else ahead.take(epoch, after, since, self.state.generation)
+        for i in range(window):
+            entries, nxt, pos = read[i] if i < len(read) else reader.chunk(after, since_seq, chunk_budget(budget, after))
             self._send(SnapChunk(epoch, to, self.id, after, since, pos, entries, nxt))
             if nxt is None:
                 return
             after = nxt
+        if after is not None and len(self._read_ahead) < MAX_READ_AHEAD:  # the pass goes on: read on meanwhile
+            self._read_ahead[to] = ReadAhead(epoch, since, after, window, budget, self.state.generation,
+                                             self._now + READ_AHEAD_DELAY, self._now + self.config.fetch_timeout)
 
     @property
     def _taking_order(self) -> bool:
         """The snapshot reader is taking a key order, a slice per :meth:`_take_order`."""
         return self._reader is not None and self._reader.taking
+
+    @property
+    def _read_ahead_at(self) -> float:
+        """When the next chunk of a window read ahead is due (:meth:`_step_read_ahead`), or the time
+        the first window read ahead that is read, or unasked for, is dropped."""
+        return min(ahead.due if ahead.done else ahead.start for ahead in self._read_ahead.values())
+
+    def _step_read_ahead(self) -> None:
+        """Read the next chunk of a window read ahead (:class:`~.snapshot_stream.ReadAhead`; the timers
+        run a step at a time while one is unread); drop those not asked for in time, or read from a
+        state since replaced."""
+        now, generation = self._now, self.state.generation
+        for to in [to for to, a in self._read_ahead.items() if now >= a.due or a.generation != generation]:
+            del self._read_ahead[to]
+        reader = self._reader
+        if reader is None or reader.state is not self.state:
+            self._read_ahead.clear()
+            return
+        for ahead in self._read_ahead.values():
+            if not ahead.done and now >= ahead.start:
+                ahead.step(reader)
+                return
 
     def _take_order(self) -> None:
         """A step of the key order the snapshot reader is taking (the timers run it while one is: a

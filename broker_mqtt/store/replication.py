@@ -139,8 +139,10 @@ class Replica(FollowerSide):
                 times.extend(self._claim.fetching.values())
         if self._fetch_due():
             times.append(self._fetch_deadline)
-        if self._taking_order:
-            times.append(self._now)  # the next slice of a snapshot's key order: at once
+        if self._taking_order or (self._snaps and self._staging_pending):
+            times.append(self._now)  # the next slice of a snapshot's key order, or chunk to stage: at once
+        elif self._read_ahead:
+            times.append(self._read_ahead_at)
         return min(times)
 
     def members(self) -> list[str]:
@@ -233,6 +235,10 @@ class Replica(FollowerSide):
             self._expire(wall, now)
         if self._taking_order:
             self._take_order()
+        elif self._read_ahead:
+            self._step_read_ahead()
+        if self._snaps:
+            self._stage_pending(now)
 
     # -- outputs ----------------------------------------------------------------------------------------
 

@@ -7,6 +7,8 @@ go) pulls it from the source (the master, or the replica a claimant fetches from
   ``sfetch``, each chunk at most ``ReplicaConfig.snapshot_chunk`` bytes of entries; the requester asks
   for the next window when the last chunk of the previous one arrived (flow control), and again from
   the last key it holds when chunks stop coming (a lost chunk, a dropped connection: resumable);
+  meanwhile the source reads that next window ahead (:class:`ReadAhead`), so neither side waits for
+  the other to work;
 * the source reads each chunk at the time it sends it, so a pass is fuzzy: each chunk is stamped with
   the source's position when its key order was taken (``pos``, a lower bound), and the requester then
   asks for what changed since the lowest of them (``since``). The source answers that from its log when
@@ -28,21 +30,24 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import BackendError, StoreDecodeError
 from .history import Epoch, Position, Record, Version
-from .packing import pack, unpack
+from .packing import canonical, pack, unpack
 from .versioned import StateEntries, VersionedState
 from .writer_table import applied_from_wire
 
-__all__ = ["SnapshotReader", "Incoming", "touched_keys", "SCAN_LIMIT", "SORT_SLICE"]
+__all__ = ["SnapshotReader", "ReadAhead", "Incoming", "touched_keys", "SCAN_LIMIT", "SORT_SLICE"]
 
 SCAN_LIMIT = 50_000  #: keys a chunk of a pass of changes looks at, at most (it may then carry few)
 SORT_SLICE = 131_072  #: keys sorted in one step when a pass's key order is taken (~60 ms at most)
 ENTRY_OVERHEAD = 8  #: bytes counted per entry beside its packed key and version (the list around them)
+READ_AHEAD_DELAY = 0.005  #: s after serving a window before its source reads the next (ReadAhead)
+ASK_PENDING = 2  #: chunks a requester may still have to stage when it asks for the next window (Incoming)
 
 Entry = tuple[bytes, bytes | None]
 
@@ -197,6 +202,65 @@ class SnapshotReader:
         return s.last_seq, list(s.lineage), s.max_hlc
 
 
+Chunk = tuple[list[Entry], bytes | None, Position]  #: :meth:`SnapshotReader.chunk`'s answer
+
+
+def chunk_budget(budget: int, after: bytes | None) -> int:
+    """The bytes of entries a chunk after key ``after`` may carry: the chunk message names the key
+    twice (``after`` and ``next``), so the longer the key, the fewer entries."""
+    return budget - 2 * len(after or b"")
+
+
+@dataclass(slots=True)
+class ReadAhead:
+    """The source reads a requester's next window of a pass before the requester asks for it.
+
+    Without it the source and the requester took turns: the requester asks for the next window only
+    once the last one arrived and was taken in (flow control), and the source read the whole window
+    only then, so each sat idle while the other worked (a 1,000,000-key join took the sum of both
+    sides' CPU time). Now, after serving a window that does not end the pass, the source reads the
+    next one here, a chunk per step, while the requester takes in the one it got. Its timers run the
+    steps, the first READ_AHEAD_DELAY after the window was served: reading at once held up the
+    sending of that window (its megabyte went out a socket buffer at a time between the steps, and
+    the requester sat idle meanwhile). When
+    the requester asks for exactly that window (same epoch, pass and cursor, the state not replaced
+    meanwhile) it is sent at once, as read; anything else, and it is dropped.
+
+    A chunk read ahead is as good as one read when asked for: a pass is fuzzy anyway, each chunk
+    stamped with the position of its key order (a lower bound of when its entries were read), and
+    the checks that a pass may go on (its ``since`` still in the history, no tombstone forgotten
+    since) are made when it is asked for, not here. Holds at most ``window`` chunks (each within the
+    chunk size)."""
+
+    epoch: Epoch
+    since: Position | None
+    after: bytes  # where the window begins: the last key the window served before it covers
+    window: int
+    budget: int  # bytes of entries per chunk, before chunk_budget's share for the keys
+    generation: int  # the state's (VersionedState.generation): a replaced state drops what was read
+    start: float  # not read before then: the window just served goes out first
+    due: float  # dropped unless asked for by then (the requester went away)
+    chunks: list[Chunk] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        """The window is read (or the pass ends within it)."""
+        return len(self.chunks) >= self.window or (bool(self.chunks) and self.chunks[-1][1] is None)
+
+    def step(self, reader: SnapshotReader) -> None:
+        """Read the window's next chunk."""
+        after = self.chunks[-1][1] if self.chunks else self.after
+        since_seq = 0 if self.since is None else self.since[0]
+        self.chunks.append(reader.chunk(after, since_seq, chunk_budget(self.budget, after)))
+
+    def take(self, epoch: Epoch, after: bytes | None, since: Position | None, generation: int) -> list[Chunk]:
+        """The chunks read for a request of the window after ``after`` (in pass ``since`` of ``epoch``);
+        none if they were read for another, or before the state was replaced."""
+        if (epoch, after, since, generation) != (self.epoch, self.after, self.since, self.generation):
+            return []
+        return self.chunks
+
+
 def touched_keys(records: Iterable[Record], after_seq: int) -> set[bytes] | None:
     """The packed keys the records after ``after_seq`` wrote; None if one of them cleared the store."""
     out: set[bytes] = set()
@@ -226,7 +290,8 @@ class Incoming:
     left: int = 0  # chunks of the window asked for that have not come yet
     asked: tuple[bytes | None, Position | None] | None = None  # the last request sent
     applied: list[Any] = field(default_factory=list)
-    chunks: int = 0
+    chunks: int = 0  # staged
+    pending: deque[list[Entry]] = field(default_factory=deque)  # the entries of chunks taken, not yet staged
     # stages each chunk's rows in this state's file too (VersionedState.stage_rows), so that the install
     # takes them in one step: ``token`` is the staging's, None once the file is not (or no longer) staged
     file: VersionedState | None = None
@@ -243,23 +308,40 @@ class Incoming:
         return after == self.cursor and since == self.since
 
     def take(self, entries: list[Entry], nxt: bytes | None, pos: Position) -> None:
-        """A chunk of the current pass: stage its entries, move the cursor."""
-        self.stage(entries, [])
-        self.chunks -= 1
+        """A chunk of the current pass: move the cursor; its entries wait in ``pending`` until
+        :meth:`step` stages them. The requester handles a chunk at once, so that its ask for the
+        next window goes out before it works on this one: it stages the chunks it holds, a step at
+        a time, while the next come (see :meth:`may_ask`)."""
+        self.pending.append(entries)
         if self.low is None or pos[0] < self.low[0]:
             self.low = pos
         self.cursor = nxt
         self.left -= 1
-        self.chunks += 1
+
+    def may_ask(self) -> bool:
+        """The window asked for has come, and what is left to stage of it is little enough for the
+        next to be asked for (ASK_PENDING chunks: the time to stage them covers the ask's round trip;
+        the chunks held unstaged stay within a window and ASK_PENDING)."""
+        return self.left <= 0 and len(self.pending) <= ASK_PENDING
+
+    def step(self) -> None:
+        """Stage the oldest chunk taken (:meth:`take`). Raises StoreDecodeError for a malformed entry
+        (the entries before it are staged: the caller starts over)."""
+        self._stage(self.pending.popleft(), [])
 
     def stage(self, entries: list[Entry], applied: list[Any]) -> None:
-        """A chunk of the final burst: its entries and writer rows, staged. Raises StoreDecodeError
-        for a malformed entry (the entries before it are staged: the caller starts over)."""
+        """A chunk of the final burst: its entries and writer rows, staged at once, after every chunk
+        taken before it. Raises StoreDecodeError for a malformed entry (the caller starts over)."""
+        while self.pending:
+            self.step()
+        self._stage(entries, applied)
+
+    def _stage(self, entries: list[Entry], applied: list[Any]) -> None:
         staged = self.staged
         rows: dict[bytes, bytes | None] | None = {} if self.token is not None else None
         try:
             for k, v in entries:
-                key = pack(unpack(k))  # as the state keys it (a peer's packing may not be canonical)
+                key = canonical(k)  # as the state keys it (a peer's packing may not be canonical)
                 if v is None:
                     staged.drop(key)
                 else:
@@ -281,14 +363,16 @@ class Incoming:
 
     def restart(self) -> None:
         self.staged = StateEntries()
+        self.pending.clear()
         self.applied.clear()
         self.since = self.low = self.cursor = None
         self.left = 0
         self._begin_file()
 
     def parts(self, header: tuple[int, Any, int]) -> dict[str, Any]:
-        """The staged state as keyword arguments of :meth:`~.versioned.VersionedState.adopt`.
-        Raises StoreDecodeError for a malformed writer row."""
+        """The staged state (every chunk staged: after :meth:`stage`) as keyword arguments of
+        :meth:`~.versioned.VersionedState.adopt`. Raises StoreDecodeError for a malformed writer row."""
+        assert not self.pending
         seq, lineage, hlc = header
         return {"entries": self.staged, "last_seq": seq, "lineage": lineage,
                 "applied": applied_from_wire(self.applied), "max_hlc": hlc,

@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS versions (k BLOB PRIMARY KEY, v BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, v BLOB NOT NULL);
 DROP TABLE IF EXISTS staging;
 """
-_STAGING = "CREATE TABLE staging (k BLOB PRIMARY KEY, v BLOB NOT NULL)"  # as versions: renamed to it
+_STAGING = "CREATE TABLE staging (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID"  # as versions: renamed to it
 
 #: ``load(rows, meta)``: ``rows`` yields ``(packed key, packed version)``; ``meta()`` the decoded meta rows
 Loader = Callable[[Iterator[tuple[bytes, bytes]], Callable[[], dict[str, Any]]], None]
