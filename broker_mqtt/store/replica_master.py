@@ -125,17 +125,20 @@ class MasterSide(ClaimSide):
         if not taken and not reader.ready(after is None):
             self._snap_waiting[to] = (epoch, after, since, window)  # answered once the order is taken
             return
-        since_seq = 0 if since is None else since[0]
         read = [] if ahead is None else ahead.take(epoch, after, since, self.state.generation)
-        for i in range(window):
-            entries, nxt, pos = read[i] if i < len(read) else reader.chunk(after, since_seq, chunk_budget(budget, after))
+        if not read:  # nothing read ahead: the first chunk at once, the rest of the window as read
+            read = [reader.chunk(after, 0 if since is None else since[0], chunk_budget(budget, after))]
+        for entries, nxt, pos in read[:window]:
             self._send(SnapChunk(epoch, to, self.id, after, since, pos, entries, nxt))
             if nxt is None:
                 return
             after = nxt
-        if after is not None and len(self._read_ahead) < MAX_READ_AHEAD:  # the pass goes on: read on meanwhile
+        assert after is not None
+        owed = max(0, window - len(read))
+        if owed or self._reading_ahead_for() < MAX_READ_AHEAD:  # the pass goes on: read on meanwhile
+            start = self._now if owed else self._now + READ_AHEAD_DELAY
             self._read_ahead[to] = ReadAhead(epoch, since, after, window, budget, self.state.generation,
-                                             self._now + READ_AHEAD_DELAY, self._now + self.config.fetch_timeout)
+                                             start, self._now + self.config.fetch_timeout, owed=owed)
 
     @property
     def _taking_order(self) -> bool:
@@ -144,9 +147,13 @@ class MasterSide(ClaimSide):
 
     @property
     def _read_ahead_at(self) -> float:
-        """When the next chunk of a window read ahead is due (:meth:`_step_read_ahead`), or the time
-        the first window read ahead that is read, or unasked for, is dropped."""
-        return min(ahead.due if ahead.done else ahead.start for ahead in self._read_ahead.values())
+        """When the next chunk owed or read ahead is due (:meth:`_step_read_ahead`), or when the first
+        window read ahead and not asked for is dropped."""
+        return min(ahead.next_step for ahead in self._read_ahead.values())
+
+    def _reading_ahead_for(self) -> int:
+        """Requesters whose next window is read ahead (not owed chunks of the last)."""
+        return sum(1 for ahead in self._read_ahead.values() if not ahead.owed)
 
     def _step_read_ahead(self) -> None:
         """Read the next chunk of a window read ahead (:class:`~.snapshot_stream.ReadAhead`; the timers
@@ -159,10 +166,23 @@ class MasterSide(ClaimSide):
         if reader is None or reader.state is not self.state:
             self._read_ahead.clear()
             return
-        for ahead in self._read_ahead.values():
-            if not ahead.done and now >= ahead.start:
-                ahead.step(reader)
-                return
+        # an owed chunk first (its requester waits for it), else one to read ahead
+        due = [(to, a) for to, a in self._read_ahead.items() if now >= a.start and (a.owed or not a.done)]
+        if not due:
+            return
+        to, ahead = next(((to, a) for to, a in due if a.owed), due[0])
+        if not ahead.owed:
+            ahead.step(reader)
+            return
+        after, (entries, nxt, pos) = ahead.pay(reader)
+        self._send(SnapChunk(ahead.epoch, to, self.id, after, ahead.since, pos, entries, nxt))
+        if nxt is None:
+            del self._read_ahead[to]  # the pass is complete
+        elif not ahead.owed:  # the window is out: read the next one ahead meanwhile, if room
+            if self._reading_ahead_for() > MAX_READ_AHEAD:  # (this one counted)
+                del self._read_ahead[to]
+            else:
+                ahead.start, ahead.due = now + READ_AHEAD_DELAY, now + self.config.fetch_timeout
 
     def _take_order(self) -> None:
         """A step of the key order the snapshot reader is taking (the timers run it while one is: a

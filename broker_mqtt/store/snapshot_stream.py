@@ -222,15 +222,17 @@ class ReadAhead:
     next one here, a chunk per step, while the requester takes in the one it got. Its timers run the
     steps, the first READ_AHEAD_DELAY after the window was served: reading at once held up the
     sending of that window (its megabyte went out a socket buffer at a time between the steps, and
-    the requester sat idle meanwhile). When
-    the requester asks for exactly that window (same epoch, pass and cursor, the state not replaced
-    meanwhile) it is sent at once, as read; anything else, and it is dropped.
+    the requester sat idle meanwhile). When the requester asks for exactly that window (same epoch,
+    pass and cursor, the state not replaced meanwhile), what is read of it is sent at once; the rest
+    of it is ``owed``: read a chunk per step as before, each sent as soon as it is read (a window
+    asked for with nothing read goes out so too, after its first chunk), and then the next window
+    is read ahead. Anything else asked for, and what was read is dropped.
 
     A chunk read ahead is as good as one read when asked for: a pass is fuzzy anyway, each chunk
     stamped with the position of its key order (a lower bound of when its entries were read), and
     the checks that a pass may go on (its ``since`` still in the history, no tombstone forgotten
     since) are made when it is asked for, not here. Holds at most ``window`` chunks (each within the
-    chunk size)."""
+    chunk size); owed chunks are not held (sent as read)."""
 
     epoch: Epoch
     since: Position | None
@@ -241,6 +243,13 @@ class ReadAhead:
     start: float  # not read before then: the window just served goes out first
     due: float  # dropped unless asked for by then (the requester went away)
     chunks: list[Chunk] = field(default_factory=list)
+    owed: int = 0  # chunks of the window asked for still to read and send (``after``: where the next begins)
+
+    @property
+    def next_step(self) -> float:
+        """When :meth:`step` is next due (an owed chunk or one to read ahead), or when this is dropped
+        unless asked for (the window is read)."""
+        return self.start if self.owed or not self.done else self.due
 
     @property
     def done(self) -> bool:
@@ -255,10 +264,19 @@ class ReadAhead:
 
     def take(self, epoch: Epoch, after: bytes | None, since: Position | None, generation: int) -> list[Chunk]:
         """The chunks read for a request of the window after ``after`` (in pass ``since`` of ``epoch``);
-        none if they were read for another, or before the state was replaced."""
-        if (epoch, after, since, generation) != (self.epoch, self.after, self.since, self.generation):
+        none if they were read for another, or before the state was replaced, or are owed to one."""
+        if self.owed or (epoch, after, since, generation) != (self.epoch, self.after, self.since, self.generation):
             return []
         return self.chunks
+
+    def pay(self, reader: SnapshotReader) -> tuple[bytes, Chunk]:
+        """Read the next owed chunk: ``(the key it begins after, the chunk)``; ``after`` moves on past it."""
+        self.step(reader)
+        after, chunk = self.after, self.chunks.pop()
+        self.owed -= 1
+        if chunk[1] is not None:
+            self.after = chunk[1]
+        return after, chunk
 
 
 def touched_keys(records: Iterable[Record], after_seq: int) -> set[bytes] | None:

@@ -515,3 +515,40 @@ def test_a_window_read_ahead_for_a_requester_that_went_away_is_dropped(monkeypat
         net.run(CONFIG.fetch_timeout + 0.5)
         assert not a._read_ahead
         assert took  # (c did take windows read ahead before it died)
+
+
+def test_a_window_asked_for_and_not_read_goes_out_a_chunk_per_step() -> None:
+    """The source answers an ask at once with one chunk (or with what it read ahead) and sends the
+    rest of the window as its timers read it: it never reads a whole window in one step."""
+    with filled() as net:
+        a = net.nodes["a"].replica
+        in_tick = [False]
+        sent_by: dict[str, int] = {"handle": 0, "tick": 0}
+        per_ask: list[tuple[str, int]] = []  # (fetch or sfetch, the chunks its handling sent)
+        send, tick, handle = a._send, a.tick, a.handle
+
+        def sending(msg: Any) -> None:
+            if type(msg).__name__ == "SnapChunk" and msg.to == "c.0":
+                sent_by["tick" if in_tick[0] else "handle"] += 1
+            send(msg)
+
+        def ticking(now: float, wall: float) -> None:
+            in_tick[0] = True
+            try:
+                tick(now, wall)
+            finally:
+                in_tick[0] = False
+
+        def handling(msg: Any, now: float, **kw: Any) -> None:
+            before = sent_by["handle"]
+            handle(msg, now, **kw)
+            if msg[0] in ("fetch", "sfetch") and msg[2] == "c.0":
+                per_ask.append((msg[0], sent_by["handle"] - before))
+
+        a._send, a.tick, a.handle = sending, ticking, handling  # type: ignore[method-assign]
+        net.add("c")
+        net.run(3.0)
+        assert net.contents("c") == net.contents("a") and not net.nodes["c"].replica.stale
+        assert per_ask[0] == ("fetch", 1)  # the first window: its first chunk at once, ...
+        assert sent_by["tick"] >= CONFIG.snapshot_window - 1  # ... the rest (and more) as the timers read them
+        assert all(n <= CONFIG.snapshot_window for _, n in per_ask)
