@@ -137,8 +137,10 @@ class MasterSide(ClaimSide):
         owed = max(0, window - len(read))
         if owed or self._reading_ahead_for() < MAX_READ_AHEAD:  # the pass goes on: read on meanwhile
             start = self._now if owed else self._now + READ_AHEAD_DELAY
-            self._read_ahead[to] = ReadAhead(epoch, since, after, window, budget, self.state.generation,
-                                             start, self._now + self.config.fetch_timeout, owed=owed)
+            # (at most our own window read ahead: up to 4 requesters' 64-chunk windows held was 64 MB)
+            self._read_ahead[to] = ReadAhead(epoch, since, after, min(window, self.config.snapshot_window), budget,
+                                             self.state.generation, start, self._now + self.config.fetch_timeout,
+                                             owed=owed)
 
     @property
     def _taking_order(self) -> bool:

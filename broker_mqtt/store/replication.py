@@ -235,7 +235,7 @@ class Replica(FollowerSide):
             self._expire(wall, now)
         if self._taking_order:
             self._take_order()
-        elif self._read_ahead:
+        if self._read_ahead:  # (meanwhile too: chunks owed are read in the order taken before)
             self._step_read_ahead()
         if self._snaps:
             self._stage_pending(now)
