@@ -60,19 +60,22 @@ class _Ordering:
 
     def __init__(self, state: VersionedState, stamp: tuple[int, int, int]) -> None:
         state.begin_new_keys()  # what comes in from now on, the order takes in later at little cost
-        self.keys = list(state.packed_keys())
-        self.runs: list[list[bytes]] = []
+        # tuples, not lists: a tuple of bytes leaves the garbage collector's walk after its first
+        # collection, a list never does (10,000,000 keys walked by every full collection cost the
+        # source 1.5 s per million entries it served)
+        self.keys: tuple[bytes, ...] = tuple(state.packed_keys())
+        self.runs: list[tuple[bytes, ...]] = []
         self.stamp, self.pos = stamp, state.position
 
     def step(self) -> bool:
         """Sort the next slice of keys; True once every key is in a run."""
         done = sum(len(run) for run in self.runs)
         if done < len(self.keys):
-            self.runs.append(sorted(self.keys[done:done + SORT_SLICE]))
+            self.runs.append(tuple(sorted(self.keys[done:done + SORT_SLICE])))
             done += len(self.runs[-1])
         if done < len(self.keys):
             return False
-        self.keys = []
+        self.keys = ()
         return True
 
 
@@ -88,7 +91,7 @@ class SnapshotReader:
 
     def __init__(self, state: VersionedState) -> None:
         self.state = state
-        self._runs: list[list[bytes]] = []
+        self._runs: list[tuple[bytes, ...]] = []
         self._stamp: tuple[int, int, int] | None = None
         self._pos: Position = (0, None)
         self._next: _Ordering | None = None  # an order being taken, a slice at a time
@@ -126,9 +129,9 @@ class SnapshotReader:
             return False
         if new:
             if runs and len(runs[-1]) < SORT_SLICE:
-                runs[-1] = sorted(itertools.chain(runs[-1], new))
+                runs[-1] = tuple(sorted(itertools.chain(runs[-1], new)))
             else:
-                runs.append(sorted(new))
+                runs.append(tuple(sorted(new)))
         return True
 
     def step(self) -> bool:
