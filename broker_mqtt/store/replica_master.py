@@ -178,9 +178,14 @@ class MasterSide(ClaimSide):
             return
         after, (entries, nxt, pos) = ahead.pay(reader)
         self._send(SnapChunk(ahead.epoch, to, self.id, after, ahead.since, pos, entries, nxt))
+        del self._read_ahead[to]
         if nxt is None:
-            del self._read_ahead[to]  # the pass is complete
-        elif not ahead.owed:  # the window is out: read the next one ahead meanwhile, if room
+            return  # the pass is complete
+        # back in at the end: the requesters owed chunks take turns, and one that is being paid is
+        # not dropped as gone (a 64-chunk window owed behind other requesters' outlasted fetch_timeout)
+        self._read_ahead[to] = ahead
+        ahead.due = now + self.config.fetch_timeout
+        if not ahead.owed:  # the window is out: read the next one ahead meanwhile, if room
             if self._reading_ahead_for() > MAX_READ_AHEAD:  # (this one counted)
                 del self._read_ahead[to]
             else:

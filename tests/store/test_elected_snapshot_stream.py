@@ -595,3 +595,71 @@ def test_chunks_owed_to_one_joiner_go_on_while_the_key_order_is_taken_for_anothe
             a.to_send()
         assert a._taking_order and len(sizes) == 3  # three slices of the order, one a tick
         assert len(chunks_to(sent, "x.0")) == 4  # x's first chunk, then an owed one each tick
+
+
+def test_a_requester_s_larger_window_is_read_ahead_only_up_to_the_source_s_own() -> None:
+    """A review's case: a requester asking for 8 chunks at a time (its own snapshot_window) from a
+    source whose window is 2 gets 2 read ahead, not 8 held for it (64-chunk windows read ahead for
+    4 requesters held 64 MB); the rest of each window is owed and sent as read, none lost."""
+    with filled() as net:
+        a = net.nodes["a"].replica
+        sent = record_sends(a)
+        net.add("c")
+        until_chunks(net, sent, 2)
+        net.kill("c")  # from here on the requester is played by hand
+        epoch = a.epoch
+        assert epoch is not None
+        now = net.now
+
+        def ask(after: bytes) -> int:
+            before = len(chunks_to(sent, "x.0"))
+            a.handle(encode(SnapFetch(epoch, "x.0", a.id, after, None, 8)), now)
+            a.to_send()
+            return len(chunks_to(sent, "x.0")) - before
+
+        def run_timers(seconds: float) -> None:
+            nonlocal now
+            end = now + seconds
+            while (now := max(now, min(a.next_deadline, end))) < end:
+                a.tick(now, 1_000_000 + now)
+                a.to_send()
+
+        assert ask(chunks_to(sent, "c.0")[-1][8]) == 1  # nothing read ahead for x: one chunk at once ...
+        assert a._read_ahead["x.0"].owed == 7
+        run_timers(0.1)  # ... the 7 owed as read, then the next window read ahead
+        assert len(chunks_to(sent, "x.0")) == 8
+        assert a._read_ahead["x.0"].done and len(a._read_ahead["x.0"].chunks) == CONFIG.snapshot_window == 2
+        assert ask(chunks_to(sent, "x.0")[-1][8]) == 2  # the 2 read ahead at once, the other 6 owed
+        assert a._read_ahead["x.0"].owed == 6
+        run_timers(0.1)
+        got = chunks_to(sent, "x.0")
+        assert len(got) == 16 and all(m[4] == prev[8] for prev, m in zip(got, got[1:], strict=False))  # contiguous
+
+
+def test_a_long_owed_window_is_paid_in_full_however_slow_the_timer_steps() -> None:
+    """A review's case: an owed window was dropped fetch_timeout after its ask (as if its requester
+    were gone), so a 60-chunk window paid a chunk per slow timer step (a source taking a key order
+    for another joiner: ~70 ms a step) lost its tail, and the requester waited fetch_timeout to ask
+    again. Paying a chunk now keeps it; two requesters owed chunks take turns."""
+    with filled() as net:
+        a = net.nodes["a"].replica
+        sent = record_sends(a)
+        net.add("c")
+        until_chunks(net, sent, 2)
+        net.kill("c")
+        epoch = a.epoch
+        assert epoch is not None
+        now = net.now
+        cursor = chunks_to(sent, "c.0")[-1][8]
+        for requester in ("x.0", "y.0"):
+            a.handle(encode(SnapFetch(epoch, requester, a.id, cursor, None, 30)), now)
+        a.to_send()
+        order: list[str] = []
+        for _ in range(58):
+            now += 0.1  # slow steps: 5.8 s in all, fetch_timeout is 2
+            before = {r: len(chunks_to(sent, r)) for r in ("x.0", "y.0")}
+            a.tick(now, 1_000_000 + now)
+            a.to_send()
+            order += [r for r in ("x.0", "y.0") if len(chunks_to(sent, r)) > before[r]]
+        assert len(chunks_to(sent, "x.0")) == len(chunks_to(sent, "y.0")) == 30
+        assert order[:6] == ["x.0", "y.0"] * 3  # in turns
