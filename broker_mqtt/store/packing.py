@@ -72,8 +72,8 @@ def unpack(data: bytes) -> Any:
         raise BackendError(f"cannot decode stored data: {exc}") from exc
 
 
-# an int's or a text string's head byte (major type, short count) -> the bytes of its count that
-# follow; canonical when the count could not be written shorter (> 23, > 0xff, ...)
+# an int's or a text string's short count (the head byte's low 5 bits) past 23 -> the bytes of the
+# count that follow, and the least count that needs them (a smaller one is not canonical)
 _COUNT_BYTES = {0x18: 1, 0x19: 2, 0x1A: 4, 0x1B: 8}
 _COUNT_FLOOR = {1: 24, 2: 0x100, 4: 0x1_0000, 8: 0x1_0000_0000}
 
@@ -84,22 +84,18 @@ def canonical(data: bytes) -> bytes:
     it is, checked in place rather than decoded and packed again (a joiner takes a million keys in
     a snapshot). Raises BackendError if ``data`` is not one well-formed item."""
     if data:
-        head = data[0]
-        major, short = head >> 5, head & 0x1F
-        if major <= 1 or major == 3:  # unsigned or negative int, text string
-            count_bytes = _COUNT_BYTES.get(short, 0) if short >= 24 else 0
-            if short < 24 or count_bytes:
-                count = short if not count_bytes else int.from_bytes(data[1:1 + count_bytes], "big")
-                if not count_bytes or (len(data) > count_bytes and count >= _COUNT_FLOOR[count_bytes]):
-                    size = 1 + count_bytes + (count if major == 3 else 0)
-                    if len(data) == size:
-                        if major != 3:
-                            return data
-                        try:
-                            data[1 + count_bytes:].decode("utf-8")
-                        except UnicodeDecodeError as exc:
-                            raise BackendError(f"cannot decode stored data: {exc}") from exc
-                        return data
+        major, short = data[0] >> 5, data[0] & 0x1F
+        if major in (0, 1, 3) and (short < 24 or short in _COUNT_BYTES):  # uint, negative int, text
+            n = _COUNT_BYTES.get(short, 0)
+            count = int.from_bytes(data[1:1 + n], "big") if n else short
+            # (a truncated count fails the length check: the item would be longer than data)
+            if (not n or count >= _COUNT_FLOOR[n]) and len(data) == 1 + n + (count if major == 3 else 0):
+                if major == 3:
+                    try:
+                        data[1 + n:].decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        raise BackendError(f"cannot decode stored data: {exc}") from exc
+                return data
     return pack(unpack(data))
 
 

@@ -184,7 +184,7 @@ class FollowerSide(MasterSide):
                 self.stats.malformed += 1
                 return
             self._snap_alive(inc, now)
-            if inc.may_ask() and inc.cursor is not None and inc.asked != (inc.cursor, inc.since):
+            if inc.may_ask():
                 self._snap_ask(inc, now)
             return
 

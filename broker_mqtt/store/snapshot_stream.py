@@ -311,7 +311,6 @@ class Incoming:
     left: int = 0  # chunks of the window asked for that have not come yet
     asked: tuple[bytes | None, Position | None] | None = None  # the last request sent
     applied: list[Any] = field(default_factory=list)
-    chunks: int = 0  # staged
     pending: deque[list[Entry]] = field(default_factory=deque)  # the entries of chunks taken, not yet staged
     # stages each chunk's rows in this state's file too (VersionedState.stage_rows), so that the install
     # takes them in one step: ``token`` is the staging's, None once the file is not (or no longer) staged
@@ -340,10 +339,12 @@ class Incoming:
         self.left -= 1
 
     def may_ask(self) -> bool:
-        """The window asked for has come, and what is left to stage of it is little enough for the
-        next to be asked for (ASK_PENDING chunks: the time to stage them covers the ask's round trip;
-        the chunks held unstaged stay within a window and ASK_PENDING)."""
-        return self.left <= 0 and len(self.pending) <= ASK_PENDING
+        """The window asked for has come, the pass goes on (a cursor) and its next window is not asked
+        for yet, and what is left to stage is little enough for it to be asked for now (ASK_PENDING
+        chunks: the time to stage them covers the ask's round trip; the chunks held unstaged stay
+        within a window and ASK_PENDING)."""
+        return (self.left <= 0 and len(self.pending) <= ASK_PENDING and self.cursor is not None
+                and self.asked != (self.cursor, self.since))
 
     def step(self) -> None:
         """Stage the oldest chunk taken (:meth:`take`). Raises StoreDecodeError for a malformed entry
@@ -376,7 +377,6 @@ class Incoming:
             if not self.file.stage_rows(self.token, filed, [(k,) for k, v in rows.items() if v is None]):
                 self.token = None  # staging began again elsewhere: this snapshot installs in full
         self.applied.extend(applied)
-        self.chunks += 1
 
     def next_pass(self) -> None:
         """The pass is complete: next, what changed since the lowest position of its chunks."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from _elected_sim import SimNet, record_sends
-from test_elected_snapshot_stream import chunks_to, filled, new_master_midway, until_chunks
+from test_elected_snapshot_stream import chunks_to, churn, filled, new_master_midway, until_chunks
 
 from broker_mqtt.store.commands import Erase, Put
 from broker_mqtt.store.errors import BackendError
@@ -102,7 +102,7 @@ def test_writes_erases_and_a_cut_during_the_stream_leave_the_file_as_the_state(t
         sent = record_sends(net.nodes["a"].replica)
         c, calls = join(net, path)
         for i in range(200):
-            net.write("a", Put(f"k{(i * 7) % 500:04}", i) if i % 5 else Erase(f"k{i:04}"))
+            churn(net, i)
             net.run(0.003)
             if len(chunks_to(sent, "c.0")) == 8 and net.groups is None:
                 net.partition({"a", "b"}, {"c"})

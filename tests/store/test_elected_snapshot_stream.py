@@ -37,6 +37,12 @@ def filled(n: int = 400, seed: int = 3) -> SimNet:
     return net
 
 
+def churn(net: SimNet, i: int) -> None:
+    """Write number ``i`` of a churn during a join: a put over the keys of :func:`filled` and beyond,
+    every fifth an erase."""
+    net.write("a", Put(f"k{(i * 7) % 500:04}", i) if i % 5 else Erase(f"k{i:04}"))
+
+
 def dropping(net: SimNet, name: str, drop: Callable[[list[Any]], bool]) -> list[list[Any]]:
     """From now on ``name`` sends nothing that ``drop`` picks (it is lost on the way); returns what was dropped."""
     replica = net.nodes[name].replica
@@ -134,7 +140,7 @@ def test_writes_during_a_snapshot_end_consistent_and_install_once() -> None:
     with filled() as net:
         net.add("c")
         for i in range(300):
-            net.write("a", Put(f"k{(i * 7) % 500:04}", i) if i % 5 else Erase(f"k{i:04}"))
+            churn(net, i)
             net.run(0.003)
         net.run(3.0)
         c = net.nodes["c"].replica
@@ -318,7 +324,7 @@ def test_a_large_key_order_is_taken_a_slice_at_a_time_and_the_join_ends_consiste
         dropped = dropping(net, "a", fifth)
         net.add("c")
         for i in range(200):
-            net.write("a", Put(f"k{(i * 7) % 500:04}", i) if i % 5 else Erase(f"k{i:04}"))
+            churn(net, i)
             net.run(0.003)
         net.run(3.0)
         c = net.nodes["c"].replica
@@ -470,7 +476,7 @@ def test_the_source_reads_the_next_window_ahead_and_serves_it_as_read(monkeypatc
     with filled() as net:
         net.add("c")
         for i in range(200):
-            net.write("a", Put(f"k{(i * 7) % 500:04}", i) if i % 5 else Erase(f"k{i:04}"))
+            churn(net, i)
             net.run(0.002)
         net.run(3.0)
         c = net.nodes["c"].replica
