@@ -15,7 +15,7 @@ PACKAGES = {
         "attach_master", "attach_clone", "attach_store", "MasterStore", "CloneStore", "ElectedStore",
         "StoreWriter", "Backend", "MemoryBackend", "SQLiteBackend", "Entry", "Inserted", "Updated", "Erased",
         "Expired", "EventsDropped", "StaleChanged", "MasterChanged", "MasterConflict", "WriteRejected",
-        "CloneAttached", "CloneLost", "RemoteWriteFailed", "WritesLost", "ConflictResolved", "StoreEvent",
+        "CloneAttached", "CloneLost", "RemoteWriteFailed", "WritesLost", "ConflictResolved", "StoreFailed", "StoreEvent",
         "StoreStatus", "ElectedEvent", "StoreStatistics", "ReplicaStatistics", "ReplicaConfig", "Durability", "Faults",
         "DEFAULT_CHANNEL", "last_writer_wins", "Version", "ComputedCommand", "register_command", "StoreError", "AnswerForgotten",
         "BackendError", "MasterExists", "NoMaster", "NoSuchKey", "Stale", "StoreDecodeError",

@@ -26,7 +26,9 @@ reads ``BROKER_MQTT_URL``)::
 
 ``--store NAME`` / ``--queue NAME`` (repeatable) add a memory store / queue with the default election. The node prints one line
 per event worth knowing (connected, store master changes, conflicts, peers) and on SIGTERM or SIGINT
-hands every store's mastership over, leaves cleanly and exits 0.
+hands every store's mastership over, leaves cleanly and exits 0. When a store's SQLite file fails (a
+full disk) that store stops (``StoreFailed``); the node then leaves the others the same way and exits
+1, so that a supervisor restarts it once the disk has room.
 
 ``--metrics-port PORT`` (and ``--metrics-host``, default 127.0.0.1) serves Prometheus metrics at
 ``http://HOST:PORT/metrics`` (:mod:`broker_mqtt.metrics`; needs the ``metrics`` extra).
@@ -150,6 +152,8 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
         fail(f"reconnect_max must be a number of seconds >= 0.05, not {cap!r}", 2)
     options["reconnect_delay"] = (min(DEFAULT_RECONNECT_DELAY[0], cap), cap)
 
+    failed: list[str] = []  # the stores that stopped because their file failed
+
     async def run() -> None:
         listener = None
         if metrics_port is not None:
@@ -174,36 +178,49 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
 
             handles = [await join("store", spec, attach_store) for spec in store_specs]
             queue_handles = [await join("queue", spec, attach_queue) for spec in queue_specs]
+            leave = anyio.Event()  # a signal, or a store that stopped (StoreFailed): the node exits 1
             async with anyio.create_task_group() as tg:
                 if listener is not None:
                     registry, _ = metrics.node_registry(ep, handles, queue_handles)
                     tg.start_soon(metrics.serve_metrics, registry, listener)
                     _say(f"metrics on http://{metrics_host}:{port}/metrics")
                 for h in handles:
-                    tg.start_soon(_watch_store, h)
+                    tg.start_soon(_watch_store, h, failed, leave)
                 for q in queue_handles:
-                    tg.start_soon(_watch_store, q.store)  # the queue's store: queue-<name>
+                    tg.start_soon(_watch_store, q.store, failed, leave)  # the queue's store: queue-<name>
                 tg.start_soon(_watch_peers, ep)
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for sig in signals:
-                        _say(f"{signal.Signals(sig).name}: handing over and leaving")
-                        break
+                tg.start_soon(_watch_signals, leave)
+                await leave.wait()
                 for h in handles:
                     await h.close()
                 for q in queue_handles:
                     await q.close()
                 tg.cancel_scope.cancel()
             _say("left")
+        if failed:  # a supervisor restarts the node once the disk has room
+            fail("; ".join(failed), 1)
 
     run_command(run)
 
 
-async def _watch_store(store: Any) -> None:
-    from ..store import ConflictResolved, MasterChanged
+async def _watch_signals(leave: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for sig in signals:
+            _say(f"{signal.Signals(sig).name}: handing over and leaving")
+            leave.set()
+            return
+
+
+async def _watch_store(store: Any, failed: list[str], leave: anyio.Event) -> None:
+    from ..store import ConflictResolved, MasterChanged, StoreFailed
 
     async with store.events() as events:
         async for e in events:
-            if isinstance(e, MasterChanged):
+            if isinstance(e, StoreFailed):
+                failed.append(f"store {store.name} stopped: its file failed: {e.error}")
+                _say(f"store {store.name}: stopped: its file failed: {e.error}; leaving")
+                leave.set()
+            elif isinstance(e, MasterChanged):
                 who = "this node" if e.master == store.node_id else e.master
                 _say(f"store {store.name}: master {who or 'none (electing)'}"
                      + (f", epoch {e.epoch[0]}" if e.epoch else ""))

@@ -45,6 +45,7 @@ from .events import (
     MasterConflict,
     StaleChanged,
     StoreEvent,
+    StoreFailed,
     StoreStatistics,
     StoreStatus,
     Updated,
@@ -67,7 +68,7 @@ __all__ = [
     # events: data, status (master/clone), elected; their unions
     "Inserted", "Updated", "Erased", "Expired", "EventsDropped", "StaleChanged", "MasterChanged",
     "MasterConflict", "WriteRejected", "CloneAttached", "CloneLost", "RemoteWriteFailed", "WritesLost",
-    "ConflictResolved", "StoreEvent", "StoreStatus", "ElectedEvent",
+    "ConflictResolved", "StoreFailed", "StoreEvent", "StoreStatus", "ElectedEvent",
     # statistics and configuration
     "StoreStatistics", "ReplicaStatistics", "ReplicaConfig", "Durability", "Faults", "DEFAULT_CHANNEL",
     # resolvers and custom commands

@@ -15,6 +15,10 @@ Theory of operation:
   that its nodes are gone) and a timer loop feed the replica; after each call the handle drains the
   replica's events (writes answered, data changes, master changes, conflicts) and its messages
   (one drainer at a time, in order).
+* A replica whose file fails (a :class:`BackendError` from SQLite: a full disk, an I/O error) stops,
+  and only it: its writes raise the error, its streams yield :class:`StoreFailed` and end, and the
+  endpoint with its other stores and channels goes on (before, the error tore down the endpoint's
+  task group). The other replicas go on as after a crash.
 * Node ids are ``<endpoint uuid hex>.<random>``: a restarted process is a new writer, so its write
   numbers never collide with those of its previous life.
 """
@@ -44,7 +48,7 @@ from ..wire.identity import node_endpoint
 from ..wire.message import Kind
 from .clock import clock, loop_time
 from .commands import PutUnique, WriteCommand
-from .errors import StoreDecodeError, StoreError
+from .errors import BackendError, StoreDecodeError, StoreError
 from .events import (
     ConflictResolved,
     ElectedEvent,
@@ -54,6 +58,7 @@ from .events import (
     Inserted,
     MasterChanged,
     StaleChanged,
+    StoreFailed,
     Updated,
 )
 from .operations import WriteOperations
@@ -139,6 +144,8 @@ class ElectedStore(WriteOperations):
         #: messages dropped because they claim another endpoint than the one their topic names
         self.forged = 0
         self.closed = False
+        #: the file's error that stopped this replica (:class:`StoreFailed`); None unless it stopped so
+        self.failure: BackendError | None = None
 
     # -- state ----------------------------------------------------------------------------------------
 
@@ -259,7 +266,11 @@ class ElectedStore(WriteOperations):
         return answer
 
     async def write(self, command: WriteCommand) -> Any:
-        """Place any write command; return its answer (put_unique: inserted) once durable."""
+        """Place any write command; return its answer (put_unique: inserted) once durable. Raises the
+        master's StoreError, NoMaster, StoreError once closed, and the :class:`BackendError` that
+        stopped this replica (:attr:`failure`)."""
+        if self.failure is not None:
+            raise self.failure
         if self.closed:
             raise StoreError(f"store {self.name!r} is closed")
         n = self.replica.write(command, loop_time())
@@ -275,12 +286,17 @@ class ElectedStore(WriteOperations):
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def handoff(self) -> bool:
-        """Pass mastership on at once (graceful shutdown); True if this node was master."""
+        """Pass mastership on at once (graceful shutdown); True if this node was master. Raises the
+        :class:`BackendError` that stops this replica if its file fails meanwhile."""
         if self._actor is None or not self.replica.is_master:
             return False
         await self._actor.handoff()
         self.replica.untagged(anyio.current_time())
-        self._drain()
+        try:
+            self._drain()
+        except BackendError as exc:  # (a drain commits first: the file may fail then too)
+            await self._fail(exc)
+            raise
         await self._flush()
         return True
 
@@ -290,7 +306,8 @@ class ElectedStore(WriteOperations):
             return
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(2.0):
-                await self.handoff()
+                with contextlib.suppress(BackendError):  # (handoff stopped the store: stopping anyway)
+                    await self.handoff()
                 await self.endpoint.flush(1.0)
         self.closed = True
         if self._scope is not None:
@@ -328,23 +345,50 @@ class ElectedStore(WriteOperations):
                             transport, name=self.replica.id, cfg=self._election, value=0,
                             sticky=self.mode == "sticky", allow_short_cycle=self._allow_short_cycle))
                     async with anyio.create_task_group() as tg:
-                        tg.start_soon(self._receive_loop, sub)
+                        tg.start_soon(self._guarded, self._receive_loop, sub)
                         if self._actor is not None:
-                            tg.start_soon(self._election_loop, self._actor)
-                        tg.start_soon(self._status_loop, status)
-                        tg.start_soon(self._timer_loop)
-                        tg.start_soon(self._pump_loop)
+                            tg.start_soon(self._guarded, self._election_loop, self._actor)
+                        tg.start_soon(self._guarded, self._status_loop, status)
+                        tg.start_soon(self._guarded, self._timer_loop)
+                        tg.start_soon(self._guarded, self._pump_loop)
                         tg.start_soon(self._rounds.run)
                         task_status.started(self)
         finally:
             self.closed = True
             _replicas.get(self.endpoint, set()).discard(self.name)
             self._actor = None
-            self._rounds.fail_all(("error", StoreError(f"store {self.name!r} is closed")))
-            self.replica.state.close()
+            self._rounds.fail_all(("error", self.failure or StoreError(f"store {self.name!r} is closed")))
+            try:
+                self.replica.state.close()
+            except BackendError as exc:  # (a failed file may fail to close too: the stop goes on)
+                log.warning("store %s: closing its file failed: %s", self.name, exc)
+            if self.failure is not None:
+                self._emit(StoreFailed(self.name, self.failure))
             for s in list(self._streams):
                 s._close()
             self._done.set()
+
+    async def _guarded(self, loop: Any, *args: Any) -> None:
+        """Run one of the service's loops; a failure of the replica's file stops this store only."""
+        try:
+            await loop(*args)
+        except BackendError as exc:
+            await self._fail(exc)
+
+    async def _fail(self, exc: BackendError) -> None:
+        """The file failed (its transaction rolled back: the file holds what was committed before).
+        What the replica holds in memory is ahead of it, so it may not go on: stop the service, and
+        send the replica's resignation if it was master (nothing else it holds)."""
+        if self.failure is None:
+            log.error("store %s: replica %s stops: its file failed: %s", self.name, self.replica.id, exc)
+            self.failure = exc
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+            if self._actor is not None:
+                await self._actor.handoff()  # the tag on at once, as on close: not after a cycle
+            for msg in self.replica.stop(anyio.current_time()):
+                await send_routed(self.endpoint, self.name, msg)
+        if self._scope is not None:
+            self._scope.cancel()
 
     async def _receive_loop(self, sub: Any) -> None:
         async for msg in sub:

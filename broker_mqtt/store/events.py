@@ -9,7 +9,8 @@
   the master core's :class:`.CloneAttached`, :class:`.CloneLost`, :class:`.RemoteWriteFailed`,
   :class:`.WritesLost`.
 * Elected stores yield data and status events on one stream (:data:`ElectedEvent`):
-  :class:`MasterChanged`, :class:`ConflictResolved`, :class:`StaleChanged` among the data events.
+  :class:`MasterChanged`, :class:`ConflictResolved`, :class:`StaleChanged` among the data events, and
+  :class:`StoreFailed` last when the replica's file failed.
 * :class:`StoreStatistics`: the counters of a master or clone handle (``store.statistics()``).
 """
 
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Inserted", "Updated", "Erased", "Expired", "EventsDropped", "StoreEvent", "StaleChanged", "MasterChanged",
-    "MasterConflict", "WriteRejected", "StoreStatus", "StoreStatistics", "ConflictResolved", "ElectedEvent",
+    "MasterConflict", "WriteRejected", "StoreStatus", "StoreStatistics", "ConflictResolved", "StoreFailed",
+    "ElectedEvent",
 ]
 
 
@@ -111,6 +113,18 @@ class ConflictResolved:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreFailed:
+    """An elected replica stopped because its file failed (``error``: the :class:`BackendError`, a full
+    disk or an I/O error). The last event of its streams: they end after it. Its writes raise
+    ``error`` from then on; the endpoint and its other stores go on, and the other replicas elect a
+    master as after a crash. Attach the store again once the file can be written: it loads what was
+    committed and catches up."""
+
+    store: str
+    error: StoreError
+
+
+@dataclass(frozen=True, slots=True)
 class MasterConflict:
     """A master heard another master ``other`` announce itself for the same store."""
 
@@ -141,4 +155,5 @@ StoreStatus = StaleChanged | MasterChanged | MasterConflict | WriteRejected | Cl
     | RemoteWriteFailed | WritesLost
 
 
-ElectedEvent = Inserted | Updated | Erased | Expired | MasterChanged | ConflictResolved | StaleChanged | EventsDropped
+ElectedEvent = Inserted | Updated | Erased | Expired | MasterChanged | ConflictResolved | StaleChanged | EventsDropped \
+    | StoreFailed

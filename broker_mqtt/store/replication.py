@@ -177,6 +177,17 @@ class Replica(FollowerSide):
                 self._send(Resign(self.epoch or (0, ""), self.state.position))
             self._set_master(None, "master resigned")
 
+    def stop(self, now: float) -> list[list[Any]]:
+        """This replica's file failed (BackendError): it stops, and must not send what it holds in
+        memory and did not commit. Returns the messages to send last: the resignation, if it was
+        master (so that the others need not wait for its heartbeats to stop); no log record, no
+        acknowledgement, nothing else queued."""
+        self.untagged(now)
+        out = [msg for msg in self._outbox if msg[0] == "resign"]
+        self._outbox, self._out_log = [], []
+        self._events = []
+        return out
+
     def peer_gone(self, endpoint_hex: str) -> None:
         """The endpoint ``endpoint_hex`` left or died: forget its replicas (claims stop waiting)."""
         if self.master is not None and self.master != self.id and self.master.startswith(endpoint_hex):

@@ -38,14 +38,17 @@ def open_sqlite(path: Path) -> sqlite3.Connection:
 @contextlib.contextmanager
 def sqlite_transaction(db: sqlite3.Connection, path: Any) -> Iterator[None]:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` around the block, ``ROLLBACK`` if it raises; an SQLite
-    error (of the block or the transaction) becomes :class:`BackendError` naming ``path``."""
+    error (of the block or the transaction) becomes :class:`BackendError` naming ``path``. Some
+    errors (a full disk, an I/O error) roll the transaction back by themselves: the error raised is
+    then that one, not the failed ``ROLLBACK``'s "no transaction is active"."""
     try:
         db.execute("BEGIN IMMEDIATE")
         try:
             yield
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
     except sqlite3.Error as exc:
         raise BackendError(f"{path}: {exc}") from exc

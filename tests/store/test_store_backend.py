@@ -230,3 +230,28 @@ def test_sqlite_acknowledged_writes_survive_kill_9(tmp_path: Path) -> None:
         assert b.get(49) == "v" * 49
     finally:
         b.close()
+
+
+def test_a_full_file_is_the_backend_error_it_is_and_the_file_keeps_what_was_committed(tmp_path: Path) -> None:
+    """SQLite rolls a transaction back by itself when the file is full at its commit; the ROLLBACK
+    after it failed ("no transaction is active") and hid the cause. ``max_page_count`` makes the
+    file full, as a full disk does."""
+    from broker_mqtt.store.history import Record
+
+    state = open_state(tmp_path / "s.db")
+    try:
+        state.apply(Record(1, (1, "n"), 10, "o", "w", 1, ("put", "small", 1, None)))
+        state.commit()
+        db = state._file._db  # type: ignore[union-attr]
+        (pages,) = db.execute("PRAGMA page_count").fetchone()
+        db.execute(f"PRAGMA max_page_count = {pages}")
+        state.apply(Record(2, (1, "n"), 20, "o", "w", 2, ("put", "big", "x" * 200_000, None)))
+        with pytest.raises(BackendError, match="database or disk is full"):
+            state.commit()
+    finally:
+        state.close()
+    again = open_state(tmp_path / "s.db")
+    try:
+        assert again.items() == [("small", 1)] and again.last_seq == 1
+    finally:
+        again.close()

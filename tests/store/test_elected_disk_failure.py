@@ -1,0 +1,127 @@
+"""An elected replica whose SQLite file fails, over a real mosquitto.
+
+The fault is SQLite's own: ``PRAGMA max_page_count`` caps the file at the pages it has, so the next
+commit that needs a page fails with "database or disk is full", as on a full disk. Before, that
+BackendError escaped the store's loops and tore down the endpoint's task group: every store and
+channel of the endpoint died with it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from broker_mqtt import Endpoint
+from broker_mqtt.store import BackendError, StoreFailed, attach_store
+from broker_mqtt.store.elected import ElectedStore
+from broker_mqtt.transport.embedded import EmbeddedBroker
+
+pytestmark = [pytest.mark.mosquitto]
+
+ELECTION = {"cycle": 1.0, "gap": 0.25}
+
+
+def fill_up(store: ElectedStore) -> None:
+    """The replica's file may grow no more: its next commit that needs a page fails."""
+    db = store.replica.state._file._db  # type: ignore[union-attr]  # (the SQLite connection)
+    (pages,) = db.execute("PRAGMA page_count").fetchone()
+    db.execute(f"PRAGMA max_page_count = {pages}")
+
+
+@pytest.mark.anyio
+async def test_a_master_whose_file_fills_up_stops_alone_and_a_new_master_takes_the_write(
+        broker: EmbeddedBroker, namespace: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b, \
+            Endpoint(broker, namespace=namespace) as c:
+        sa = await attach_store(a, "cfg", backend="sqlite", path=path, election=ELECTION)
+        assert await sa.await_master(15) and sa.is_master  # the only replica yet: sticky from now on
+        sb = await attach_store(b, "cfg", election=ELECTION)
+        sc = await attach_store(c, "cfg", election=ELECTION)
+        other = await attach_store(a, "other", election=ELECTION, durability="master")  # same endpoint
+        assert await other.await_master(15)
+        for i in range(20):
+            await sb.put(("k", i), i)
+        assert await sa.await_idle(10) and await sb.await_idle(10) and await sc.await_idle(10)
+        assert sa.is_master
+
+        async with sa.events(data=False) as events:
+            fill_up(sa)
+            with anyio.fail_after(20):
+                await sb.put("big", "x" * 200_000)  # needs pages the file may not take
+            seen = []
+            with anyio.fail_after(10):
+                async for event in events:  # the stream ends after the failure
+                    seen.append(event)
+
+        # the replica stopped, with the file's error, and said so last on its stream
+        assert isinstance(sa.failure, BackendError) and "database or disk is full" in str(sa.failure)
+        assert sa.closed and not sa.is_master
+        assert isinstance(seen[-1], StoreFailed) and seen[-1].error is sa.failure
+        with pytest.raises(BackendError, match="database or disk is full"):
+            await sa.put("after", 1)
+        # the write was taken by the new master, and both others hold it
+        assert sb.master is not None and sb.master != sa.node_id
+        assert await sb.await_idle(10) and await sc.await_idle(10)
+        assert await sb.get("big") == await sc.get("big") == "x" * 200_000
+        # the endpoint and its other store go on
+        await other.put("still", "here")
+        assert await other.get("still") == "here"
+
+        # attached again, the replica loads what its file committed and catches up
+        again = await attach_store(a, "cfg", backend="sqlite", path=path, election=ELECTION)
+        assert await again.await_master(15)
+        await sc.put("later", 2)
+        with anyio.fail_after(15):
+            while not (again.exists_nowait("later") and again.exists_nowait("big")):
+                await again.wait_change()
+        assert dict(await again.items()) == dict(await sb.items()) == dict(await sc.items())
+        assert again.failure is None
+        for s in (again, sb, sc, other):
+            await s.close()
+
+
+@pytest.mark.anyio
+async def test_a_node_whose_store_file_cannot_grow_exits_1_and_says_why(
+        broker: EmbeddedBroker, namespace: str, tmp_path: Path) -> None:
+    """``broker-mqtt node`` with a SQLite store, in its own process, whose files may not grow past
+    512 KiB (``ulimit -f``: the kernel refuses the write, as a full disk does): it leaves and exits 1
+    so that a supervisor restarts it, where before its endpoint died with a traceback."""
+    config = tmp_path / "node.toml"
+    db = tmp_path / "n.db"
+    config.write_text(f'[[store]]\nname = "cfg"\nbackend = "sqlite"\npath = "{db}"\n'
+                      'election = { cycle = 1.0, gap = 0.25 }\n')
+    node = [sys.executable, "-m", "broker_mqtt", "node", "--broker", broker.url, "--namespace", namespace,
+            "--config", str(config)]
+    with (tmp_path / "err").open("w") as err:
+        proc = subprocess.Popen(["bash", "-c", f"ulimit -f 512 && exec {shlex.join(node)}"], stderr=err,
+                                stdout=subprocess.DEVNULL)
+    try:
+        async with Endpoint(broker, namespace=namespace) as b, Endpoint(broker, namespace=namespace) as c:
+            sb = await attach_store(b, "cfg", election=ELECTION)
+            sc = await attach_store(c, "cfg", election=ELECTION)
+            assert await sb.await_master(30)
+            with anyio.fail_after(60):
+                for i in range(40):  # 8 MB in all: the node's file cannot take it
+                    if proc.poll() is not None:
+                        break
+                    await sb.put(("big", i), str(i) * 200_000)  # (answered by the next master, if it was)
+                while proc.poll() is None:
+                    await anyio.sleep(0.05)  # (a process's exit: polled)
+            assert await sb.await_master(30)
+            await sb.put("after", 1)  # the two others go on
+            assert await sc.await_idle(10) and await sc.get("after") == 1
+            await sb.close()
+            await sc.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+    text = (tmp_path / "err").read_text()
+    assert proc.returncode == 1, text
+    assert "store cfg stopped: its file failed" in text and "Traceback" not in text
