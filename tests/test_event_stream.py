@@ -54,6 +54,17 @@ async def test_close_ends_the_stream_after_what_it_holds_and_ignores_later_event
         assert [e async for e in s] == [1]
 
 
+async def test_the_event_that_ends_a_stream_is_held_even_when_it_is_full() -> None:
+    """A store that stopped says why last (StoreFailed), also to a consumer that fell behind: after
+    the report of what was dropped."""
+    async with EventStream([], 2, dropped=EventsDropped) as s:
+        for i in range(4):
+            s._put(i)
+        s._close("stopped")
+        s._close("again")  # (idempotent: one last event)
+        assert [e async for e in s] == [0, 1, EventsDropped(2), "stopped"]
+
+
 async def test_a_waiting_consumer_wakes_on_put_and_on_close() -> None:
     async with EventStream([], 10) as s:
         got: list[Any] = []

@@ -214,11 +214,11 @@ async def _watch_signals(leave: anyio.Event) -> None:
 async def _watch_store(store: Any, failed: list[str], leave: anyio.Event) -> None:
     from ..store import ConflictResolved, MasterChanged, StoreFailed
 
-    async with store.events() as events:
+    async with store.events(data=False) as events:
         async for e in events:
             if isinstance(e, StoreFailed):
-                failed.append(f"store {store.name} stopped: its file failed: {e.error}")
-                _say(f"store {store.name}: stopped: its file failed: {e.error}; leaving")
+                failed.append(f"store {store.name} stopped: {e.error}")
+                _say(f"store {store.name}: stopped, its state cannot be stored: {e.error}; leaving")
                 leave.set()
             elif isinstance(e, MasterChanged):
                 who = "this node" if e.master == store.node_id else e.master

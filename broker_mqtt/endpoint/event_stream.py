@@ -77,8 +77,16 @@ class EventStream(Generic[T]):
         self._wakeup.set()
         return True
 
-    def _close(self) -> None:
-        """End the stream: the consumer takes what it holds, then the iteration ends. Idempotent."""
+    def _close(self, last: T | None = None) -> None:
+        """End the stream: the consumer takes what it holds, then the iteration ends. Idempotent.
+        ``last``: the event that ends it (why it ended), held even past ``limit`` (after the report
+        of what was dropped), so that a consumer that fell behind still learns it."""
+        if last is not None and not self._closed:
+            if self._dropped:
+                assert self._report is not None
+                self._queue.append(self._report(self._dropped))
+                self._dropped = 0
+            self._queue.append(last)
         self._closed = True
         self._wakeup.set()
 

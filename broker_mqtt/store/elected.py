@@ -48,7 +48,7 @@ from ..wire.identity import node_endpoint
 from ..wire.message import Kind
 from .clock import clock, loop_time
 from .commands import PutUnique, WriteCommand
-from .errors import BackendError, StoreDecodeError, StoreError
+from .errors import BackendError, StoreDecodeError, StoreError, Timeout
 from .events import (
     ConflictResolved,
     ElectedEvent,
@@ -198,24 +198,31 @@ class ElectedStore(WriteOperations):
 
     async def await_idle(self, timeout: float | None = None) -> bool:
         """Wait until no write is pending here and the copy is current (at the master: every live
-        replica confirmed the latest record); False on timeout."""
+        replica confirmed the latest record); False on timeout, or once the store is closed or stopped
+        (:attr:`failure`)."""
         with anyio.move_on_after(math.inf if timeout is None else timeout):
             while not self.replica.idle:
+                if self.closed:
+                    return False
                 await self._wait_change()
             return True
         return False
 
     async def await_master(self, timeout: float | None = None) -> bool:
-        """Wait until a master is active and this copy follows it; False on timeout."""
+        """Wait until a master is active and this copy follows it; False on timeout, or once the store
+        is closed or stopped (:attr:`failure`)."""
         with anyio.move_on_after(math.inf if timeout is None else timeout):
             while self.replica.master is None or self.replica.stale:
+                if self.closed:
+                    return False
                 await self._wait_change()
             return True
         return False
 
     async def wait_change(self) -> None:
         """Wait until this replica next handles something (a message, a timer, a write): its state,
-        master or staleness may then have changed. Always blocks until that next change."""
+        master or staleness may then have changed. Always blocks until that next change, except once
+        the store is closed or stopped: then it returns at once."""
         await self._changed.wait()
 
     # -- reads (local) ------------------------------------------------------------------------------
@@ -357,16 +364,28 @@ class ElectedStore(WriteOperations):
             self.closed = True
             _replicas.get(self.endpoint, set()).discard(self.name)
             self._actor = None
-            self._rounds.fail_all(("error", self.failure or StoreError(f"store {self.name!r} is closed")))
+            self._rounds.fail_all(("error", self._unanswered()))
             try:
                 self.replica.state.close()
-            except BackendError as exc:  # (a failed file may fail to close too: the stop goes on)
+            except Exception as exc:  # (a failed file may fail to close too: the stop goes on)
                 log.warning("store %s: closing its file failed: %s", self.name, exc)
-            if self.failure is not None:
-                self._emit(StoreFailed(self.name, self.failure))
+            last = None if self.failure is None else StoreFailed(self.name, self.failure)
             for s in list(self._streams):
-                s._close()
+                s._close(last)  # (held even by a stream that fell behind)
+            self._changed.set()  # the waiters look again: closed
             self._done.set()
+
+    def _unanswered(self) -> StoreError:
+        """The error of a write placed and not answered when the service stops."""
+        if self.failure is None:
+            return StoreError(f"store {self.name!r} is closed")
+        # it may have reached the master and been applied there (a follower's, or this master's own
+        # before the failure): its outcome is unknown, as after a timeout; not the BackendError, which
+        # says that nothing changed
+        error = Timeout(f"store {self.name!r}: this replica stopped before the write was answered "
+                        f"({self.failure}); the master may have applied it (outcome unknown)")
+        error.__cause__ = self.failure
+        return error
 
     async def _guarded(self, loop: Any, *args: Any) -> None:
         """Run one of the service's loops; a failure of the replica's file stops this store only."""
@@ -380,7 +399,7 @@ class ElectedStore(WriteOperations):
         What the replica holds in memory is ahead of it, so it may not go on: stop the service, and
         send the replica's resignation if it was master (nothing else it holds)."""
         if self.failure is None:
-            log.error("store %s: replica %s stops: its file failed: %s", self.name, self.replica.id, exc)
+            log.error("store %s: replica %s stops: its state cannot be stored: %s", self.name, self.replica.id, exc)
             self.failure = exc
         with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
             if self._actor is not None:

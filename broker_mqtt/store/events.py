@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import StoreError
+from .errors import BackendError, StoreError
 from .master import CloneAttached, CloneLost, RemoteWriteFailed, WritesLost
 
 if TYPE_CHECKING:
@@ -114,14 +114,16 @@ class ConflictResolved:
 
 @dataclass(frozen=True, slots=True)
 class StoreFailed:
-    """An elected replica stopped because its file failed (``error``: the :class:`BackendError`, a full
-    disk or an I/O error). The last event of its streams: they end after it. Its writes raise
-    ``error`` from then on; the endpoint and its other stores go on, and the other replicas elect a
-    master as after a crash. Attach the store again once the file can be written: it loads what was
-    committed and catches up."""
+    """An elected replica stopped because what it applied could not be stored (``error``: the
+    :class:`BackendError`: a full disk, an I/O error). The last event of its streams, held even by a
+    stream that fell behind; they end after it. Writes it had not answered fail with
+    :class:`Timeout` (outcome unknown: the master may have applied them), later ones raise
+    ``error``; the endpoint and its other stores go on, and the other replicas elect a master as
+    after a handover. ``await store.close()`` (it returns once the replica stopped), then attach the
+    store again once the file can be written: it loads what was committed and catches up."""
 
     store: str
-    error: StoreError
+    error: BackendError
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,8 @@ def sqlite_transaction(db: sqlite3.Connection, path: Any) -> Iterator[None]:
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
-                db.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):  # (the cause is the error raised, not this)
+                    db.execute("ROLLBACK")
             raise
     except sqlite3.Error as exc:
         raise BackendError(f"{path}: {exc}") from exc

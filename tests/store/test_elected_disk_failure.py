@@ -14,14 +14,15 @@ import sys
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import pytest
+from _elected_sim import SimNet
 
 from broker_mqtt import Endpoint
-from broker_mqtt.store import BackendError, StoreFailed, attach_store
+from broker_mqtt.store import BackendError, StoreFailed, Timeout, attach_store
+from broker_mqtt.store.commands import Put
 from broker_mqtt.store.elected import ElectedStore
 from broker_mqtt.transport.embedded import EmbeddedBroker
-
-pytestmark = [pytest.mark.mosquitto]
 
 ELECTION = {"cycle": 1.0, "gap": 0.25}
 
@@ -33,6 +34,24 @@ def fill_up(store: ElectedStore) -> None:
     db.execute(f"PRAGMA max_page_count = {pages}")
 
 
+def test_a_stopped_replica_sends_its_resignation_and_nothing_it_did_not_commit() -> None:
+    """Replica.stop (sans-io): a master whose commit failed holds a record applied and not logged, a
+    writer's answer maybe: only its resignation goes out. A follower sends nothing."""
+    with SimNet(["a", "b", "c"], seed=4) as net:
+        net.run(0.5)
+        net.tag("a")
+        net.run(1.0)
+        assert net.masters() == ["a"]
+        a, b = net.nodes["a"].replica, net.nodes["b"].replica
+        a.write(Put("k", 1, None), net.now)  # applied at the master: a record to log, not yet sent
+        assert a.state.exists("k")
+        out = a.stop(net.now)
+        assert [msg[0] for msg in out] == ["resign"]
+        assert not a.is_master and a.events() == []
+        assert b.stop(net.now) == []
+
+
+@pytest.mark.mosquitto
 @pytest.mark.anyio
 async def test_a_master_whose_file_fills_up_stops_alone_and_a_new_master_takes_the_write(
         broker: EmbeddedBroker, namespace: str, tmp_path: Path) -> None:
@@ -61,6 +80,7 @@ async def test_a_master_whose_file_fills_up_stops_alone_and_a_new_master_takes_t
 
         # the replica stopped, with the file's error, and said so last on its stream
         assert isinstance(sa.failure, BackendError) and "database or disk is full" in str(sa.failure)
+        assert not await sa.await_master() and not await sa.await_idle()  # (no timeout: closed)
         assert sa.closed and not sa.is_master
         assert isinstance(seen[-1], StoreFailed) and seen[-1].error is sa.failure
         with pytest.raises(BackendError, match="database or disk is full"):
@@ -77,15 +97,47 @@ async def test_a_master_whose_file_fills_up_stops_alone_and_a_new_master_takes_t
         again = await attach_store(a, "cfg", backend="sqlite", path=path, election=ELECTION)
         assert await again.await_master(15)
         await sc.put("later", 2)
-        with anyio.fail_after(15):
-            while not (again.exists_nowait("later") and again.exists_nowait("big")):
-                await again.wait_change()
+        for s in (again, sb, sc):  # each holds the last write (durable at two of them when answered)
+            with anyio.fail_after(15):
+                while not s.exists_nowait("later"):
+                    await s.wait_change()
         assert dict(await again.items()) == dict(await sb.items()) == dict(await sc.items())
+        assert await again.get("big") == "x" * 200_000
         assert again.failure is None
         for s in (again, sb, sc, other):
             await s.close()
 
 
+@pytest.mark.mosquitto
+@pytest.mark.anyio
+async def test_a_followers_pending_write_fails_as_outcome_unknown_when_its_file_fills_up(
+        broker: EmbeddedBroker, namespace: str, tmp_path: Path) -> None:
+    """The follower's write reached the master, which applied it; the follower's file then refused
+    the record. Its write fails with Timeout (outcome unknown), not the BackendError, which says that
+    nothing changed: a caller that retried an increment would apply it twice."""
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b, \
+            Endpoint(broker, namespace=namespace) as c:
+        sb = await attach_store(b, "cfg", election=ELECTION)
+        assert await sb.await_master(15) and sb.is_master
+        sa = await attach_store(a, "cfg", backend="sqlite", path=tmp_path / "a.db", election=ELECTION,
+                                candidate=False)
+        sc = await attach_store(c, "cfg", election=ELECTION, candidate=False)
+        assert await sa.await_master(15) and await sc.await_master(15)
+        await sa.put("small", 1)
+        fill_up(sa)
+        with anyio.fail_after(20), pytest.raises(Timeout, match="outcome unknown") as caught:
+            await sa.put("big", "x" * 200_000)
+        assert caught.value.__cause__ is sa.failure and isinstance(sa.failure, BackendError)
+        with anyio.fail_after(15):
+            while not sc.exists_nowait("big"):  # it was applied: the master and the other follower hold it
+                await sc.wait_change()
+        assert sb.master == sb.node_id and await sb.get("big") == "x" * 200_000
+        await sa.close()  # (returns at once: stopped)
+        for s in (sb, sc):
+            await s.close()
+
+
+@pytest.mark.mosquitto
 @pytest.mark.anyio
 async def test_a_node_whose_store_file_cannot_grow_exits_1_and_says_why(
         broker: EmbeddedBroker, namespace: str, tmp_path: Path) -> None:
@@ -111,8 +163,7 @@ async def test_a_node_whose_store_file_cannot_grow_exits_1_and_says_why(
                     if proc.poll() is not None:
                         break
                     await sb.put(("big", i), str(i) * 200_000)  # (answered by the next master, if it was)
-                while proc.poll() is None:
-                    await anyio.sleep(0.05)  # (a process's exit: polled)
+                await anyio.to_thread.run_sync(proc.wait, abandon_on_cancel=True)
             assert await sb.await_master(30)
             await sb.put("after", 1)  # the two others go on
             assert await sc.await_idle(10) and await sc.get("after") == 1
@@ -124,4 +175,5 @@ async def test_a_node_whose_store_file_cannot_grow_exits_1_and_says_why(
         proc.wait(10)
     text = (tmp_path / "err").read_text()
     assert proc.returncode == 1, text
-    assert "store cfg stopped: its file failed" in text and "Traceback" not in text
+    assert "store cfg stopped: " in text and ("disk I/O error" in text or "disk is full" in text), text
+    assert "Traceback" not in text
