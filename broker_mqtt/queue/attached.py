@@ -333,6 +333,8 @@ class WorkQueue:
         last: tuple[int, int] | None = None
         while True:
             await self.store.wait_change()
+            if self.store.closed:
+                return  # (stopped: wait_change returns at once from now on)
             if not self.store.is_master:
                 last = None
                 continue

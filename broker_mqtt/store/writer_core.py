@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ForgedMessage
+from ..errors import EncodeError, ForgedMessage, peer_repr
+from ..wire import codec
 from .commands import WriteCommand
-from .errors import Timeout, error_from_wire
+from .errors import BackendError, Timeout, error_from_wire
 from .history import Epoch
 from .replica_events import Role
 from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode, group_writes, sender_of
@@ -77,12 +78,19 @@ class WriterCore:
         return self._retry_at if first is None else min(self._retry_at, first.deadline)
 
     def write(self, command: WriteCommand, now: float) -> int:
-        """Queue ``command`` as the next write; return its number."""
+        """Queue ``command`` as the next write; return its number. Raises BackendError, and queues
+        nothing, if it holds a key or value outside the data model (it would fail later, in the
+        loop that sends it or logs it at the master, and stop that loop)."""
         if not isinstance(command, WriteCommand):
             raise TypeError(f"not a store write command: {command!r}")
+        wire = command.to_wire()
+        try:
+            codec.encode(wire)
+        except EncodeError as exc:
+            raise BackendError(f"cannot encode {peer_repr(wire, 80)}: {exc}") from exc
         n = self._next_n
         self._next_n += 1
-        p = self._writes[n] = _Pending(command.to_wire(), now + self.write_timeout)
+        p = self._writes[n] = _Pending(wire, now + self.write_timeout)
         if self.master is not None:
             p.sent = now
             self._outbox.append(self._message(n, p))

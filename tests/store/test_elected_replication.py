@@ -18,7 +18,14 @@ from _elected_sim import SimNet, record_sends
 from broker_mqtt.queue.commands import Publish
 from broker_mqtt.store import replica_master
 from broker_mqtt.store.commands import Erase, Increment, Push, Put, PutUnique
-from broker_mqtt.store.errors import AnswerForgotten, StoreDecodeError, StoreError, TypeClash, error_from_wire
+from broker_mqtt.store.errors import (
+    AnswerForgotten,
+    BackendError,
+    StoreDecodeError,
+    StoreError,
+    TypeClash,
+    error_from_wire,
+)
 from broker_mqtt.store.record_log import RecordLog, op_count
 from broker_mqtt.store.replica_messages import LOG_GROUP
 from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig, StaleChanged, WriteDone
@@ -66,6 +73,33 @@ class Load:
 
 def settle(net: SimNet, seconds: float = 3.0) -> None:
     net.run(seconds)
+
+
+class _NotData:
+    """Outside the data model: no CBOR encoding."""
+
+
+@pytest.mark.parametrize("command", [Put(_NotData(), 1, None), Put("k", _NotData(), None),
+                                     Publish([1, _NotData()]), Put("k", {"nested": [_NotData()]}, None)])
+def test_a_write_outside_the_data_model_is_refused_when_placed_and_breaks_nothing(command: Any) -> None:
+    """At the master, the write was applied before anything encoded it: its key failed to pack
+    and left the write queued (every later step raised again), or its value failed in the loop that
+    sent the log and stopped the replica. Now the call raises BackendError, and queues nothing."""
+    with SimNet(["a", "b"], seed=5) as net:
+        net.run(0.5)
+        net.tag("a")
+        net.run(1.0)
+        for node in ("a", "b"):  # the master's own writer, and a follower's
+            with pytest.raises(BackendError, match="cannot encode"):
+                net.nodes[node].replica.write(command, net.now)
+            n = net.write(node, Put("after", node, None))
+            net.run(1.0)
+            assert n in net.nodes[node].done
+        assert net.contents("a") == net.contents("b") == {"after": "b"}
+    writer = WriterCore("w", "o", 0.0)  # a writer without a replica: nothing queued either
+    with pytest.raises(BackendError, match="cannot encode"):
+        writer.write(command, 0.0)
+    assert writer.pending == 0 and writer.to_send() == []
 
 
 def test_one_master_serves_writes_from_every_node() -> None:
