@@ -40,6 +40,7 @@ from ..store.elected import ElectedStore, attach_store
 from ..store.errors import StoreError
 from ..store.events import EventsDropped, Inserted, MasterChanged, Updated
 from ..store.writer import StoreWriter
+from ..store.writer_core import encoded_size
 from ..wire.message import Kind
 from .batching import GroupCommit
 from .commands import (
@@ -121,6 +122,7 @@ class WorkQueue:
         self._hint = anyio.Event()
         self._scope: anyio.CancelScope | None = None
         self._done = anyio.Event()
+        self._stopping = anyio.Event()  # set once stopped (see stopped): consumers end
         self.closed = False
 
     # -- state ----------------------------------------------------------------------------------------
@@ -182,6 +184,16 @@ class WorkQueue:
                     out.append((key, rec))
         return sorted(out, key=lambda item: item[0])
 
+    @property
+    def stopped(self) -> bool:
+        """Closed, or its store's replica stopped (its file failed: ``store.failure``): consumers and
+        log readers end after what they hold, writes raise."""
+        return self.closed or (self.store is not None and self.store.closed)
+
+    async def wait_stopped(self) -> None:
+        """Return once :attr:`stopped`."""
+        await self._stopping.wait()
+
     # -- operations ---------------------------------------------------------------------------------------
 
     async def write(self, command: WriteCommand) -> Any:
@@ -195,7 +207,10 @@ class WorkQueue:
     async def publish(self, data: Any) -> int:
         """Append ``data``; return its id once durable. Ids grow in publishing order (calls awaited
         one after another get increasing ids). Concurrent calls share writes (group commit).
-        Cancelled, the outcome is unknown. Raises StoreError (NoMaster: no master in time)."""
+        Cancelled, the outcome is unknown. Raises StoreError (NoMaster: no master in time;
+        BackendError for ``data`` outside the data model, checked here: in the shared write it
+        failed every publish placed with it)."""
+        encoded_size(data)
         first: int = await self._publisher.submit(data)
         return first
 
@@ -249,6 +264,7 @@ class WorkQueue:
         if self.closed:
             return
         self.closed = True
+        self._stopping.set()
         if self._scope is not None:
             self._scope.cancel()
         await self._done.wait()
@@ -325,6 +341,8 @@ class WorkQueue:
                     self._arrived()
                     if self.store.is_master:
                         self._hint.set()
+            self._stopping.set()  # the store's stream ended: it is closed or stopped
+            tg.cancel_scope.cancel()
 
     async def _master_arrivals(self) -> None:
         """At the master: after each change of the store, a message that became ready (the index

@@ -56,6 +56,11 @@ class ConsumerSource(Protocol):
     poll_interval: float
     _arrivals: int
 
+    @property
+    def stopped(self) -> bool: ...
+
+    async def wait_stopped(self) -> None: ...
+
     async def write(self, command: WriteCommand) -> Any: ...
 
     def _listen(self, delta: int) -> None: ...
@@ -160,6 +165,7 @@ class Consumer:
         self._tg.start_soon(self._acquire_loop)
         self._tg.start_soon(self._renew_loop)
         self._tg.start_soon(self._settler.run)
+        self._tg.start_soon(self._end_when_stopped)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -218,6 +224,13 @@ class Consumer:
 
     # -- tasks ---------------------------------------------------------------------------------------
 
+    async def _end_when_stopped(self) -> None:
+        """The queue was closed, or its store stopped (its file failed): iteration ends (what this
+        consumer holds cannot be settled any more either)."""
+        await self.queue.wait_stopped()
+        self._closed = True
+        self._delivered.set()
+
     async def _acquire_loop(self) -> None:
         """Keep up to ``prefetch`` messages held or asked for: an acquire goes out (two at most in
         flight) once a quarter of the window is free, so the window refills while it drains."""
@@ -247,6 +260,8 @@ class Consumer:
                             peer_repr(answer, 40))
                 await anyio.sleep(0.5)
         except StoreError as exc:  # NoMaster after write_timeout, say: keep trying
+            if self.queue.stopped:
+                return  # (_end_when_stopped ends the iteration)
             log.warning("queue %s: acquire failed: %s", self.queue.name, exc)
             await anyio.sleep(0.5)
         finally:

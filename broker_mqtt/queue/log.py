@@ -48,6 +48,9 @@ class LogSource(Protocol):
     poll_interval: float
     _arrivals: int
 
+    @property
+    def stopped(self) -> bool: ...
+
     async def write(self, command: WriteCommand) -> Any: ...
 
     def _listen(self, delta: int) -> None: ...
@@ -134,7 +137,7 @@ class LogReader:
             if entry is not None:
                 self._last = entry.id
                 return entry
-            if self.queue.closed:
+            if self.queue.stopped:
                 raise StopAsyncIteration
             await self.queue._await_arrival(seen, self.queue.poll_interval)
 

@@ -79,7 +79,7 @@ from .routes import answers_topic, replication_topic, writes_topic
 from .versioned import Clock, Epoch, Resolver, VersionedState, last_writer_wins
 from .versioned_sqlite import open_state
 from .write_rounds import WriteRounds
-from .writer import send_routed
+from .writer import RECORD_SLACK, send_routed
 
 if TYPE_CHECKING:
     from asyncactor import Actor
@@ -194,7 +194,10 @@ class ElectedStore(WriteOperations):
         changed key only while some stream wants them; the stream's ``data`` may be changed while it
         is open). Past ``buffer`` unread events new ones are dropped, and the stream then yields
         :class:`EventsDropped` with their count, where the gap is."""
-        return EventStream(self._streams, buffer, dropped=EventsDropped, data=data)
+        stream: EventStream[ElectedEvent] = EventStream(self._streams, buffer, dropped=EventsDropped, data=data)
+        if self.closed:  # (one opened after the stop ends at once, with why)
+            stream._close(None if self.failure is None else StoreFailed(self.name, self.failure))
+        return stream
 
     async def await_idle(self, timeout: float | None = None) -> bool:
         """Wait until no write is pending here and the copy is current (at the master: every live
@@ -276,17 +279,23 @@ class ElectedStore(WriteOperations):
         """Place any write command; return its answer (put_unique: inserted) once durable. Raises the
         master's StoreError, NoMaster, StoreError once closed, and the :class:`BackendError` that
         stopped this replica (:attr:`failure`)."""
-        if self.failure is not None:
-            raise self.failure
+        if self.failure is not None:  # (a new one each time: raising one again grows its traceback)
+            raise BackendError(str(self.failure)) from self.failure
         if self.closed:
             raise StoreError(f"store {self.name!r} is closed")
-        n = self.replica.write(command, loop_time())
+        n = self.replica.write(command, loop_time(), check_size=self._check_size)
         if self._rounds.place(n):
             self._pump.set()  # the first write of a round: the pump drains and sends it
         kind, value = await self._rounds.outcome(n)
         if kind == "error":
             raise value
         return value
+
+    def _check_size(self, size: int) -> None:
+        """PayloadTooLarge now for a write the broker would refuse to carry (in the log record, or the
+        follower's message to the master): raised later, in the loop that sends it, it tore down
+        the endpoint."""
+        self.endpoint.check_payload_size(size + RECORD_SLACK)
 
     _write = write  # the write operations' hook (put, erase, ...): a coroutine frame less per write
 

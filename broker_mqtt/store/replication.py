@@ -201,12 +201,14 @@ class Replica(FollowerSide):
 
     # -- inputs: writes -------------------------------------------------------------------------------------
 
-    def write(self, command: WriteCommand, now: float) -> int:
-        """Queue a write; return its number ``n``, answered later by WriteDone/WriteFailed(n)."""
+    def write(self, command: WriteCommand, now: float, *, check_size: Callable[[int], None] | None = None) -> int:
+        """Queue a write; return its number ``n``, answered later by WriteDone/WriteFailed(n). Raises,
+        queuing nothing, what :meth:`.writer_core.WriterCore.write` raises (BackendError for a key or
+        value outside the data model; ``check_size``'s error for one too large)."""
         if not isinstance(command, WriteCommand):
             raise TypeError(f"not a store write command: {command!r}")
         self._clock(now)
-        n = self._writer.write(command, now)
+        n = self._writer.write(command, now, check_size=check_size)
         if self.role is Role.MASTER:
             self._pump_writer(now)  # applied at once; a follower's go to the master together, at to_send
         return n

@@ -41,6 +41,11 @@ class ScriptedQueue:
     def _listen(self, delta: int) -> None:
         pass
 
+    stopped = False
+
+    async def wait_stopped(self) -> None:
+        await anyio.sleep_forever()  # (a scripted queue never stops)
+
     async def _await_arrival(self, seen: int, timeout: float) -> None:
         await anyio.sleep(timeout)
 

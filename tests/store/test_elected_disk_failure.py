@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -85,6 +86,8 @@ async def test_a_master_whose_file_fills_up_stops_alone_and_a_new_master_takes_t
         assert isinstance(seen[-1], StoreFailed) and seen[-1].error is sa.failure
         with pytest.raises(BackendError, match="database or disk is full"):
             await sa.put("after", 1)
+        async with sa.events() as late:  # opened after the stop: ends at once, with why
+            assert [e async for e in late] == [StoreFailed("cfg", sa.failure)]
         # the write was taken by the new master, and both others hold it
         assert sb.master is not None and sb.master != sa.node_id
         assert await sb.await_idle(10) and await sc.await_idle(10)
@@ -177,3 +180,41 @@ async def test_a_node_whose_store_file_cannot_grow_exits_1_and_says_why(
     assert proc.returncode == 1, text
     assert "store cfg stopped: " in text and ("disk I/O error" in text or "disk is full" in text), text
     assert "Traceback" not in text
+
+
+@pytest.mark.mosquitto
+@pytest.mark.anyio
+async def test_a_queue_whose_store_stops_ends_its_consumers_and_refuses_one_bad_publish_alone(
+        broker: EmbeddedBroker, namespace: str, tmp_path: Path) -> None:
+    from broker_mqtt.queue import attach_queue
+
+    async with Endpoint(broker, namespace=namespace) as a:
+        q = await attach_queue(a, "jobs", backend="sqlite", path=tmp_path / "q.db", durability="master",
+                               election=ELECTION)
+        assert q.store is not None and await q.store.await_master(15)
+        # one publish outside the data model, among good ones sharing its write: it alone fails
+        results: dict[int, Any] = {}
+
+        async def publish(i: int, data: Any) -> None:
+            try:
+                results[i] = await q.publish(data)
+            except BackendError as exc:
+                results[i] = exc
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(publish, i, object() if i == 3 else ["job", i])
+        assert isinstance(results.pop(3), BackendError)
+        assert all(isinstance(v, int) for v in results.values()) and len(results) == 7
+
+        async with q.consume(prefetch=4) as deliveries:
+            seen = 0
+            with anyio.fail_after(20):
+                async for _d in deliveries:  # ends once the store stopped
+                    seen += 1
+                    if seen == 2:
+                        fill_up(q.store)
+                        with pytest.raises(Timeout, match="outcome unknown"):  # (pending when it stopped)
+                            await q.publish_many(["x" * 200_000])
+        assert seen >= 2 and isinstance(q.store.failure, BackendError) and q.stopped
+        await q.close()

@@ -267,3 +267,29 @@ async def test_put_uniques_placed_together_each_get_their_own_answer(broker: Emb
         assert len(sa) == len(sb) == 3 * n
         await sa.close()
         await sb.close()
+
+
+@pytest.mark.anyio
+async def test_a_write_too_large_for_the_broker_is_refused_when_placed(namespace: str) -> None:
+    """The broker's maximum packet is 100 kB: a 200 kB put raises PayloadTooLarge from the call, at
+    the master and at a follower, and both go on. Before, the message that carried it failed in the
+    loop that sends it, and tore the endpoint down with every store on it."""
+    from broker_mqtt import PayloadTooLarge
+
+    election = {"cycle": CYCLE, "gap": GAP}
+    with EmbeddedBroker(max_packet_size=100_000) as small:
+        async with Endpoint(small, namespace=namespace) as a, Endpoint(small, namespace=namespace) as b:
+            sa = await attach_store(a, "s", election=election)
+            assert await sa.await_master(15) and sa.is_master
+            sb = await attach_store(b, "s", election=election, candidate=False)
+            assert await sb.await_master(15)
+            for s in (sa, sb):
+                with pytest.raises(PayloadTooLarge):
+                    await s.put("big", "x" * 200_000)
+                with pytest.raises(PayloadTooLarge):
+                    await s.put("big", ["x" * 1000] * 200)  # (encoded to know its size)
+                await s.put(("fits", s.node_id), "x" * 50_000)
+            assert await sa.await_idle(10) and await sb.await_idle(10)
+            assert dict(await sa.items()) == dict(await sb.items()) and len(sa) == 2
+            await sb.close()
+            await sa.close()

@@ -7,6 +7,7 @@ replica runs under the real actor and mosquitto in ``test_elected_live.py``.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import heapq
 import time
 import uuid
@@ -80,11 +81,14 @@ class _NotData:
 
 
 @pytest.mark.parametrize("command", [Put(_NotData(), 1, None), Put("k", _NotData(), None),
-                                     Publish([1, _NotData()]), Put("k", {"nested": [_NotData()]}, None)])
+                                     Publish([1, _NotData()]), Put("k", {"nested": [_NotData()]}, None),
+                                     Put("k", datetime.date(2024, 1, 2), None),  # (cbor2 encodes it; decoders refuse it)
+                                     Put("\ud800", 1, None)])  # (a lone surrogate: no UTF-8)
 def test_a_write_outside_the_data_model_is_refused_when_placed_and_breaks_nothing(command: Any) -> None:
     """At the master, the write was applied before anything encoded it: its key failed to pack
     and left the write queued (every later step raised again), or its value failed in the loop that
-    sent the log and stopped the replica. Now the call raises BackendError, and queues nothing."""
+    sent the log (an EncodeError, which tore the endpoint down), or was logged and refused by every
+    follower's decoder (a date). Now the call raises BackendError, and queues nothing."""
     with SimNet(["a", "b"], seed=5) as net:
         net.run(0.5)
         net.tag("a")
