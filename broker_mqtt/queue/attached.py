@@ -37,7 +37,7 @@ from ..errors import BrokerMQTTError
 from ..store.clock import clock
 from ..store.commands import WriteCommand
 from ..store.elected import ElectedStore, attach_store
-from ..store.errors import StoreError
+from ..store.errors import BackendError, StoreError
 from ..store.events import EventsDropped, Inserted, MasterChanged, Updated
 from ..store.writer import StoreWriter
 from ..store.writer_core import encoded_size
@@ -208,10 +208,11 @@ class WorkQueue:
         """Append ``data``; return its id once durable. Ids grow in publishing order (calls awaited
         one after another get increasing ids). Concurrent calls share writes (group commit).
         Cancelled, the outcome is unknown. Raises StoreError (NoMaster: no master in time;
-        BackendError for ``data`` outside the data model, checked here: in the shared write it
-        failed every publish placed with it)."""
-        encoded_size(data)
-        first: int = await self._publisher.submit(data)
+        BackendError for ``data`` outside the data model: it alone, not the publishes that share
+        its write)."""
+        first: int | BackendError = await self._publisher.submit(data)
+        if isinstance(first, BackendError):
+            raise first
         return first
 
     async def publish_many(self, items: list[Any]) -> list[int]:
@@ -253,8 +254,23 @@ class WorkQueue:
         see :class:`~.log.LogReader`. Raises ValueError for a bad name, QueueError without a replica."""
         return LogReader(self, _reader_name(name))
 
-    async def _publish_batch(self, items: list[Any]) -> list[int]:
-        first: int = await self.write(Publish(items, self.max_deliveries))
+    async def _publish_batch(self, items: list[Any]) -> list[int | BackendError]:
+        try:
+            first: int = await self.write(Publish(items, self.max_deliveries))
+        except BackendError:  # refused when placed: items outside the data model fail alone
+            if len(items) == 1:
+                raise
+            bad: dict[int, BackendError] = {}
+            for i, item in enumerate(items):  # (checked only now: not on every publish)
+                try:
+                    encoded_size(item)
+                except BackendError as exc:
+                    bad[i] = exc
+            good = [item for i, item in enumerate(items) if i not in bad]
+            if not bad or not good:
+                raise
+            ids = iter(await self._publish_batch(good))
+            return [bad[i] if i in bad else next(ids) for i in range(len(items))]
         return list(range(first, first + len(items)))
 
     # -- lifecycle ---------------------------------------------------------------------------------------
