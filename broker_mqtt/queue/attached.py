@@ -186,8 +186,9 @@ class WorkQueue:
 
     @property
     def stopped(self) -> bool:
-        """Closed, or its store's replica stopped (its file failed: ``store.failure``): consumers and
-        log readers end after what they hold, writes raise."""
+        """Closed, or its store's replica stopped (its file failed: ``store.failure``): consumers end
+        (the deliveries they hold cannot be settled any more), log readers end after what they have
+        read, writes raise."""
         return self.closed or (self.store is not None and self.store.closed)
 
     async def wait_stopped(self) -> None:
@@ -281,6 +282,7 @@ class WorkQueue:
             return
         self.closed = True
         self._stopping.set()
+        self._arrived()
         if self._scope is not None:
             self._scope.cancel()
         await self._done.wait()
@@ -358,6 +360,7 @@ class WorkQueue:
                     if self.store.is_master:
                         self._hint.set()
             self._stopping.set()  # the store's stream ended: it is closed or stopped
+            self._arrived()  # (a waiting log reader looks again, and ends)
             tg.cancel_scope.cancel()
 
     async def _master_arrivals(self) -> None:

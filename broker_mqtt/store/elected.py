@@ -277,8 +277,10 @@ class ElectedStore(WriteOperations):
 
     async def write(self, command: WriteCommand) -> Any:
         """Place any write command; return its answer (put_unique: inserted) once durable. Raises the
-        master's StoreError, NoMaster, StoreError once closed, and the :class:`BackendError` that
-        stopped this replica (:attr:`failure`)."""
+        master's StoreError, NoMaster, StoreError once closed, a :class:`BackendError` whose
+        ``__cause__`` is the one that stopped this replica (:attr:`failure`), and, queuing nothing,
+        BackendError for a key or value outside the data model and PayloadTooLarge for a write the
+        broker could not carry."""
         if self.failure is not None:  # (a new one each time: raising one again grows its traceback)
             raise BackendError(str(self.failure)) from self.failure
         if self.closed:

@@ -40,7 +40,8 @@ _PLAIN: frozenset[type] = frozenset({int, float, bool, bytes, type(None)})
 #: that cannot carry a few kilobytes cannot carry this store's own messages (snapshot chunks, log
 #: messages of 64 records) either; the check is then saved on the usual small put
 SMALL_WRITE = 4096
-_SMALL: frozenset[type] = frozenset({int, float, bool, type(None)})  # values of at most 9 bytes
+_SMALL: frozenset[type] = frozenset({int, float, bool, type(None)})  # values of at most 9 bytes (ints under _BIG)
+_BIG = 1 << 64
 
 
 def _plain(value: Any) -> bool:
@@ -48,6 +49,20 @@ def _plain(value: Any) -> bool:
     does not encode)."""
     t = type(value)
     return t in _PLAIN or (t is str and value.isascii())
+
+
+def _plain_put_size(put: Put) -> int | None:
+    """A bound of the size of a put of plain values (its whole wire: the expiry too), 0 for the usual
+    small one (a short ASCII key, a number: no check needed), None for any other: encode it to know."""
+    expiry, key, value = put.expiry, put.key, put.value
+    if put.publisher is not None or not (expiry is None or type(expiry) is float or type(expiry) is int):
+        return None
+    if type(key) is str and type(value) in _SMALL and len(key) <= SMALL_WRITE and key.isascii() \
+            and (type(value) is not int or -_BIG < value < _BIG):
+        return 0
+    if _plain(key) and _plain(value):
+        return _plain_size(key) + _plain_size(value) + 32
+    return None
 
 
 def encoded_size(value: Any) -> int:
@@ -66,7 +81,10 @@ def encoded_size(value: Any) -> int:
 
 def _plain_size(value: Any) -> int:
     """At least the size of a plain value's encoding, and at most 9 bytes more."""
-    return len(value) + 9 if type(value) in (str, bytes) else 9
+    t = type(value)
+    if t is str or t is bytes:
+        return len(value) + 9
+    return value.bit_length() // 8 + 12 if t is int else 9  # (an int past 64 bits: a bignum)
 
 
 class NoMaster(Timeout):
@@ -120,17 +138,11 @@ class WriterCore:
         if not isinstance(command, WriteCommand):
             raise TypeError(f"not a store write command: {command!r}")
         wire = command.to_wire()
-        if type(command) is Put and type(command.key) is str and type(command.value) in _SMALL \
-                and len(command.key) <= SMALL_WRITE and command.key.isascii():
-            pass  # the usual put (a short text key, a number): encodes, and fits (no encoding: 1.1 us saved)
-        elif type(command) is Put and _plain(command.key) and _plain(command.value):
-            size = _plain_size(command.key) + _plain_size(command.value) + 32
-            if check_size is not None and size > SMALL_WRITE:
-                check_size(size)
-        else:
+        size = _plain_put_size(command) if type(command) is Put else None
+        if size is None:
             size = encoded_size(wire)
-            if check_size is not None and size > SMALL_WRITE:
-                check_size(size)
+        if check_size is not None and size > SMALL_WRITE:
+            check_size(size)
         n = self._next_n
         self._next_n += 1
         p = self._writes[n] = _Pending(wire, now + self.write_timeout)

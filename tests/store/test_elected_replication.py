@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import decimal
 import heapq
 import time
 import uuid
@@ -83,7 +84,8 @@ class _NotData:
 @pytest.mark.parametrize("command", [Put(_NotData(), 1, None), Put("k", _NotData(), None),
                                      Publish([1, _NotData()]), Put("k", {"nested": [_NotData()]}, None),
                                      Put("k", datetime.date(2024, 1, 2), None),  # (cbor2 encodes it; decoders refuse it)
-                                     Put("\ud800", 1, None)])  # (a lone surrogate: no UTF-8)
+                                     Put("\ud800", 1, None),  # (a lone surrogate: no UTF-8)
+                                     Put("k", 1, decimal.Decimal(5))])  # (the expiry is in its wire too)
 def test_a_write_outside_the_data_model_is_refused_when_placed_and_breaks_nothing(command: Any) -> None:
     """At the master, the write was applied before anything encoded it: its key failed to pack
     and left the write queued (every later step raised again), or its value failed in the loop that
@@ -104,6 +106,16 @@ def test_a_write_outside_the_data_model_is_refused_when_placed_and_breaks_nothin
     with pytest.raises(BackendError, match="cannot encode"):
         writer.write(command, 0.0)
     assert writer.pending == 0 and writer.to_send() == []
+
+
+def test_a_writes_size_is_checked_unless_it_is_a_small_plain_put() -> None:
+    """``check_size`` sees every write over 4 KiB: a long text, a big int (a bignum), a list."""
+    sizes: list[int] = []
+    writer = WriterCore("w", "o", 0.0)
+    for command in (Put("k", 1, None), Put("k", "x" * 100, 5.0), Put("k", "x" * 10_000, None),
+                    Put("k", 1 << 40_000, None), Put("k", ["x" * 100] * 100, None)):
+        writer.write(command, 0.0, check_size=sizes.append)
+    assert len(sizes) == 3 and sizes[0] >= 10_000 and sizes[1] >= 5_000 and sizes[2] >= 10_000
 
 
 def test_one_master_serves_writes_from_every_node() -> None:
