@@ -53,7 +53,7 @@ def _ttl(text: str) -> float | None:
 
 
 async def _attach(ep: Any, args: argparse.Namespace, path: Path | None, candidate: bool) -> Any:
-    from broker_mqtt.store.elected import attach_store
+    from broker_mqtt.store.elected_attach import attach_store
 
     kwargs: dict[str, Any] = {}
     if args.ttl != "default" and "tombstone_ttl" in inspect.signature(attach_store).parameters:

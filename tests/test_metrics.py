@@ -27,7 +27,7 @@ from broker_mqtt import EmbeddedBroker, Endpoint, EndpointStatistics
 from broker_mqtt.cli.logs import JSONFormatter
 from broker_mqtt.metrics import ENDPOINT_COUNTERS, node_registry, open_metrics_listener, serve_metrics
 from broker_mqtt.queue.attached import attach_queue
-from broker_mqtt.store.elected import attach_store
+from broker_mqtt.store.elected_attach import attach_store
 from broker_mqtt.transport.memory import MemoryConnector
 from broker_mqtt.transport.memory_broker import MemoryBroker
 

@@ -42,7 +42,7 @@ from ..endpoint.events import (
     PeerLost,
     PeerRemoved,
 )
-from ..store.elected import attach_store
+from ..store.elected_attach import attach_store
 from ..transport.embedded import EmbeddedBroker
 from .common import EXIT_CHECK_FAILED, broker_option, run_command
 from .demo_spark import GROUPS, KEY_PREFIX, ROWS, expected_aggregates, parse_line, run_job, spark_unavailable

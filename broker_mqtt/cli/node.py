@@ -55,7 +55,7 @@ from ..endpoint.endpoint import Endpoint
 from ..endpoint.events import MessagesMissed, PeerAdded, PeerLost, PeerRemoved
 from ..errors import UsageError
 from ..queue.attached import attach_queue
-from ..store.elected import attach_store
+from ..store.elected_attach import attach_store
 from ..store.errors import BackendError
 from ..transport.keyfiles import load_private_key, load_trust_file
 from ..wire.identity import validate_client_id

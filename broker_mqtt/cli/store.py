@@ -17,7 +17,7 @@ import anyio
 import click
 
 from ..endpoint.endpoint import Endpoint
-from ..store.elected import attach_store
+from ..store.elected_attach import attach_store
 from .common import (
     EXIT_CHECK_FAILED,
     broker_option,

@@ -36,7 +36,8 @@ from ..endpoint.events import PeerLost, PeerRemoved
 from ..errors import BrokerMQTTError
 from ..store.clock import clock
 from ..store.commands import WriteCommand
-from ..store.elected import ElectedStore, attach_store
+from ..store.elected import ElectedStore
+from ..store.elected_attach import attach_store
 from ..store.errors import BackendError, StoreError
 from ..store.events import EventsDropped, Inserted, MasterChanged, Updated
 from ..store.writer import StoreWriter
@@ -475,7 +476,7 @@ async def attach_queue(
     ``replica=False``: keep no copy here, only write (publish and consume), like a
     :class:`~broker_mqtt.store.writer.StoreWriter`; such a handle never becomes master, does not count
     for durability and cannot read the dead-letter queue. The other options are
-    :func:`~broker_mqtt.store.elected.attach_store`'s. ``tombstone_ttl``: an accepted message
+    :func:`~broker_mqtt.store.elected_attach.attach_store`'s. ``tombstone_ttl``: an accepted message
     leaves a tombstone (so that a merge after a split knows it was erased); the master forgets
     tombstones older than this many seconds, so that the queue does not grow with every message
     (None: keep them all). ``poll_interval``: a consumer or log reader that found nothing waits this

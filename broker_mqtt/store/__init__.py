@@ -20,7 +20,8 @@ configuration, resolvers, custom commands and errors. Wire and protocol types st
 from .backend import Backend, Entry, MemoryBackend
 from .clone_handle import CloneStore, attach_clone
 from .commands import ComputedCommand, register_command
-from .elected import ElectedStore, attach_store
+from .elected import ElectedStore
+from .elected_attach import attach_store
 from .errors import (
     AnswerForgotten,
     BackendError,

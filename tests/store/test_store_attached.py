@@ -29,7 +29,7 @@ from broker_mqtt.store import (
     attach_clone,
 )
 from broker_mqtt.store.clone_handle import CloneStore
-from broker_mqtt.store.elected import attach_store
+from broker_mqtt.store.elected_attach import attach_store
 from broker_mqtt.store.events import (
     Erased,
     Expired,
@@ -270,7 +270,7 @@ async def test_a_store_file_opens_off_the_event_loop(broker: EmbeddedBroker, nam
     """Loading a large state file takes long (60 s for 10,000,000 keys): the event loop runs meanwhile
     (keepalives, heartbeats). The open here waits until a task on the loop has run: on the loop
     itself it would wait in vain."""
-    from broker_mqtt.store import elected
+    from broker_mqtt.store import elected_attach as elected
 
     loop_ran = threading.Event()
     real = elected.open_state
@@ -292,7 +292,7 @@ async def test_a_store_file_opens_off_the_event_loop(broker: EmbeddedBroker, nam
 
 async def test_an_attach_cancelled_while_its_file_opens_closes_it(broker: EmbeddedBroker, namespace: str,
                                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from broker_mqtt.store import elected
+    from broker_mqtt.store import elected_attach as elected
 
     opened = track_connections(monkeypatch)
     entered, go = threading.Event(), threading.Event()
