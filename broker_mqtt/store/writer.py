@@ -20,7 +20,7 @@ import anyio
 from ..errors import ForgedMessage, PayloadTooLarge
 from ..wire.message import Kind
 from .commands import Put, WriteCommand
-from .errors import StoreDecodeError, StoreError
+from .errors import StoreDecodeError, StoreError, Timeout
 from .replica_messages import split
 from .routes import answers_topic, master_topic, routes
 from .writer_core import NoMaster, WriterCore
@@ -62,6 +62,7 @@ class StoreWriter:
         self._pump = anyio.Event()
         self._tg: Any = None
         self._sub: Any = None
+        self.closed = False
         self._draining = False
 
     async def __aenter__(self) -> Self:
@@ -79,10 +80,16 @@ class StoreWriter:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
+        self.closed = True
         self._tg.cancel_scope.cancel()
         try:
             await self._tg.__aexit__(None, None, None)
         finally:  # also when cancelled: the subscription's streams are closed and it is detached
+            # the writes not answered: their outcome unknown (they may have reached the master); their
+            # callers waited for ever (a queue consumer's settle, say, while the queue closed)
+            self.core.abandon(Timeout(f"store {self.name!r}: the writer closed before the write was answered "
+                                      "(outcome unknown)"))
+            self._collect()
             await self._sub.__aexit__(None, None, None)
 
     @property
@@ -124,8 +131,12 @@ class StoreWriter:
             raise error
 
     async def _queue(self, command: WriteCommand, *, keep: bool = True) -> int:
+        if self.closed:
+            raise StoreError(f"store {self.name!r}: the writer is closed")
         while self.core.pending >= self.max_pending:
             await self._changed.wait()
+            if self.closed:
+                raise StoreError(f"store {self.name!r}: the writer is closed")
         n = self.core.write(command, anyio.current_time(), check_size=self._check_size)
         if not keep:
             self._results[n] = _FORGET

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import DecodeError, EncodeError, ForgedMessage, peer_repr
 from ..wire import codec
 from .commands import Put, WriteCommand
-from .errors import BackendError, Timeout, error_from_wire
+from .errors import BackendError, StoreError, Timeout, error_from_wire
 from .history import Epoch
 from .replica_events import Role
 from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode, group_writes, sender_of
@@ -195,6 +195,13 @@ class WriterCore:
         """Drain the writes to send, as messages (a replica routes its own)."""
         out, self._outbox = self._outbox, []
         return out
+
+    def abandon(self, error: StoreError) -> None:
+        """The writer stops: every write not answered yet is answered ``error`` (queued for
+        :meth:`answers`), and nothing more is sent."""
+        self._answers.extend((n, error) for n in self._writes)
+        self._writes.clear()
+        self._outbox.clear()
 
     def answers(self) -> Sequence[tuple[int, Any]]:
         out = self._answers

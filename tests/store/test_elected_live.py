@@ -293,3 +293,31 @@ async def test_a_write_too_large_for_the_broker_is_refused_when_placed(namespace
             assert dict(await sa.items()) == dict(await sb.items()) and len(sa) == 2
             await sb.close()
             await sa.close()
+
+
+@pytest.mark.anyio
+async def test_closing_a_store_writer_answers_its_pending_writes(broker: EmbeddedBroker, namespace: str) -> None:
+    """A write no master has answered (there is none) when its StoreWriter closes fails with Timeout,
+    outcome unknown: its caller waited for ever (a queue consumer's settle while its queue closed)."""
+    from broker_mqtt.store import StoreError, Timeout
+    from broker_mqtt.store.writer import StoreWriter
+
+    outcome: list[BaseException] = []
+    async with Endpoint(broker, namespace=namespace) as w:
+        writer = StoreWriter(w, "nobody", "w-1")
+        with anyio.fail_after(20):  # (before: the put waited for ever, and so did this)
+            async with anyio.create_task_group() as tg:
+                async with writer:
+                    async def put() -> None:
+                        try:
+                            await writer.put("k", 1)
+                        except StoreError as exc:
+                            outcome.append(exc)
+
+                    tg.start_soon(put)
+                    with anyio.fail_after(10):
+                        while not writer.core.pending:  # (placed: no master to send it to)
+                            await anyio.lowlevel.checkpoint()
+        assert len(outcome) == 1 and isinstance(outcome[0], Timeout) and "outcome unknown" in str(outcome[0])
+        with pytest.raises(StoreError, match="closed"):
+            await writer.put("k", 2)
