@@ -196,6 +196,11 @@ class WorkQueue:
         """Return once :attr:`stopped`."""
         await self._stopping.wait()
 
+    def _stopped(self) -> None:
+        """Closed, or the store's stream ended: consumers end, and waiting log readers look again (and end)."""
+        self._stopping.set()
+        self._arrived()
+
     # -- operations ---------------------------------------------------------------------------------------
 
     async def write(self, command: WriteCommand) -> Any:
@@ -282,8 +287,7 @@ class WorkQueue:
         if self.closed:
             return
         self.closed = True
-        self._stopping.set()
-        self._arrived()
+        self._stopped()
         if self._scope is not None:
             self._scope.cancel()
         await self._done.wait()
@@ -360,8 +364,7 @@ class WorkQueue:
                     self._arrived()
                     if self.store.is_master:
                         self._hint.set()
-            self._stopping.set()  # the store's stream ended: it is closed or stopped
-            self._arrived()  # (a waiting log reader looks again, and ends)
+            self._stopped()  # the store's stream ended: it is closed or stopped
             tg.cancel_scope.cancel()
 
     async def _master_arrivals(self) -> None:

@@ -72,7 +72,7 @@ from .replication import StaleChanged as ReplicaStaleChanged
 from .routes import answers_topic, replication_topic, writes_topic
 from .versioned import Epoch
 from .write_rounds import WriteRounds
-from .writer import RECORD_SLACK, send_routed
+from .writer import send_routed
 
 if TYPE_CHECKING:
     from asyncactor import Actor
@@ -189,7 +189,7 @@ class ElectedStore(WriteOperations):
         :class:`EventsDropped` with their count, where the gap is."""
         stream: EventStream[ElectedEvent] = EventStream(self._streams, buffer, dropped=EventsDropped, data=data)
         if self.closed:  # (one opened after the stop ends at once, with why)
-            stream._close(None if self.failure is None else StoreFailed(self.name, self.failure))
+            stream._close(self._last_event())
         return stream
 
     async def await_idle(self, timeout: float | None = None) -> bool:
@@ -278,19 +278,16 @@ class ElectedStore(WriteOperations):
             raise BackendError(str(self.failure)) from self.failure
         if self.closed:
             raise StoreError(f"store {self.name!r} is closed")
-        n = self.replica.write(command, loop_time(), check_size=self._check_size)
+        # (check_size: PayloadTooLarge now for a write the broker would refuse to carry, in the log
+        # record or the follower's message to the master; raised later, in the loop that sends it,
+        # it tore down the endpoint)
+        n = self.replica.write(command, loop_time(), check_size=self.endpoint.check_payload_size)
         if self._rounds.place(n):
             self._pump.set()  # the first write of a round: the pump drains and sends it
         kind, value = await self._rounds.outcome(n)
         if kind == "error":
             raise value
         return value
-
-    def _check_size(self, size: int) -> None:
-        """PayloadTooLarge now for a write the broker would refuse to carry (in the log record, or the
-        follower's message to the master): raised later, in the loop that sends it, it tore down
-        the endpoint."""
-        self.endpoint.check_payload_size(size + RECORD_SLACK)
 
     _write = write  # the write operations' hook (put, erase, ...): a coroutine frame less per write
 
@@ -373,11 +370,15 @@ class ElectedStore(WriteOperations):
                 self.replica.state.close()
             except Exception as exc:  # (a failed file may fail to close too: the stop goes on)
                 log.warning("store %s: closing its file failed: %s", self.name, exc)
-            last = None if self.failure is None else StoreFailed(self.name, self.failure)
+            last = self._last_event()
             for s in list(self._streams):
                 s._close(last)  # (held even by a stream that fell behind)
             self._changed.set()  # the waiters look again: closed
             self._done.set()
+
+    def _last_event(self) -> StoreFailed | None:
+        """The event that ends a stream of a stopped store: why it stopped (None: it was closed)."""
+        return None if self.failure is None else StoreFailed(self.name, self.failure)
 
     def _unanswered(self) -> StoreError:
         """The error of a write placed and not answered when the service stops."""

@@ -30,12 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker_mqtt.store")
 
-__all__ = ["NoMaster", "WriterCore", "StoreWriter", "RECORD_SLACK"]
-
-#: bytes a write's log record and its message add to the write's own encoding (epoch, stamps, origin
-#: and writer ids, the node message and topic): a write is refused when placed if the broker would
-#: refuse the record that carries it (PayloadTooLarge)
-RECORD_SLACK = 1024
+__all__ = ["NoMaster", "WriterCore", "StoreWriter"]
 
 
 class StoreWriter:
@@ -131,20 +126,15 @@ class StoreWriter:
             raise error
 
     async def _queue(self, command: WriteCommand, *, keep: bool = True) -> int:
-        if self.closed:
-            raise StoreError(f"store {self.name!r}: the writer is closed")
-        while self.core.pending >= self.max_pending:
-            await self._changed.wait()
+        while self.closed or self.core.pending >= self.max_pending:
             if self.closed:
                 raise StoreError(f"store {self.name!r}: the writer is closed")
-        n = self.core.write(command, anyio.current_time(), check_size=self._check_size)
+            await self._changed.wait()
+        n = self.core.write(command, anyio.current_time(), check_size=self.endpoint.check_payload_size)
         if not keep:
             self._results[n] = _FORGET
         self._pump.set()  # sent by the pump, with the writes queued before it runs: as few messages
         return n
-
-    def _check_size(self, size: int) -> None:
-        self.endpoint.check_payload_size(size + RECORD_SLACK)
 
     async def _receive(self) -> None:
         async for msg in self._sub:

@@ -35,6 +35,10 @@ from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode
 
 __all__ = ["NoMaster", "WriterCore"]
 
+#: bytes a write's log record and its message add to the write's own encoding (epoch, stamps, origin
+#: and writer ids, the node message and topic): ``check_size`` is asked about the record that carries
+#: a write, so that a write is refused when placed if the broker would refuse that (PayloadTooLarge)
+RECORD_SLACK = 1024
 _PLAIN: frozenset[type] = frozenset({int, float, bool, bytes, type(None)})
 #: bytes of a write below which its size is not checked against the broker's maximum packet: a broker
 #: that cannot carry a few kilobytes cannot carry this store's own messages (snapshot chunks, log
@@ -132,8 +136,9 @@ class WriterCore:
     def write(self, command: WriteCommand, now: float, *, check_size: Callable[[int], None] | None = None) -> int:
         """Queue ``command`` as the next write; return its number. Raises BackendError, and queues
         nothing, if it holds a key or value outside the data model (it would fail later, in the
-        loop that sends it or logs it at the master, and stop that loop); ``check_size`` is called
-        with the size of its encoding (a bound for plain puts) and may raise too (PayloadTooLarge:
+        loop that sends it or logs it at the master, and stop that loop); ``check_size`` (the
+        endpoint's ``check_payload_size``) is called with the size of the record that would carry it
+        (its encoding, a bound for plain puts, and RECORD_SLACK) and may raise too (PayloadTooLarge:
         the broker would refuse the message that carries it)."""
         if not isinstance(command, WriteCommand):
             raise TypeError(f"not a store write command: {command!r}")
@@ -142,7 +147,7 @@ class WriterCore:
         if size is None:
             size = encoded_size(wire)
         if check_size is not None and size > SMALL_WRITE:
-            check_size(size)
+            check_size(size + RECORD_SLACK)
         n = self._next_n
         self._next_n += 1
         p = self._writes[n] = _Pending(wire, now + self.write_timeout)
