@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import decimal
+import fractions
 import ipaddress
 import math
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -20,6 +23,7 @@ from broker_mqtt.wire.codec import (
     decode_many,
     decode_sequence,
     encode,
+    size_bound,
 )
 from broker_mqtt.wire.data import Count, EnumValue, Port, PortProtocol
 
@@ -372,3 +376,29 @@ def test_decode_sequence(items: list[Any]) -> None:
     data = b"".join(encode(v) for v in items)
     out = decode_sequence(data)
     assert len(out) == len(items) and all(same(o, expected(v)) for o, v in zip(out, items, strict=True))
+
+
+# --- size_bound --------------------------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(values)
+def test_size_bound_is_at_least_the_encoding(v: Any) -> None:
+    assert size_bound(v) >= len(encode(v))
+
+
+@pytest.mark.parametrize("value", [
+    "a" * 70_000, "é" * 3, "\U0001F600", b"", 2**64 - 1, 2**64, -(2**64) - 1, 2**300, [[[1.5, None, True]]],
+    {(1, "a"): {"k": b"v"}}, ("x", Count(3), Port(22, PortProtocol.TCP), timedelta(seconds=-1)),
+])
+def test_size_bound_of_values_it_walks(value: Any) -> None:
+    n = len(encode(value))
+    assert n <= size_bound(value) <= n + 8  # (exact but for floats)
+
+
+@pytest.mark.parametrize("value", [
+    datetime(2020, 1, 1).date(), uuid.UUID(int=5), decimal.Decimal("1.5"), fractions.Fraction(1, 3), "\ud800",
+    ["ok", {"k": decimal.Decimal(1)}], object(),
+])
+def test_size_bound_refuses_what_no_decoder_takes_back(value: Any) -> None:
+    with pytest.raises(EncodeError):
+        size_bound(value)

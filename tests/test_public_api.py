@@ -23,7 +23,7 @@ PACKAGES = {
     ],
     "broker_mqtt.queue": [
         "attach_queue", "WorkQueue", "Consumer", "Delivery", "DeadLetter", "LogReader", "LogEntry",
-        "MessageState", "QueueStatistics", "QueueError", "AlreadySettled", "NotHeld", "UnknownReader",
+        "MessageState", "QueueStatistics", "QueueError", "AlreadySettled", "NotHeld", "UnknownReader", "MessageTooLarge",
     ],
     "broker_mqtt.spark": [
         "BrokerMQTTDataSource", "Deduplicated", "Deduplicator", "DeduplicatorStatistics", "JavaNotFound",

@@ -12,11 +12,11 @@ This package exports the user API; the commands and the master's index stay in t
 
 from .attached import DeadLetter, QueueStatistics, WorkQueue, attach_queue
 from .consumer import Consumer, Delivery
-from .errors import AlreadySettled, NotHeld, QueueError, UnknownReader
+from .errors import AlreadySettled, MessageTooLarge, NotHeld, QueueError, UnknownReader
 from .log import LogEntry, LogReader
 from .model import MessageState
 
 __all__ = [
     "attach_queue", "WorkQueue", "Consumer", "Delivery", "DeadLetter", "LogReader", "LogEntry", "MessageState",
-    "QueueStatistics", "QueueError", "AlreadySettled", "NotHeld", "UnknownReader",
+    "QueueStatistics", "QueueError", "AlreadySettled", "NotHeld", "UnknownReader", "MessageTooLarge",
 ]

@@ -33,7 +33,7 @@ import anyio.abc
 
 from ..endpoint.attaching import attaching
 from ..endpoint.events import PeerLost, PeerRemoved
-from ..errors import BrokerMQTTError
+from ..errors import BrokerMQTTError, EncodeError, PayloadTooLarge, peer_repr
 from ..store.clock import clock
 from ..store.commands import WriteCommand
 from ..store.elected import ElectedStore
@@ -41,7 +41,8 @@ from ..store.elected_attach import attach_store
 from ..store.errors import BackendError, StoreError
 from ..store.events import EventsDropped, Inserted, MasterChanged, Updated
 from ..store.writer import StoreWriter
-from ..store.writer_core import encoded_size
+from ..store.writer_core import RECORD_SLACK
+from ..wire.codec import size_bound
 from ..wire.message import Kind
 from .batching import GroupCommit
 from .commands import (
@@ -55,7 +56,7 @@ from .commands import (
     check_reader_name,
 )
 from .consumer import LINGER, Consumer, Delivery
-from .errors import QueueError
+from .errors import MessageTooLarge, QueueError
 from .log import POLL, LogReader
 from .model import READER_PREFIX, MessageRecord, MessageState, index_for, is_message_key, is_pointer
 
@@ -217,8 +218,8 @@ class WorkQueue:
         Cancelled, the outcome is unknown. Raises StoreError (NoMaster: no master in time;
         BackendError for ``data`` outside the data model: it alone, not the publishes that share
         its write)."""
-        first: int | BackendError = await self._publisher.submit(data)
-        if isinstance(first, BackendError):
+        first: int | Exception = await self._publisher.submit(data)
+        if isinstance(first, Exception):
             raise first
         return first
 
@@ -226,6 +227,9 @@ class WorkQueue:
         """Append ``items`` in order in one write; return their (consecutive) ids once durable."""
         if not items:
             return []
+        bad = self._check_items(items)
+        if bad:
+            raise next(iter(bad.values()))
         first: int = await self.write(Publish(list(items), self.max_deliveries))
         return list(range(first, first + len(items)))
 
@@ -261,23 +265,56 @@ class WorkQueue:
         see :class:`~.log.LogReader`. Raises ValueError for a bad name, QueueError without a replica."""
         return LogReader(self, _reader_name(name))
 
-    async def _publish_batch(self, items: list[Any]) -> list[int | BackendError]:
+    def _check_items(self, items: list[Any]) -> dict[int, Exception]:
+        """The items that cannot be published, each with why: outside the data model (BackendError),
+        or too large to be handed to a consumer (MessageTooLarge: the record of an acquire carries its
+        messages twice). All are bounded together first, without encoding; one by one only if that
+        fails."""
+        check = self.endpoint.check_payload_size
+        try:
+            check(2 * size_bound(items) + RECORD_SLACK)
+            return {}
+        except (PayloadTooLarge, EncodeError):
+            pass
+        bad: dict[int, Exception] = {}
+        for i, item in enumerate(items):
+            try:
+                size = size_bound(item)
+            except EncodeError as exc:
+                bad[i] = BackendError(f"cannot encode {peer_repr(item, 80)}: {exc}")
+                bad[i].__cause__ = exc
+                continue
+            try:
+                check(2 * size + RECORD_SLACK)
+            except PayloadTooLarge as exc:
+                bad[i] = MessageTooLarge(size, exc.limit)
+                bad[i].__cause__ = exc
+        return bad
+
+    async def _publish_batch(self, items: list[Any]) -> list[int | Exception]:
+        """Publish a group-committed batch: an item that cannot be published fails alone (its answer
+        is the exception), the rest go in one write, or in halves while the broker would refuse the
+        record that carries them."""
+        bad = self._check_items(items)
+        if not bad:
+            return await self._publish_in_parts(items)
+        good = [item for i, item in enumerate(items) if i not in bad]
+        ids = iter(await self._publish_in_parts(good) if good else ())
+        return [bad[i] if i in bad else next(ids) for i in range(len(items))]
+
+    async def _publish_in_parts(self, items: list[Any]) -> list[int | Exception]:
         try:
             first: int = await self.write(Publish(items, self.max_deliveries))
-        except BackendError:  # refused when placed: items outside the data model fail alone
+        except PayloadTooLarge:  # together too large for one record
             if len(items) == 1:
                 raise
-            bad: dict[int, BackendError] = {}
-            for i, item in enumerate(items):  # (checked only now: not on every publish)
-                try:
-                    encoded_size(item)
-                except BackendError as exc:
-                    bad[i] = exc
-            good = [item for i, item in enumerate(items) if i not in bad]
-            if not bad or not good:
-                raise
-            ids = iter(await self._publish_batch(good))
-            return [bad[i] if i in bad else next(ids) for i in range(len(items))]
+            half = len(items) // 2
+            head = await self._publish_in_parts(items[:half])
+            try:
+                tail = await self._publish_in_parts(items[half:])
+            except Exception as exc:  # the head is published: only the tail fails
+                tail = [exc] * (len(items) - half)
+            return [*head, *tail]
         return list(range(first, first + len(items)))
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -438,9 +475,11 @@ class WorkQueue:
 
     async def _release(self, owner: str, reason: str, if_expired: bool) -> None:
         try:
-            n = await self.write(ReleaseOwner(owner, reason, if_expired))
-            if n:
-                log.info("queue %s: released %d messages of %s: %s", self.name, n, owner, reason)
+            released = 0
+            while n := await self.write(ReleaseOwner(owner, reason, if_expired)):  # a record's worth each
+                released += n
+            if released:
+                log.info("queue %s: released %d messages of %s: %s", self.name, released, owner, reason)
         except StoreError as exc:  # e.g. mastership moved on: the next master does it
             log.warning("queue %s: releasing %s failed: %s", self.name, owner, exc)
 

@@ -18,10 +18,11 @@ __all__ = ["GroupCommit"]
 
 
 class _Batch:
-    __slots__ = ("items", "reports", "done", "results", "error")
+    __slots__ = ("items", "cost", "reports", "done", "results", "error")
 
     def __init__(self) -> None:
         self.items: list[Any] = []
+        self.cost = 0
         self.reports: list[tuple[int, Callable[[Any], None]]] = []  # items submitted without waiting
         self.done = anyio.Event()
         self.results: list[Any] = []
@@ -33,35 +34,40 @@ class GroupCommit:
     raises what ``send`` raised. ``submit_nowait(item, report)`` places an item without waiting:
     ``report`` is called with that answer, or with the exception, once the batch is decided.
     ``run()`` is the sending task (run it in the owner's task group). Cancelling ``submit`` does not
-    withdraw the item: its outcome is then unknown."""
+    withdraw the item: its outcome is then unknown. A batch holds at most ``max_batch`` items and,
+    with ``max_cost``, items whose ``cost`` (given with each) adds up to at most that (one item always)."""
 
     def __init__(self, send: Callable[[list[Any]], Awaitable[list[Any]]], *, in_flight: int = 4,
-                 max_batch: int = 1000) -> None:
+                 max_batch: int = 1000, max_cost: int | None = None) -> None:
         self._send = send
         self._in_flight = anyio.Semaphore(in_flight)
         self._max_batch = max_batch
+        self._max_cost = max_cost
         self._open: deque[_Batch] = deque()
         self._wake = anyio.Event()
         self._busy = 0
         self._idle = anyio.Event()
         self._idle.set()
 
-    def _place(self, item: Any) -> tuple[_Batch, int]:
-        if not self._open or len(self._open[-1].items) >= self._max_batch:
-            self._open.append(_Batch())
-        batch = self._open[-1]
+    def _place(self, item: Any, cost: int) -> tuple[_Batch, int]:
+        open_ = self._open
+        if not open_ or len(open_[-1].items) >= self._max_batch or (
+                self._max_cost is not None and open_[-1].cost + cost > self._max_cost):
+            open_.append(_Batch())
+        batch = open_[-1]
         batch.items.append(item)
+        batch.cost += cost
         if self._idle.is_set():
             self._idle = anyio.Event()
         self._wake.set()
         return batch, len(batch.items) - 1
 
-    def submit_nowait(self, item: Any, report: Callable[[Any], None]) -> None:
-        batch, i = self._place(item)
+    def submit_nowait(self, item: Any, report: Callable[[Any], None], cost: int = 0) -> None:
+        batch, i = self._place(item, cost)
         batch.reports.append((i, report))
 
-    async def submit(self, item: Any) -> Any:
-        batch, i = self._place(item)
+    async def submit(self, item: Any, cost: int = 0) -> Any:
+        batch, i = self._place(item, cost)
         await batch.done.wait()
         if batch.error is not None:
             raise batch.error

@@ -29,6 +29,7 @@ from ..store.commands import _bool as _flag
 from ..store.commands import _str as _text
 from ..store.errors import StoreDecodeError
 from ..store.versioned import VersionedState
+from ..wire.codec import size_bound
 from .model import (
     NEXT_ID,
     MessageRecord,
@@ -44,9 +45,16 @@ from .model import (
 )
 
 __all__ = ["Publish", "Acquire", "Settle", "ReleaseOwner", "Renew", "RegisterReader", "CommitReader", "RemoveReader",
-           "Forget", "Action", "MAX_BATCH", "MAX_READER_NAME", "START_OLDEST", "START_NEXT", "check_reader_name"]
+           "Forget", "Action", "RECORD_BYTES", "acquired_cost", "settled_cost", "MAX_BATCH", "MAX_READER_NAME", "START_OLDEST", "START_NEXT", "check_reader_name"]
 
 MAX_BATCH = 10_000  # messages per publish or acquire command
+#: bytes of messages one record of the queue carries at most, one message always: a record larger
+#: than the broker's maximum packet could not travel. An acquire hands over what fits (by
+#: :func:`acquired_cost`: its record carries each message twice, as its new state and in the answer),
+#: a release of an owner's messages takes back what fits, and a consumer's settlements go in writes
+#: that fit (:func:`settled_cost`). Publishing refuses a message that would not fit alone
+#: (:class:`~.errors.MessageTooLarge`). 64 KiB fits every broker this project knows of.
+RECORD_BYTES = 64 * 1024
 MAX_READER_NAME = 200  # characters
 START_OLDEST, START_NEXT = "oldest", "next"
 Action = str  # "accept" | "release" | "reject" | "return"
@@ -136,6 +144,16 @@ def _many(ops: list[tuple[Any, ...]]) -> tuple[Any, ...]:
     return ops[0] if len(ops) == 1 else ("many", ops)
 
 
+def acquired_cost(data: Any, owner: str) -> int:
+    """A bound of the bytes that acquiring a message of ``data`` adds to an acquire's record."""
+    return 2 * size_bound(data) + len(owner) + 80
+
+
+def settled_cost(data: Any, reason: str | None) -> int:
+    """A bound of the bytes that settling or releasing a message of ``data`` adds to a record."""
+    return size_bound(data) + (0 if reason is None else 4 * len(reason)) + 72
+
+
 def _finish(state: VersionedState, ops: list[tuple[Any, ...]], answer: Any) -> tuple[tuple[Any, ...], Any]:
     op = _many(ops)
     advance(state, op)
@@ -176,7 +194,8 @@ class Publish(ComputedCommand):
 @dataclass(frozen=True, slots=True)
 class Acquire(ComputedCommand):
     """Give ``owner`` up to ``n`` ready messages, smallest id first, and (re)start its lease;
-    answer ``[[id, data, delivery count], ...]`` (empty: none ready)."""
+    answer ``[[id, data, delivery count], ...]`` (empty: none ready). Fewer than ``n`` when fewer are
+    ready, or when the next would take the record past :data:`RECORD_BYTES`."""
 
     owner: str
     n: int
@@ -189,6 +208,7 @@ class Acquire(ComputedCommand):
         ops: list[tuple[Any, ...]] = []
         got: list[list[Any]] = []
         owner = self.owner
+        room = RECORD_BYTES
         for msg_id in index_for(state).first_ready(self.n):
             v = state.version(msg_id)
             wire = None if v is None or v.deleted else v.value
@@ -196,8 +216,12 @@ class Acquire(ComputedCommand):
             if wire is None or peek is None or peek[0] is not MessageState.READY:  # cannot happen; if it did: rebuild
                 forget_index(state)
                 continue
+            data = wire["data"]
+            room -= acquired_cost(data, owner)
+            if room < 0 and got:  # the record is full: the rest wait for the next acquire
+                break
             # the acquired record, built directly (what MessageRecord(...).to_wire() gives)
-            data, count = wire["data"], int(wire["count"]) + 1
+            count = int(wire["count"]) + 1
             ops.append(("put", msg_id, {"data": data, "state": "acquired", "owner": owner, "count": count,
                                         "max": wire["max"], "reason": None}, None))
             got.append([msg_id, data, count])
@@ -261,7 +285,8 @@ class Settle(ComputedCommand):
 class ReleaseOwner(ComputedCommand):
     """Release every message ``owner`` holds (back to ready, or dead past max_deliveries) and drop
     its lease. ``if_expired``: only if its lease ran out by the master's clock (a renewal that came
-    first wins). Answer: the number released."""
+    first wins). Answer: the number released. Those past :data:`RECORD_BYTES` stay held, and so does
+    the lease: release again until the answer is 0."""
 
     owner: str
     reason: str
@@ -276,9 +301,13 @@ class ReleaseOwner(ComputedCommand):
         if self.if_expired and lease is not None and lease > wall:
             return _finish(state, [], 0)
         ops: list[tuple[Any, ...]] = []
+        room = RECORD_BYTES
         for msg_id in sorted(idx.owned.get(self.owner, ())):
             rec = _record(state, msg_id)
             if rec is not None:
+                room -= settled_cost(rec.data, self.reason)
+                if room < 0 and ops:  # the record is full: the lease stays, the rest go next time
+                    return _finish(state, ops, len(ops))
                 ops.append(("put", msg_id, _back(rec, self.reason).to_wire(), None))
         released = len(ops)
         if lease is not None:

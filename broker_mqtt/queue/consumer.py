@@ -32,7 +32,7 @@ import anyio.lowlevel
 from ..errors import peer_repr
 from ..store.errors import StoreError
 from .batching import GroupCommit
-from .commands import Acquire, ReleaseOwner, Renew, Settle
+from .commands import RECORD_BYTES, Acquire, ReleaseOwner, Renew, Settle, acquired_cost, settled_cost
 from .errors import AlreadySettled, NotHeld, QueueError
 
 if TYPE_CHECKING:
@@ -45,6 +45,19 @@ _YIELD_EVERY = 64  # deliveries a consumer hands out between two full checkpoint
 LINGER = 0.02  # s a consumer that found the queue empty waits after an arrival (fewer, fuller acquires)
 
 __all__ = ["Consumer", "ConsumerSource", "Delivery", "LINGER"]
+
+
+def _in_records(items: list[tuple[list[Any], int]]) -> list[list[list[Any]]]:
+    """Settlements ``(item, cost)`` as the settles they go in: each at most RECORD_BYTES (one item always)."""
+    parts: list[list[list[Any]]] = []
+    room = 0
+    for item, cost in items:
+        room -= cost
+        if room < 0 or not parts:
+            parts.append([])
+            room = RECORD_BYTES - cost
+        parts[-1].append(item)
+    return parts
 
 
 class ConsumerSource(Protocol):
@@ -140,10 +153,11 @@ class Consumer:
         self._ready: deque[Delivery] = deque()  # acquired, not yet handed to the application
         self._delivered = anyio.Event()
         self._closed = False
+        self._leaving = False  # closing: no more acquires
         self._since_yield = 0
         self._held: dict[int, Delivery] = {}
         self._room = anyio.Event()
-        self._settler = GroupCommit(self._settle_batch, in_flight=1)
+        self._settler = GroupCommit(self._settle_batch, in_flight=1, max_cost=RECORD_BYTES)
         self._tg: anyio.abc.TaskGroup | None = None
         self._acquiring: anyio.CancelScope | None = None
         self._asked = 0  # messages asked for by acquires in flight
@@ -171,20 +185,23 @@ class Consumer:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> bool | None:
         assert self._tg is not None
+        self._leaving = True  # no acquire is placed from now on (a cancelled scope lets a task run on a step)
         if self._acquiring is not None:
             self._acquiring.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-            unseen = [[d.id, "return", None, d.delivery_count] for d in self._held.values() if not d.seen]
+            unseen = [([d.id, "return", None, d.delivery_count], settled_cost(d.data, None))
+                      for d in self._held.values() if not d.seen]
             await self._settler.wait_idle()
             for d, error in self._failures:
                 log.warning("queue %s: settling message %d failed: %s", self.queue.name, d.id, error)
-            if unseen:  # acquired but never handed out: back with the delivery count as it was
+            for part in _in_records(unseen):  # acquired, never handed out: back, delivery count as it was
                 try:
-                    await self.queue.write(Settle(self.owner, unseen))
+                    await self.queue.write(Settle(self.owner, part))
                 except StoreError:
-                    pass
+                    break
             try:  # placed after every acquire (writes apply in order): releases all we got
-                await self.queue.write(ReleaseOwner(self.owner, "consumer closed", False))
+                while await self.queue.write(ReleaseOwner(self.owner, "consumer closed", False)):
+                    pass  # (a record's worth each)
             except StoreError as err:
                 log.warning("queue %s: could not release %s's messages (%s); their lease will",
                             self.queue.name, self.owner, err)
@@ -251,6 +268,8 @@ class Consumer:
         seen = self.queue._arrivals
         got: list[Any] = []
         try:
+            if self._leaving:  # placed after the release of all held, it would hold messages until the lease ends
+                return
             answer = await self.queue.write(Acquire(self.owner, n, self.lease))
             if isinstance(answer, list):
                 got = answer
@@ -273,7 +292,8 @@ class Consumer:
             self._ready.append(d)
         if got:
             self._delivered.set()
-        if len(got) < n:  # the queue ran dry: wait for an arrival, and let a few gather
+        if len(got) < n and sum(acquired_cost(data, self.owner) for _, data, _ in got) < RECORD_BYTES // 2:
+            # the queue ran dry (not an answer cut at RECORD_BYTES): wait for an arrival, let a few gather
             self._idle_wait = True
             try:
                 if self.queue._arrivals == seen:
@@ -300,7 +320,7 @@ class Consumer:
         d.settled = True
         self._held.pop(d.id, None)
         self._room.set()
-        answer = await self._settler.submit([d.id, action, reason, d.delivery_count])
+        answer = await self._settler.submit([d.id, action, reason, d.delivery_count], settled_cost(d.data, reason))
         if answer is not None:
             raise NotHeld(answer)
 
@@ -311,7 +331,8 @@ class Consumer:
         self._held.pop(d.id, None)
         self._room.set()
         self._nowait_made += 1
-        self._settler.submit_nowait([d.id, action, reason, d.delivery_count], functools.partial(self._settled, d))
+        self._settler.submit_nowait([d.id, action, reason, d.delivery_count], functools.partial(self._settled, d),
+                                    settled_cost(d.data, reason))
 
     def _settled(self, d: Delivery, outcome: Any) -> None:
         """The answer to a settlement made without waiting: None when done."""

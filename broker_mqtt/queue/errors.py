@@ -3,9 +3,10 @@ elected store: its writes can also fail with :class:`~broker_mqtt.store.replicat
 
 from __future__ import annotations
 
+from ..errors import PayloadTooLarge
 from ..store.errors import StoreError
 
-__all__ = ["QueueError", "NotHeld", "AlreadySettled", "UnknownReader"]
+__all__ = ["QueueError", "NotHeld", "AlreadySettled", "UnknownReader", "MessageTooLarge"]
 
 
 class QueueError(StoreError):
@@ -25,3 +26,16 @@ class AlreadySettled(QueueError):
 class UnknownReader(QueueError):
     """The queue has no log reader of that name: it was never registered (``register_reader``), or
     it was removed. Nothing changed."""
+
+
+class MessageTooLarge(PayloadTooLarge):
+    """A message too large for this queue's broker, refused when published (nothing was published):
+    the record that hands a message to a consumer carries it twice (its new state and the answer), so
+    a message must fit in about half the broker's maximum packet. ``size``: the message's encoding;
+    ``limit``: the broker's maximum packet."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(size, limit)
+        self.args = (f"a queue message of {size} bytes is too large for the broker's maximum packet of "
+                     f"{limit} bytes: the record that hands it to a consumer carries it twice, so it "
+                     f"must fit in about half of that; split it, or raise max_packet_size on the broker",)

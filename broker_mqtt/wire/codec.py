@@ -54,7 +54,7 @@ from ..errors import DecodeError, EncodeError
 from .data import Count, EnumValue, Port, PortProtocol
 
 __all__ = ["PROJECT_TAGS", "TAG_COUNT", "TAG_ENUM", "TAG_PORT", "TAG_TIMESPAN", "DecodeError",
-           "EncodeError", "decode", "decode_many", "decode_sequence", "encode"]
+           "EncodeError", "decode", "decode_many", "decode_sequence", "encode", "size_bound"]
 
 TAG_COUNT: Final = 55810
 TAG_PORT: Final = 55811
@@ -114,6 +114,54 @@ def encode(value: Any) -> bytes:
             raise EncodeError("cannot encode a naive datetime.datetime: timestamps must be "
                               "timezone-aware") from exc
         raise EncodeError(f"cannot encode {type(value).__name__} value: {exc}") from exc
+
+
+_SCALAR_BOUND: Final[dict[type, int]] = {float: 9, bool: 1, type(None): 1}
+
+
+def _head(n: int) -> int:
+    """The size of a CBOR head holding ``n`` (0 <= n < 2**64)."""
+    return 1 if n < 24 else 2 if n < 0x100 else 3 if n < 0x10000 else 5 if n < 0x100000000 else 9
+
+
+def size_bound(value: Any) -> int:
+    """An upper bound of the size of ``value``'s encoding, cheap for the usual values: containers,
+    text, bytes and numbers are walked, not encoded (their size is then exact but for floats, which
+    count 9 bytes); any other type is encoded and decoded back.
+
+    :raises EncodeError: if ``value`` is outside the data model: what :func:`encode` refuses, what
+        every decoder refuses although cbor2 encodes it (a date, a UUID, a Decimal), text with a lone
+        surrogate."""
+    t = type(value)
+    if t is str:
+        if value.isascii():
+            return _head(len(value)) + len(value)
+        try:
+            n = len(value.encode())
+        except UnicodeEncodeError as exc:
+            raise EncodeError(f"cannot encode text with a lone surrogate: {exc}") from exc
+        return _head(n) + n
+    if t is bytes:
+        return _head(len(value)) + len(value)
+    if t is int:
+        m: int = value if value >= 0 else -1 - value
+        if m < 0x10000000000000000:
+            return _head(m)
+        n = (m.bit_length() + 7) // 8
+        return 1 + _head(n) + n  # a bignum: a tag and a byte string
+    if t is list or t is tuple:
+        return _head(len(value)) + sum(map(size_bound, value))
+    if t is dict:
+        return _head(len(value)) + sum(map(size_bound, value.keys())) + sum(map(size_bound, value.values()))
+    bound = _SCALAR_BOUND.get(t)
+    if bound is not None:
+        return bound
+    encoded = encode(value)
+    try:
+        decode(encoded)
+    except DecodeError as exc:
+        raise EncodeError(f"cannot encode {type(value).__name__} value: no decoder takes it back ({exc})") from exc
+    return len(encoded)
 
 
 # --- decoding -------------------------------------------------------------------------------

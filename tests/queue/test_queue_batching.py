@@ -82,3 +82,31 @@ async def test_items_placed_without_waiting_share_the_writes_and_report_their_ou
     assert batches == [["a", "b", "c"], ["bad"]]
     assert reports[:2] == [("a", "aa"), ("b", "bb")]
     assert reports[2][0] == "bad" and isinstance(reports[2][1], ValueError)
+
+
+async def test_a_batch_holds_items_up_to_max_cost_and_one_item_always() -> None:
+    """A consumer's settlements go in writes whose records fit the broker: batches are cut by the
+    items' cost (an item past max_cost alone goes alone)."""
+    batches: list[list[Any]] = []
+
+    async def send(items: list[Any]) -> list[Any]:
+        batches.append(list(items))
+        return items
+
+    gc = GroupCommit(send, in_flight=1, max_cost=10)
+    results: dict[int, Any] = {}
+
+    async def submit(i: int, cost: int) -> None:
+        results[i] = await gc.submit(i, cost)
+
+    async with anyio.create_task_group() as tg:
+        for i, cost in enumerate([4, 4, 4, 20, 1, 5]):
+            tg.start_soon(submit, i, cost)
+        await anyio.wait_all_tasks_blocked()  # all placed before the sending task starts
+        tg.start_soon(gc.run)
+        with anyio.fail_after(30):
+            while len(results) < 6:
+                await anyio.lowlevel.checkpoint()
+        tg.cancel_scope.cancel()
+    assert batches == [[0, 1], [2], [3], [4, 5]]
+    assert results == {i: i for i in range(6)}

@@ -17,7 +17,17 @@ from typing import Any
 import pytest
 
 from broker_mqtt.queue import MessageState
-from broker_mqtt.queue.commands import Acquire, Forget, Publish, ReleaseOwner, Renew, Settle
+from broker_mqtt.queue.commands import (
+    RECORD_BYTES,
+    Acquire,
+    Forget,
+    Publish,
+    ReleaseOwner,
+    Renew,
+    Settle,
+    acquired_cost,
+    settled_cost,
+)
 from broker_mqtt.queue.model import MessageRecord, QueueIndex, index_for
 from broker_mqtt.store.commands import CommandKind, ComputedCommand, Put, decode_command, register_command
 from broker_mqtt.store.errors import StoreDecodeError
@@ -209,6 +219,41 @@ def test_max_deliveries_dead_letters_once_with_reason() -> None:
     rec = records(state)[1]
     assert rec.state is MessageState.DEAD and rec.count == 2 and "max_deliveries 2" in (rec.reason or "")
     assert run(state, Acquire("z", 1, 5.0)) == []
+
+
+def test_an_acquire_hands_over_a_records_worth_and_one_message_always() -> None:
+    """Its record carries every message twice: past RECORD_BYTES the broker could refuse it (before,
+    an acquire of 5 messages of 20 kB on a 100 kB broker tore down the master's endpoint)."""
+    state = VersionedState()
+    big = "x" * 10_000
+    run(state, Publish([big] * 5 + ["small"]))
+    got = run(state, Acquire("x", 10, 5.0))
+    assert [m[0] for m in got] == [1, 2, 3]  # a fourth would pass RECORD_BYTES
+    assert sum(acquired_cost(data, "x") for _, data, _ in got) <= RECORD_BYTES
+    assert 3 * acquired_cost(big, "x") <= RECORD_BYTES < 4 * acquired_cost(big, "x")
+    assert [m[0] for m in run(state, Acquire("x", 10, 5.0))] == [4, 5, 6]
+    huge = "y" * (RECORD_BYTES // 2)  # alone past the budget: it goes, alone
+    run(state, Publish([huge, huge]))
+    assert [m[0] for m in run(state, Acquire("y", 10, 5.0))] == [7]
+    assert [m[0] for m in run(state, Acquire("y", 10, 5.0))] == [8]
+    assert run(state, Acquire("y", 10, 5.0)) == []
+
+
+def test_release_owner_takes_back_a_records_worth_and_keeps_the_lease_until_the_last() -> None:
+    state = VersionedState()
+    big = "x" * 10_000
+    run(state, Publish([big] * 7))
+    for _ in range(3):
+        run(state, Acquire("x", 10, 5.0))
+    assert len(index_for(state).owned["x"]) == 7
+    per_record = RECORD_BYTES // settled_cost(big, "lease expired")
+    counts = []
+    while n := run(state, ReleaseOwner("x", "lease expired", True), wall=WALL + 6.0):
+        counts.append(n)
+        assert state.exists("lease/x") == (sum(counts) < 7)  # dropped with the last part only
+    assert counts == [per_record, 7 - per_record] and per_record < 7
+    assert [r.state for r in records(state).values()] == [MessageState.READY] * 7
+    assert not state.exists("lease/x")
 
 
 def test_release_owner_honours_a_renewed_lease() -> None:

@@ -200,6 +200,70 @@ async def test_settling_without_waiting(broker: EmbeddedBroker, namespace: str) 
 
 
 @pytest.mark.anyio
+async def test_messages_near_the_brokers_maximum_packet(namespace: str) -> None:
+    """On a broker with a 100 kB maximum packet: a 60 kB message is refused when published (an
+    acquire's record carries a message twice), alone; 20 kB messages are published, acquired, taken
+    back from a closing consumer and released in records that fit. Before, the 60 kB message was
+    accepted and its first acquire tore down the master's endpoint, and so did an acquire, a release
+    or a publish batch of several 20 kB messages."""
+    from broker_mqtt.queue import MessageTooLarge
+
+    with EmbeddedBroker(max_packet_size=100_000) as small:
+        async with Endpoint(small, namespace=namespace) as a, Endpoint(small, namespace=namespace) as b:
+            qa = await attach_queue(a, "big", election=ELECTION)
+            qb = await attach_queue(b, "big", election=ELECTION, candidate=False)
+            with anyio.fail_after(60):
+                assert await qa.await_master() and await qb.await_master()
+                ids: dict[int, int | BaseException] = {}
+
+                async def publish(i: int, data: Any) -> None:
+                    try:
+                        ids[i] = await qb.publish(data)
+                    except MessageTooLarge as exc:
+                        ids[i] = exc
+
+                async with anyio.create_task_group() as tg:  # together: one group-committed batch
+                    for i in range(6):
+                        tg.start_soon(publish, i, [i, "x" * 20_000])
+                    tg.start_soon(publish, 6, "y" * 60_000)
+                too_large = ids.pop(6)
+                assert isinstance(too_large, MessageTooLarge) and too_large.limit == 100_000, too_large
+                assert "carries it twice" in str(too_large)
+                assert sorted(ids.values()) == list(range(1, 7))  # type: ignore[type-var]
+                with pytest.raises(MessageTooLarge):
+                    await qb.publish_many([["ok", 1], "y" * 60_000])
+                seen: list[tuple[int, int]] = []
+                async with qb.consume(prefetch=10) as deliveries:  # held, never settled: taken back
+                    async for d in deliveries:
+                        seen.append((d.data[0], d.delivery_count))
+                        if len(seen) == 6:
+                            break
+                async with qb.consume(prefetch=10) as deliveries:  # released together, without waiting
+                    held = []
+                    async for d in deliveries:
+                        seen.append((d.data[0], d.delivery_count))
+                        held.append(d)
+                        if len(held) == 6:
+                            break
+                    for d in held:
+                        d.release_nowait()
+                    assert await deliveries.drain() == []
+                async with qa.consume(prefetch=10) as deliveries:
+                    async for d in deliveries:
+                        seen.append((d.data[0], d.delivery_count))
+                        await d.accept()
+                        if len(seen) == 18:
+                            break
+                assert sorted(seen) == sorted((i, n) for i in range(6) for n in (1, 2, 3)), str(seen)
+                assert await qb.publish("small") == 7  # both endpoints live on
+                assert await qa.store.await_idle(10) and await qb.store.await_idle(10)
+                assert qa.statistics().ready == qb.statistics().ready == 1
+                assert qa.statistics().acquired == qb.statistics().acquired == 0
+            await qb.close()
+            await qa.close()
+
+
+@pytest.mark.anyio
 async def test_a_consumer_on_the_master_hears_of_arrivals(broker: EmbeddedBroker, namespace: str) -> None:
     """The master learns of arrivals from its index, not from data events: its own consumer wakes.
     With polling off (poll_interval: an hour), a consumer that waits with nothing held can only be
