@@ -41,11 +41,13 @@ from ..store.elected_attach import attach_store
 from ..store.errors import BackendError, StoreError
 from ..store.events import EventsDropped, Inserted, MasterChanged, Updated
 from ..store.writer import StoreWriter
-from ..store.writer_core import RECORD_SLACK
+from ..store.writer_core import RECORD_SLACK, encoded_size
 from ..wire.codec import size_bound
 from ..wire.message import Kind
 from .batching import GroupCommit
 from .commands import (
+    MAX_ERASES,
+    PUBLISHED_OVERHEAD,
     START_NEXT,
     START_OLDEST,
     Forget,
@@ -53,7 +55,9 @@ from .commands import (
     RegisterReader,
     ReleaseOwner,
     RemoveReader,
+    Sweep,
     check_reader_name,
+    largest_acquire,
 )
 from .consumer import LINGER, Consumer, Delivery
 from .errors import MessageTooLarge, QueueError
@@ -64,6 +68,7 @@ if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint
 
 log = logging.getLogger("broker_mqtt.queue")
+CHORE_RECORDS = 8  # records of each kind the master's chores write a round at most (forget, sweep)
 
 TOMBSTONE_TTL = 60.0  # s the master keeps an erased key's tombstone (merges after a split need it)
 
@@ -216,20 +221,26 @@ class WorkQueue:
         """Append ``data``; return its id once durable. Ids grow in publishing order (calls awaited
         one after another get increasing ids). Concurrent calls share writes (group commit).
         Cancelled, the outcome is unknown. Raises StoreError (NoMaster: no master in time;
-        BackendError for ``data`` outside the data model: it alone, not the publishes that share
-        its write)."""
+        BackendError for ``data`` outside the data model) and :class:`~.errors.MessageTooLarge` for
+        ``data`` too large to be delivered (over about half of the broker's maximum packet less
+        33 KiB; ``docs/queues.md``, "Sizes"); either for it alone, not the publishes that share its write."""
         first: int | Exception = await self._publisher.submit(data)
         if isinstance(first, Exception):
             raise first
         return first
 
     async def publish_many(self, items: list[Any]) -> list[int]:
-        """Append ``items`` in order in one write; return their (consecutive) ids once durable."""
+        """Append ``items`` in order in one write; return their (consecutive) ids once durable.
+        Raises, publishing none, BackendError or MessageTooLarge for the first item that
+        :meth:`publish` would refuse, and PayloadTooLarge if together they would make a record the
+        broker refuses (publish them in parts)."""
         if not items:
             return []
-        bad = self._check_items(items)
+        bad, size = self._check_items(items)
         if bad:
             raise next(iter(bad.values()))
+        assert size is not None
+        self.endpoint.check_payload_size(size + PUBLISHED_OVERHEAD * len(items) + RECORD_SLACK)
         first: int = await self.write(Publish(list(items), self.max_deliveries))
         return list(range(first, first + len(items)))
 
@@ -265,15 +276,16 @@ class WorkQueue:
         see :class:`~.log.LogReader`. Raises ValueError for a bad name, QueueError without a replica."""
         return LogReader(self, _reader_name(name))
 
-    def _check_items(self, items: list[Any]) -> dict[int, Exception]:
+    def _check_items(self, items: list[Any]) -> tuple[dict[int, Exception], int | None]:
         """The items that cannot be published, each with why: outside the data model (BackendError),
-        or too large to be handed to a consumer (MessageTooLarge: the record of an acquire carries its
-        messages twice). All are bounded together first, without encoding; one by one only if that
+        or too large to be delivered (MessageTooLarge: see :func:`.commands.largest_acquire`); and
+        the items' size bound if all can be. All are bounded together first; one by one only if that
         fails."""
         check = self.endpoint.check_payload_size
         try:
-            check(2 * size_bound(items) + RECORD_SLACK)
-            return {}
+            size = size_bound(items)
+            check(largest_acquire(size) + RECORD_SLACK)
+            return {}, size
         except (PayloadTooLarge, EncodeError):
             pass
         bad: dict[int, Exception] = {}
@@ -285,25 +297,31 @@ class WorkQueue:
                 bad[i].__cause__ = exc
                 continue
             try:
-                check(2 * size + RECORD_SLACK)
+                check(largest_acquire(size) + RECORD_SLACK)
             except PayloadTooLarge as exc:
                 bad[i] = MessageTooLarge(size, exc.limit)
                 bad[i].__cause__ = exc
-        return bad
+        return bad, None
 
     async def _publish_batch(self, items: list[Any]) -> list[int | Exception]:
         """Publish a group-committed batch: an item that cannot be published fails alone (its answer
-        is the exception), the rest go in one write, or in halves while the broker would refuse the
-        record that carries them."""
-        bad = self._check_items(items)
+        is the exception), the rest go in one write, or in parts while the record that carries them
+        would be too large for the broker."""
+        bad, size = self._check_items(items)
         if not bad:
-            return await self._publish_in_parts(items)
+            return await self._publish_in_parts(items, size)
         good = [item for i, item in enumerate(items) if i not in bad]
         ids = iter(await self._publish_in_parts(good) if good else ())
         return [bad[i] if i in bad else next(ids) for i in range(len(items))]
 
-    async def _publish_in_parts(self, items: list[Any]) -> list[int | Exception]:
+    async def _publish_in_parts(self, items: list[Any], size: int | None = None) -> list[int | Exception]:
+        """Publish ``items`` (their size bound: ``size``) in one write, else in halves (and halves of
+        them) while the broker would refuse the record; in order. A part that fails after one was
+        published answers its own items with the exception."""
         try:
+            if size is None:
+                size = size_bound(items)
+            self.endpoint.check_payload_size(size + PUBLISHED_OVERHEAD * len(items) + RECORD_SLACK)
             first: int = await self.write(Publish(items, self.max_deliveries))
         except PayloadTooLarge:  # together too large for one record
             if len(items) == 1:
@@ -315,6 +333,20 @@ class WorkQueue:
             except Exception as exc:  # the head is published: only the tail fails
                 tail = [exc] * (len(items) - half)
             return [*head, *tail]
+        except (BackendError, EncodeError):  # refused when placed (nothing queued): which item?
+            if len(items) == 1:
+                raise
+            bad: dict[int, Exception] = {}
+            for i, item in enumerate(items):
+                try:
+                    encoded_size(item)
+                except BackendError as exc:
+                    bad[i] = exc
+            if not bad:
+                raise  # not an item's fault (a stopped store, say)
+            good = [item for i, item in enumerate(items) if i not in bad]
+            ids = iter(await self._publish_in_parts(good))
+            return [bad[i] if i in bad else next(ids) for i in range(len(items))]
         return list(range(first, first + len(items)))
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -457,8 +489,10 @@ class WorkQueue:
                         tg.start_soon(self._release, owner, f"consumer's endpoint {e.peer.id} is gone", False)
 
     async def _lease_loop(self) -> None:
-        """The master's chores, every ``min(1 s, lease/4)``: release what expired leases held, and
-        forget the tombstones of keys erased more than ``tombstone_ttl`` s ago."""
+        """The master's chores, every ``min(1 s, lease/4)``: release what expired leases held, forget
+        the tombstones of keys erased more than ``tombstone_ttl`` s ago, and erase the accepted
+        messages every log reader has passed that a commit left (Sweep); CHORE_RECORDS records of
+        each at most."""
         assert self.store is not None
         while True:
             await anyio.sleep(min(1.0, self.lease / 4))
@@ -467,11 +501,19 @@ class WorkQueue:
                 for owner in index_for(state).expired_owners(clock()):
                     await self._release(owner, "lease expired", True)
                 forget = None if self.tombstone_ttl is None else Forget(self.tombstone_ttl)
-                if forget is not None and forget.keys(state, clock(), limit=1):
-                    try:
+                idx = index_for(state)
+                try:
+                    for _ in range(CHORE_RECORDS):  # each a record's worth
+                        if not (forget is not None and forget.keys(state, clock(), limit=1)):
+                            break
                         await self.write(forget)
-                    except StoreError as exc:  # e.g. mastership moved on: the next master does it
-                        log.warning("queue %s: forgetting tombstones failed: %s", self.name, exc)
+                    for _ in range(CHORE_RECORDS):
+                        if not idx.done_upto(idx.low_water(), 1):
+                            break
+                        await self.write(Sweep(MAX_ERASES))
+                except StoreError as exc:  # e.g. mastership moved on: the next master does it
+                    log.warning("queue %s: forgetting tombstones or sweeping accepted messages failed: %s",
+                                self.name, exc)
 
     async def _release(self, owner: str, reason: str, if_expired: bool) -> None:
         try:

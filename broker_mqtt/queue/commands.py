@@ -26,8 +26,7 @@ from typing import Any, cast
 from ..errors import peer_repr
 from ..store.commands import CommandKind, ComputedCommand, register_command
 from ..store.commands import _bool as _flag
-from ..store.commands import _str as _text
-from ..store.errors import StoreDecodeError
+from ..store.errors import StoreDecodeError, StoreProtocolError
 from ..store.versioned import VersionedState
 from ..wire.codec import size_bound
 from .model import (
@@ -45,7 +44,7 @@ from .model import (
 )
 
 __all__ = ["Publish", "Acquire", "Settle", "ReleaseOwner", "Renew", "RegisterReader", "CommitReader", "RemoveReader",
-           "Forget", "Action", "RECORD_BYTES", "acquired_cost", "settled_cost", "MAX_BATCH", "MAX_READER_NAME", "START_OLDEST", "START_NEXT", "check_reader_name"]
+           "Forget", "Sweep", "Action", "RECORD_BYTES", "acquired_cost", "settled_cost", "MAX_BATCH", "MAX_READER_NAME", "START_OLDEST", "START_NEXT", "check_reader_name"]
 
 MAX_BATCH = 10_000  # messages per publish or acquire command
 #: bytes of messages one record of the queue carries at most, one message always: a record larger
@@ -55,12 +54,15 @@ MAX_BATCH = 10_000  # messages per publish or acquire command
 #: that fit (:func:`settled_cost`). Publishing refuses a message that would not fit alone
 #: (:class:`~.errors.MessageTooLarge`). 64 KiB fits every broker this project knows of.
 RECORD_BYTES = 64 * 1024
+MAX_ERASES = RECORD_BYTES // 16  #: erases of a record that erases messages (16 bytes each at most)
 MAX_READER_NAME = 200  # characters
 START_OLDEST, START_NEXT = "oldest", "next"
 Action = str  # "accept" | "release" | "reject" | "return"
 _ACTIONS = ("accept", "release", "reject", "return")
 _FOREVER = 1e15  # seconds: durations and ages beyond any wall clock are refused (an overflow, not a time)
 _ID_LIMIT = 1 << 63  # message ids and delivery counts a settlement may name (the master counts from 1)
+MAX_OWNER = 200  #: characters of a consumer's owner id (theirs are 41): a record carries it per message
+MAX_REASON = 1000  #: characters of a settlement's or release's reason (a consumer cuts a longer one)
 
 
 def check_reader_name(name: Any) -> str | None:
@@ -92,8 +94,15 @@ def _position(value: Any) -> int:
 
 
 def _owner(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise StoreDecodeError(f"owner must be a non-empty string, got {peer_repr(value, 60)}")
+    if not isinstance(value, str) or not value or len(value) > MAX_OWNER:
+        raise StoreDecodeError(f"owner must be a non-empty string of at most {MAX_OWNER} characters, "
+                               f"got {peer_repr(value, 60)}")
+    return value
+
+
+def _reason(value: Any) -> str:
+    if not isinstance(value, str) or len(value) > MAX_REASON:
+        raise StoreDecodeError(f"a reason is a string of at most {MAX_REASON} characters, got {peer_repr(value, 60)}")
     return value
 
 
@@ -110,7 +119,7 @@ def _count(value: Any) -> int:
 
 
 def _max(value: Any) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < _ID_LIMIT):
         raise StoreDecodeError(f"max_deliveries must be None or an integer >= 1, got {peer_repr(value, 60)}")
     return value
 
@@ -131,7 +140,8 @@ def _settlements(value: Any) -> list[list[Any]]:
     items = _items(value)
     for item in items:
         if not (isinstance(item, (list, tuple)) and len(item) in (3, 4) and is_message_key(item[0])
-                and 0 <= item[0] < _ID_LIMIT and item[1] in _ACTIONS and (item[2] is None or isinstance(item[2], str))
+                and 0 <= item[0] < _ID_LIMIT and item[1] in _ACTIONS
+                and (item[2] is None or (isinstance(item[2], str) and len(item[2]) <= MAX_REASON))
                 and (len(item) == 3 or (is_message_key(item[3]) and 1 <= item[3] < _ID_LIMIT))):
             raise StoreDecodeError(f"a settlement is [id, accept|release|reject|return, reason(, delivery count)], "
                                    f"got {peer_repr(item, 60)}")
@@ -144,14 +154,35 @@ def _many(ops: list[tuple[Any, ...]]) -> tuple[Any, ...]:
     return ops[0] if len(ops) == 1 else ("many", ops)
 
 
+#: bytes a message adds to records beyond its data (keys, state, owner, counts, ids; the answer's
+#: text for a settlement refused, or a dead message's reason, less MAX_REASON): upper bounds
+PUBLISHED_OVERHEAD = 72
+ACQUIRED_OVERHEAD = 80
+SETTLED_OVERHEAD = 200
+
+
+def published_cost(size: int) -> int:
+    """A bound of the bytes that publishing a message whose encoding is at most ``size`` bytes adds
+    to the publish's record."""
+    return size + PUBLISHED_OVERHEAD
+
+
 def acquired_cost(data: Any, owner: str) -> int:
-    """A bound of the bytes that acquiring a message of ``data`` adds to an acquire's record."""
-    return 2 * size_bound(data) + len(owner) + 80
+    """A bound of the bytes that acquiring a message of ``data`` adds to an acquire's record (and
+    takes from its RECORD_BYTES // 2)."""
+    return 2 * size_bound(data) + len(owner) + ACQUIRED_OVERHEAD
+
+
+def largest_acquire(size: int) -> int:
+    """A bound of the bytes of an acquire's record whose last message's encoding is at most ``size``
+    bytes (those before it take less than RECORD_BYTES // 2): what the broker must carry for that
+    message to be delivered."""
+    return RECORD_BYTES // 2 + 2 * size + MAX_OWNER + ACQUIRED_OVERHEAD
 
 
 def settled_cost(data: Any, reason: str | None) -> int:
     """A bound of the bytes that settling or releasing a message of ``data`` adds to a record."""
-    return size_bound(data) + (0 if reason is None else 4 * len(reason)) + 72
+    return size_bound(data) + (0 if reason is None else 4 * len(reason)) + SETTLED_OVERHEAD
 
 
 def _finish(state: VersionedState, ops: list[tuple[Any, ...]], answer: Any) -> tuple[tuple[Any, ...], Any]:
@@ -194,8 +225,10 @@ class Publish(ComputedCommand):
 @dataclass(frozen=True, slots=True)
 class Acquire(ComputedCommand):
     """Give ``owner`` up to ``n`` ready messages, smallest id first, and (re)start its lease;
-    answer ``[[id, data, delivery count], ...]`` (empty: none ready). Fewer than ``n`` when fewer are
-    ready, or when the next would take the record past :data:`RECORD_BYTES`."""
+    answer ``[[id, data, delivery count], ...]`` (empty: none ready). Messages are added while their
+    :func:`acquired_cost` is under ``RECORD_BYTES // 2`` (so an answer of fewer than ``n`` that is
+    under it says that no more are ready); a record is then at most :func:`largest_acquire` of its
+    last message, which a publish checks."""
 
     owner: str
     n: int
@@ -208,7 +241,7 @@ class Acquire(ComputedCommand):
         ops: list[tuple[Any, ...]] = []
         got: list[list[Any]] = []
         owner = self.owner
-        room = RECORD_BYTES
+        taken = 0
         for msg_id in index_for(state).first_ready(self.n):
             v = state.version(msg_id)
             wire = None if v is None or v.deleted else v.value
@@ -216,10 +249,10 @@ class Acquire(ComputedCommand):
             if wire is None or peek is None or peek[0] is not MessageState.READY:  # cannot happen; if it did: rebuild
                 forget_index(state)
                 continue
-            data = wire["data"]
-            room -= acquired_cost(data, owner)
-            if room < 0 and got:  # the record is full: the rest wait for the next acquire
+            if taken >= RECORD_BYTES // 2:  # the record is full: the rest wait for the next acquire
                 break
+            data = wire["data"]
+            taken += acquired_cost(data, owner)
             # the acquired record, built directly (what MessageRecord(...).to_wire() gives)
             count = int(wire["count"]) + 1
             ops.append(("put", msg_id, {"data": data, "state": "acquired", "owner": owner, "count": count,
@@ -250,19 +283,25 @@ class Settle(ComputedCommand):
         ops: list[tuple[Any, ...]] = []
         answers: list[str | None] = []
         done: set[int] = set()
+        taken = 0  # bytes the record takes (by settled_cost, and the answers' text)
         low = index_for(state).low_water()  # the readers' pointers do not move within a settle
         for msg_id, action, reason, *delivery in self.items:
             rec = _record(state, msg_id)
             if (rec is None or rec.state is not MessageState.ACQUIRED or rec.owner != self.owner or msg_id in done
                     or (delivery and delivery[0] != rec.count)):
                 why = "gone (accepted, or never published)" if rec is None else (
-                    f"{rec.state.value}" + (f" by {rec.owner}" if rec.owner else "")
+                    f"{rec.state.value}" + (" by another" if rec.owner and rec.owner != self.owner else "")
                     + (f", delivery {rec.count} (not {delivery[0]})" if delivery and delivery[0] != rec.count else ""))
-                answers.append(f"message {msg_id} is not held by this consumer: {why}; it was released "
-                               f"(lease expired or consumer presumed gone) or settled already")
+                answer = (f"message {msg_id} not held: {why} (released: lease expired or consumer presumed gone; "
+                          f"or settled already)")
+                answers.append(answer)
+                taken += len(answer)
+                self._check_room(taken)
                 continue
             done.add(msg_id)
             answers.append(None)
+            taken += settled_cost(rec.data, reason)
+            self._check_room(taken)
             if action == "accept":
                 if low is None or msg_id <= low:  # no log reader still to read it
                     ops.append(("erase", msg_id))
@@ -279,8 +318,15 @@ class Settle(ComputedCommand):
                                                          reason or "rejected").to_wire(), None))
         return _finish(state, ops, answers)
 
+    def _check_room(self, taken: int) -> None:
+        """A settle of several messages whose record would pass RECORD_BYTES fails as a whole (a
+        consumer cuts its settlements by :func:`settled_cost`: only a peer that does not gets this)."""
+        if taken > RECORD_BYTES and len(self.items) > 1:
+            raise StoreProtocolError(f"a settle of {len(self.items)} messages would make a record larger than "
+                                     f"{RECORD_BYTES} bytes: settle them in parts")
 
-@register_command(CommandKind.QUEUE_RELEASE_OWNER, _owner, _text, _flag)
+
+@register_command(CommandKind.QUEUE_RELEASE_OWNER, _owner, _reason, _flag)
 @dataclass(frozen=True, slots=True)
 class ReleaseOwner(ComputedCommand):
     """Release every message ``owner`` holds (back to ready, or dead past max_deliveries) and drop
@@ -361,7 +407,8 @@ class RegisterReader(ComputedCommand):
 class CommitReader(ComputedCommand):
     """Move log reader ``name``'s pointer to ``upto`` (it has read every id up to it); a pointer
     never moves back (``upto`` at or below it changes nothing: 0 asks where it is). Erases, in the
-    same record, the ``done`` messages every reader has now passed. Answer the pointer (an int), or
+    same record, the ``done`` messages every reader has now passed (:data:`MAX_ERASES` at most: the master's
+    :class:`Sweep` erases the rest). Answer the pointer (an int), or
     why not: ``["unknown-reader", text]``, or ``["beyond-last", text]`` (``upto`` past the last id
     published)."""
 
@@ -382,7 +429,7 @@ class CommitReader(ComputedCommand):
             pointer = self.upto
             ops.append(("put", reader_key(self.name), pointer, None))
         others = idx.low_water(without=self.name)
-        ops.extend(("erase", i) for i in idx.done_upto(pointer if others is None else min(pointer, others)))
+        ops.extend(("erase", i) for i in idx.done_upto(pointer if others is None else min(pointer, others), MAX_ERASES))
         return _finish(state, ops, pointer)
 
 
@@ -390,7 +437,8 @@ class CommitReader(ComputedCommand):
 @dataclass(frozen=True, slots=True)
 class RemoveReader(ComputedCommand):
     """Remove log reader ``name``; the ``done`` messages no remaining reader still has to read are
-    erased in the same record (every one, if it was the last reader). Answer whether it existed."""
+    erased in the same record (every one, if it was the last reader; :data:`MAX_ERASES` at most: the
+    master's :class:`Sweep` erases the rest). Answer whether it existed."""
 
     name: str
 
@@ -399,7 +447,7 @@ class RemoveReader(ComputedCommand):
         if self.name not in idx.readers:
             return _finish(state, [], False)
         ops: list[tuple[Any, ...]] = [("erase", reader_key(self.name))]
-        ops.extend(("erase", i) for i in idx.done_upto(idx.low_water(without=self.name)))
+        ops.extend(("erase", i) for i in idx.done_upto(idx.low_water(without=self.name), MAX_ERASES))
         return _finish(state, ops, True)
 
 
@@ -407,7 +455,7 @@ class RemoveReader(ComputedCommand):
 @dataclass(frozen=True, slots=True)
 class Forget(ComputedCommand):
     """Forget the tombstones of keys erased more than ``age`` seconds ago (accepted messages, leases
-    of consumers that left), at most ``MAX_BATCH``, oldest first: the queue's state then holds only
+    of consumers that left), at most ``MAX_BATCH`` (and RECORD_BYTES of keys), oldest first: the queue's state then holds only
     what is live. Answer how many. A replica that comes back from a split older than ``age`` with such
     a key still live brings it back in the merge (an accepted message delivered again)."""
 
@@ -418,5 +466,26 @@ class Forget(ComputedCommand):
         return state.old_tombstones(int((wall - self.age) * 1_000_000), limit)
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
-        keys = self.keys(state, wall)
-        return _finish(state, [("forget", key) for key in keys], len(keys))
+        ops: list[tuple[Any, ...]] = []
+        taken = 0
+        for key in self.keys(state, wall):
+            taken += size_bound(key) + 8
+            if taken > RECORD_BYTES and ops:  # the record is full: the rest next time
+                break
+            ops.append(("forget", key))
+        return _finish(state, ops, len(ops))
+
+
+@register_command(CommandKind.QUEUE_SWEEP, _count)
+@dataclass(frozen=True, slots=True)
+class Sweep(ComputedCommand):
+    """Erase up to ``n`` (and :data:`MAX_ERASES`) ``done`` messages that every log reader has passed,
+    smallest id first (those a reader's commit or removal left: a record erases at most MAX_ERASES);
+    answer how many. The master's chores send it while there are such messages."""
+
+    n: int
+
+    def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
+        idx = index_for(state)
+        ops: list[tuple[Any, ...]] = [("erase", i) for i in idx.done_upto(idx.low_water(), min(self.n, MAX_ERASES))]
+        return _finish(state, ops, len(ops))

@@ -32,7 +32,16 @@ import anyio.lowlevel
 from ..errors import peer_repr
 from ..store.errors import StoreError
 from .batching import GroupCommit
-from .commands import RECORD_BYTES, Acquire, ReleaseOwner, Renew, Settle, acquired_cost, settled_cost
+from .commands import (
+    MAX_REASON,
+    RECORD_BYTES,
+    Acquire,
+    ReleaseOwner,
+    Renew,
+    Settle,
+    acquired_cost,
+    settled_cost,
+)
 from .errors import AlreadySettled, NotHeld, QueueError
 
 if TYPE_CHECKING:
@@ -108,7 +117,7 @@ class Delivery:
 
     async def reject(self, reason: str = "rejected") -> None:
         """Never deliver it again: it moves to the dead-letter queue with ``reason``."""
-        await self._consumer._settle(self, "reject", str(reason))
+        await self._consumer._settle(self, "reject", str(reason)[:MAX_REASON])
 
     def accept_nowait(self) -> None:
         """:meth:`accept` without waiting: the settlement joins the consumer's next settle write and
@@ -122,7 +131,7 @@ class Delivery:
 
     def reject_nowait(self, reason: str = "rejected") -> None:
         """:meth:`reject` without waiting (see :meth:`accept_nowait`)."""
-        self._consumer._settle_nowait(self, "reject", str(reason))
+        self._consumer._settle_nowait(self, "reject", str(reason)[:MAX_REASON])
 
     def __repr__(self) -> str:
         return f"Delivery(id={self.id}, delivery_count={self.delivery_count}, data={self.data!r:.60})"
@@ -293,7 +302,8 @@ class Consumer:
         if got:
             self._delivered.set()
         if len(got) < n and sum(acquired_cost(data, self.owner) for _, data, _ in got) < RECORD_BYTES // 2:
-            # the queue ran dry (not an answer cut at RECORD_BYTES): wait for an arrival, let a few gather
+            # the queue ran dry (an answer cut at RECORD_BYTES // 2 has at least that): wait for an
+            # arrival, and let a few gather
             self._idle_wait = True
             try:
                 if self.queue._arrivals == seen:

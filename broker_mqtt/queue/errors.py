@@ -30,12 +30,13 @@ class UnknownReader(QueueError):
 
 class MessageTooLarge(PayloadTooLarge):
     """A message too large for this queue's broker, refused when published (nothing was published):
-    the record that hands a message to a consumer carries it twice (its new state and the answer), so
-    a message must fit in about half the broker's maximum packet. ``size``: the message's encoding;
-    ``limit``: the broker's maximum packet."""
+    the record of the acquire that delivers it carries it twice (its new state and the answer),
+    beside up to 32 KiB of messages before it, so a message must be under about half of the
+    broker's maximum packet less 33 KiB (``docs/queues.md``, "Sizes"). ``size``: a bound of the
+    message's encoding; ``limit``: the broker's maximum packet."""
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(size, limit)
         self.args = (f"a queue message of {size} bytes is too large for the broker's maximum packet of "
-                     f"{limit} bytes: the record that hands it to a consumer carries it twice, so it "
-                     f"must fit in about half of that; split it, or raise max_packet_size on the broker",)
+                     f"{limit} bytes: the record of the acquire that delivers it carries it twice, beside "
+                     f"up to 32 KiB of other messages; split it, or raise max_packet_size on the broker",)

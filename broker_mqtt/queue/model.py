@@ -192,9 +192,10 @@ class QueueIndex:
         """The smallest pointer of the log readers (but ``without``); None: no reader."""
         return min((p for r, p in self.readers.items() if r != without), default=None)
 
-    def done_upto(self, upto: int | None) -> list[int]:
-        """The ``done`` ids <= ``upto`` (every one if None), smallest first (the index is not changed)."""
-        return _smallest(self._done_heap, self.done, upto=upto)
+    def done_upto(self, upto: int | None, n: int | None = None) -> list[int]:
+        """The ``done`` ids <= ``upto`` (every one if None), smallest first, at most ``n`` (the index
+        is not changed)."""
+        return _smallest(self._done_heap, self.done, n=n, upto=upto)
 
     def expired_owners(self, wall: float) -> list[str]:
         return sorted(o for o, exp in self.leases.items() if exp <= wall and o in self.owned)

@@ -101,6 +101,7 @@ class CommandKind(enum.Enum):
     QUEUE_COMMIT_READER = "queue_commit_reader"
     QUEUE_REMOVE_READER = "queue_remove_reader"
     QUEUE_FORGET = "queue_forget"
+    QUEUE_SWEEP = "queue_sweep"
 
 
 # -- field validators: raise StoreDecodeError, return the (converted) value --------------------------

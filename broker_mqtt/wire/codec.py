@@ -54,7 +54,7 @@ from ..errors import DecodeError, EncodeError
 from .data import Count, EnumValue, Port, PortProtocol
 
 __all__ = ["PROJECT_TAGS", "TAG_COUNT", "TAG_ENUM", "TAG_PORT", "TAG_TIMESPAN", "DecodeError",
-           "EncodeError", "decode", "decode_many", "decode_sequence", "encode", "size_bound"]
+           "EncodeError", "decode", "decode_many", "decode_sequence", "encode", "size_bound", "VALUE_DEPTH"]
 
 TAG_COUNT: Final = 55810
 TAG_PORT: Final = 55811
@@ -124,6 +124,11 @@ def _head(n: int) -> int:
     return 1 if n < 24 else 2 if n < 0x100 else 3 if n < 0x10000 else 5 if n < 0x100000000 else 9
 
 
+#: containers a value may nest (the decoders' limit is 400: the rest is room for the messages that
+#: carry a value, a store's log record in a log message, say)
+VALUE_DEPTH: Final = 384
+
+
 def size_bound(value: Any) -> int:
     """An upper bound of the size of ``value``'s encoding, cheap for the usual values: containers,
     text, bytes and numbers are walked, not encoded (their size is then exact but for floats, which
@@ -131,7 +136,11 @@ def size_bound(value: Any) -> int:
 
     :raises EncodeError: if ``value`` is outside the data model: what :func:`encode` refuses, what
         every decoder refuses although cbor2 encodes it (a date, a UUID, a Decimal), text with a lone
-        surrogate."""
+        surrogate, containers nested more than :data:`VALUE_DEPTH` deep."""
+    return _bound(value, VALUE_DEPTH)
+
+
+def _bound(value: Any, room: int) -> int:
     t = type(value)
     if t is str:
         if value.isascii():
@@ -149,10 +158,18 @@ def size_bound(value: Any) -> int:
             return _head(m)
         n = (m.bit_length() + 7) // 8
         return 1 + _head(n) + n  # a bignum: a tag and a byte string
-    if t is list or t is tuple:
-        return _head(len(value)) + sum(map(size_bound, value))
-    if t is dict:
-        return _head(len(value)) + sum(map(size_bound, value.keys())) + sum(map(size_bound, value.values()))
+    if t is list or t is tuple or t is dict:
+        if room <= 0:
+            raise EncodeError(f"cannot encode containers nested more than {VALUE_DEPTH} deep")
+        room -= 1
+        total = _head(len(value))
+        if t is dict:
+            for k, v in value.items():
+                total += _bound(k, room) + _bound(v, room)
+        else:
+            for v in value:
+                total += _bound(v, room)
+        return total
     bound = _SCALAR_BOUND.get(t)
     if bound is not None:
         return bound

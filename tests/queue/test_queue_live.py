@@ -207,6 +207,7 @@ async def test_messages_near_the_brokers_maximum_packet(namespace: str) -> None:
     accepted and its first acquire tore down the master's endpoint, and so did an acquire, a release
     or a publish batch of several 20 kB messages."""
     from broker_mqtt.queue import MessageTooLarge
+    from broker_mqtt.store.errors import BackendError
 
     with EmbeddedBroker(max_packet_size=100_000) as small:
         async with Endpoint(small, namespace=namespace) as a, Endpoint(small, namespace=namespace) as b:
@@ -232,6 +233,24 @@ async def test_messages_near_the_brokers_maximum_packet(namespace: str) -> None:
                 assert sorted(ids.values()) == list(range(1, 7))  # type: ignore[type-var]
                 with pytest.raises(MessageTooLarge):
                     await qb.publish_many([["ok", 1], "y" * 60_000])
+                # 1,000 small publishes together, one of them nested past what decoders take: their
+                # record would pass 100 kB (it goes in parts), and the deep one fails alone
+                deep: Any = 0
+                for _ in range(500):
+                    deep = [deep]
+                small_ids: dict[int, int | BaseException] = {}
+
+                async def publish_small(i: int) -> None:
+                    try:
+                        small_ids[i] = await qa.publish(deep if i == 500 else ["s" * 60, i])
+                    except BackendError as exc:
+                        small_ids[i] = exc
+
+                async with anyio.create_task_group() as tg:
+                    for i in range(1000):
+                        tg.start_soon(publish_small, i)
+                assert isinstance(small_ids.pop(500), BackendError)
+                assert sorted(small_ids.values()) == list(range(7, 1006))  # type: ignore[type-var]
                 seen: list[tuple[int, int]] = []
                 async with qb.consume(prefetch=10) as deliveries:  # held, never settled: taken back
                     async for d in deliveries:
@@ -255,9 +274,9 @@ async def test_messages_near_the_brokers_maximum_packet(namespace: str) -> None:
                         if len(seen) == 18:
                             break
                 assert sorted(seen) == sorted((i, n) for i in range(6) for n in (1, 2, 3)), str(seen)
-                assert await qb.publish("small") == 7  # both endpoints live on
+                assert await qb.publish("small") == 1006  # both endpoints live on
                 assert await qa.store.await_idle(10) and await qb.store.await_idle(10)
-                assert qa.statistics().ready == qb.statistics().ready == 1
+                assert qa.statistics().ready == qb.statistics().ready == 1000
                 assert qa.statistics().acquired == qb.statistics().acquired == 0
             await qb.close()
             await qa.close()
