@@ -33,7 +33,7 @@ import anyio.abc
 
 from ..endpoint.attaching import attaching
 from ..endpoint.events import PeerLost, PeerRemoved
-from ..errors import BrokerMQTTError, EncodeError, PayloadTooLarge, peer_repr
+from ..errors import BrokerMQTTError, PayloadTooLarge
 from ..store.clock import clock
 from ..store.commands import WriteCommand
 from ..store.elected import ElectedStore
@@ -41,8 +41,7 @@ from ..store.elected_attach import attach_store
 from ..store.errors import BackendError, StoreError
 from ..store.events import EventsDropped, Inserted, MasterChanged, Updated
 from ..store.writer import StoreWriter
-from ..store.writer_core import RECORD_SLACK, encoded_size
-from ..wire.codec import size_bound
+from ..store.writer_core import RECORD_SLACK, checked_size
 from ..wire.message import Kind
 from .batching import GroupCommit
 from .commands import (
@@ -69,6 +68,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker_mqtt.queue")
 CHORE_RECORDS = 8  # records of each kind the master's chores write a round at most (forget, sweep)
+RELEASE_RECORDS = 64  # records a release of one owner's messages writes at most (4 MiB of messages)
 
 TOMBSTONE_TTL = 60.0  # s the master keeps an erased key's tombstone (merges after a split need it)
 
@@ -283,18 +283,17 @@ class WorkQueue:
         fails."""
         check = self.endpoint.check_payload_size
         try:
-            size = size_bound(items)
+            size = checked_size(items)
             check(largest_acquire(size) + RECORD_SLACK)
             return {}, size
-        except (PayloadTooLarge, EncodeError):
+        except (PayloadTooLarge, BackendError):
             pass
         bad: dict[int, Exception] = {}
         for i, item in enumerate(items):
             try:
-                size = size_bound(item)
-            except EncodeError as exc:
-                bad[i] = BackendError(f"cannot encode {peer_repr(item, 80)}: {exc}")
-                bad[i].__cause__ = exc
+                size = checked_size(item)
+            except BackendError as exc:
+                bad[i] = exc
                 continue
             try:
                 check(largest_acquire(size) + RECORD_SLACK)
@@ -320,7 +319,7 @@ class WorkQueue:
         published answers its own items with the exception."""
         try:
             if size is None:
-                size = size_bound(items)
+                size = checked_size(items)
             self.endpoint.check_payload_size(size + PUBLISHED_OVERHEAD * len(items) + RECORD_SLACK)
             first: int = await self.write(Publish(items, self.max_deliveries))
         except PayloadTooLarge:  # together too large for one record
@@ -333,13 +332,13 @@ class WorkQueue:
             except Exception as exc:  # the head is published: only the tail fails
                 tail = [exc] * (len(items) - half)
             return [*head, *tail]
-        except (BackendError, EncodeError):  # refused when placed (nothing queued): which item?
+        except BackendError:  # refused when placed (nothing queued): which item?
             if len(items) == 1:
                 raise
             bad: dict[int, Exception] = {}
             for i, item in enumerate(items):
                 try:
-                    encoded_size(item)
+                    checked_size(item)
                 except BackendError as exc:
                     bad[i] = exc
             if not bad:
@@ -518,7 +517,10 @@ class WorkQueue:
     async def _release(self, owner: str, reason: str, if_expired: bool) -> None:
         try:
             released = 0
-            while n := await self.write(ReleaseOwner(owner, reason, if_expired)):  # a record's worth each
+            for _ in range(RELEASE_RECORDS):  # a record's worth each (an owner still acquiring: the rest later)
+                n = await self.write(ReleaseOwner(owner, reason, if_expired))
+                if not n:
+                    break
                 released += n
             if released:
                 log.info("queue %s: released %d messages of %s: %s", self.name, released, owner, reason)

@@ -37,14 +37,14 @@ import anyio.lowlevel
 
 from .. import channel as ch
 from ..endpoint.event_stream import EventStream
-from ..errors import PayloadTooLarge
+from ..errors import PayloadTooLarge, peer_repr
 from ..wire import codec
 from ..wire.identity import node_endpoint
 from ..wire.message import Kind
 from .clock import clock
 from .commands import WriteCommand
 from .discovery import claimed_node, decode_store_message
-from .errors import StoreDecodeError, StoreError
+from .errors import BackendError, StoreDecodeError, StoreError
 from .events import EventsDropped, StoreStatistics
 from .faults import FaultInjector, Faults
 from .master import Envelope
@@ -328,15 +328,18 @@ class StoreHandle(WriteOperations):
         raise NotImplementedError
 
     def _check_size(self, command: WriteCommand) -> None:
-        """Raise PayloadTooLarge now for a write whose message the broker would refuse (it would
-        otherwise fail later in the sender task, after the core accepted it). Scalars need no check."""
+        """Raise BackendError now for a write outside the data model (what the clones' decoders
+        refuse: a date, a UUID, a lone surrogate; broadcast, it stalled every clone's stream), and
+        PayloadTooLarge for one whose message the broker would refuse (it would otherwise fail
+        later in the sender task, after the core accepted it). Scalars need no check."""
         for value in (getattr(command, "key", None), getattr(command, "value", None),
                       getattr(command, "index", None)):
             if value is not None and not isinstance(value, SCALARS):
+                wire = command.to_wire()
                 try:
-                    size = len(codec.encode(command.to_wire()))
-                except codec.EncodeError:
-                    return  # not data: the backend refuses it with its own error
+                    size = codec.size_bound(wire)
+                except codec.EncodeError as exc:
+                    raise BackendError(f"cannot encode {peer_repr(wire, 80)}: {exc}") from exc
                 self.endpoint.check_payload_size(size + _ENVELOPE_SLACK)
                 return
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DecodeError, EncodeError, ForgedMessage, peer_repr
+from ..errors import EncodeError, ForgedMessage, peer_repr
 from ..wire import codec
 from .commands import Put, WriteCommand
 from .errors import BackendError, StoreError, Timeout, error_from_wire
@@ -33,7 +33,7 @@ from .history import Epoch
 from .replica_events import Role
 from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode, group_writes, sender_of
 
-__all__ = ["NoMaster", "WriterCore"]
+__all__ = ["NoMaster", "WriterCore", "checked_size"]
 
 #: bytes a write's log record and its message add to the write's own encoding (epoch, stamps, origin
 #: and writer ids, the node message and topic): ``check_size`` is asked about the record that carries
@@ -69,18 +69,17 @@ def _plain_put_size(put: Put) -> int | None:
     return None
 
 
-def encoded_size(value: Any) -> int:
-    """The size of ``value``'s encoding; BackendError if it is outside the data model: what every
-    receiver decodes too (cbor2 encodes a date or a UUID, which decoders refuse; a plain scalar
-    needs no encoding to know)."""
+def checked_size(value: Any) -> int:
+    """A bound of the size of ``value``'s encoding (:func:`~broker_mqtt.wire.codec.size_bound`);
+    BackendError if it is outside the data model: what every receiver decodes too (cbor2 encodes a
+    date or a UUID, which decoders refuse; containers nested past ``VALUE_DEPTH`` would pass the
+    decoders' limit inside a log record). A plain scalar needs no walk."""
     if _plain(value):
         return _plain_size(value)
     try:
-        encoded = codec.encode(value)
-        codec.decode(encoded)
-    except (EncodeError, DecodeError, ValueError) as exc:  # (a lone surrogate: UnicodeEncodeError)
+        return codec.size_bound(value)
+    except (EncodeError, ValueError) as exc:
         raise BackendError(f"cannot encode {peer_repr(value, 80)}: {exc}") from exc
-    return len(encoded)
 
 
 def _plain_size(value: Any) -> int:
@@ -145,7 +144,7 @@ class WriterCore:
         wire = command.to_wire()
         size = _plain_put_size(command) if type(command) is Put else None
         if size is None:
-            size = encoded_size(wire)
+            size = checked_size(wire)
         if check_size is not None and size > SMALL_WRITE:
             check_size(size + RECORD_SLACK)
         n = self._next_n

@@ -81,11 +81,19 @@ class _NotData:
     """Outside the data model: no CBOR encoding."""
 
 
+def _nested(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize("command", [Put(_NotData(), 1, None), Put("k", _NotData(), None),
                                      Publish([1, _NotData()]), Put("k", {"nested": [_NotData()]}, None),
                                      Put("k", datetime.date(2024, 1, 2), None),  # (cbor2 encodes it; decoders refuse it)
                                      Put("\ud800", 1, None),  # (a lone surrogate: no UTF-8)
-                                     Put("k", 1, decimal.Decimal(5))])  # (the expiry is in its wire too)
+                                     Put("k", 1, decimal.Decimal(5)),  # (the expiry is in its wire too)
+                                     Put("k", _nested(399), None)])  # (decoded alone; not in a log record)
 def test_a_write_outside_the_data_model_is_refused_when_placed_and_breaks_nothing(command: Any) -> None:
     """At the master, the write was applied before anything encoded it: its key failed to pack
     and left the write queued (every later step raised again), or its value failed in the loop that
@@ -106,6 +114,23 @@ def test_a_write_outside_the_data_model_is_refused_when_placed_and_breaks_nothin
     with pytest.raises(BackendError, match="cannot encode"):
         writer.write(command, 0.0)
     assert writer.pending == 0 and writer.to_send() == []
+
+
+def test_a_value_nested_as_deep_as_the_data_model_allows_travels_in_a_log_message() -> None:
+    """382 containers deep (VALUE_DEPTH less the put's own list and a margin): accepted when placed,
+    and its log record, in a log message through the codec, decodes; past 384 it is refused when placed
+    (above); at 399 the command alone decoded, but in a log message it passed the decoders' limit of 400."""
+    from broker_mqtt.store.history import Record
+    from broker_mqtt.store.replica_messages import Log, decode, encode
+    from broker_mqtt.wire import codec
+
+    WriterCore("w", "o", 0.0).write(Put("deep", _nested(382), None), 0.0)
+    record = Record(1, (1, "m"), 1, "o", "w", 1, ("put", "deep", _nested(382), None))
+    message = decode(codec.decode(codec.encode(encode(Log((1, "m"), [record])))))
+    assert isinstance(message, Log) and message.records[0].op[2] == _nested(382)
+    deeper = Record(1, (1, "m"), 1, "o", "w", 1, ("put", "deep", _nested(399), None))
+    with pytest.raises(codec.DecodeError):
+        codec.decode(codec.encode(encode(Log((1, "m"), [deeper]))))
 
 
 def test_a_writes_size_is_checked_unless_it_is_a_small_plain_put() -> None:

@@ -213,6 +213,34 @@ async def test_an_oversized_write_fails_in_the_caller_and_the_store_goes_on(name
             assert await c.get("small") == 1 and await c.get("other") == 2 and not await c.exists("big")
 
 
+async def test_a_value_no_clone_decodes_is_refused_and_the_clones_go_on(broker: EmbeddedBroker, namespace: str) -> None:
+    """cbor2 encodes a date, a UUID or a Decimal; every decoder refuses them. Before, the master
+    applied and broadcast such a put, and every clone's stream stalled there for good: no later
+    write reached a clone. Now the write raises BackendError at the master and at a clone, and
+    nothing changes."""
+    import datetime
+    import decimal
+    import uuid
+
+    from broker_mqtt.store import BackendError
+
+    async with Endpoint(broker, namespace=namespace) as e1, Endpoint(broker, namespace=namespace) as e2:
+        m = await attach_master(e1, "config", channel=FAST, discovery_timeout=0.05)
+        c = await attach_clone(e2, "config", channel=FAST, wait=5)
+        for store in (m, c):
+            for bad in (datetime.date(2024, 1, 2), uuid.UUID(int=1), decimal.Decimal("1.5"), "\ud800"):
+                with pytest.raises(BackendError, match="cannot encode"):
+                    await store.put("k", bad)
+                with pytest.raises(BackendError, match="cannot encode"):
+                    await store.put(bad, 1)
+            with pytest.raises(BackendError, match="cannot encode"):
+                await store.push("vec", [datetime.date(2024, 1, 2)])
+        await m.put("after", 1)
+        await c.put("from-clone", 2)
+        assert await c.await_idle(5) and await m.await_idle(5)
+        assert await c.get("after") == 1 and await m.get("from-clone") == 2 and not await m.exists("k")
+
+
 class _CountingBackend(MemoryBackend):
     """A backend handed to attach_master, counting its ``close()`` calls."""
 
