@@ -159,6 +159,7 @@ def _many(ops: list[tuple[Any, ...]]) -> tuple[Any, ...]:
 PUBLISHED_OVERHEAD = 72
 ACQUIRED_OVERHEAD = 80
 SETTLED_OVERHEAD = 200
+ERASED_COST = 24  # an accepted message's erase, and its answer
 
 
 def published_cost(size: int) -> int:
@@ -242,6 +243,7 @@ class Acquire(ComputedCommand):
         got: list[list[Any]] = []
         owner = self.owner
         taken = 0
+        owner_cost = len(owner) + ACQUIRED_OVERHEAD
         for msg_id in index_for(state).first_ready(self.n):
             v = state.version(msg_id)
             wire = None if v is None or v.deleted else v.value
@@ -252,7 +254,7 @@ class Acquire(ComputedCommand):
             if taken >= RECORD_BYTES // 2:  # the record is full: the rest wait for the next acquire
                 break
             data = wire["data"]
-            taken += acquired_cost(data, owner)
+            taken += 2 * size_bound(data) + owner_cost  # (acquired_cost, inline)
             # the acquired record, built directly (what MessageRecord(...).to_wire() gives)
             count = int(wire["count"]) + 1
             ops.append(("put", msg_id, {"data": data, "state": "acquired", "owner": owner, "count": count,
@@ -300,14 +302,16 @@ class Settle(ComputedCommand):
                 continue
             done.add(msg_id)
             answers.append(None)
+            if action == "accept" and (low is None or msg_id <= low):  # no log reader still to read it
+                taken += ERASED_COST  # (no data in the record: the usual settlement is not sized)
+                self._check_room(taken)
+                ops.append(("erase", msg_id))
+                continue
             taken += settled_cost(rec.data, reason)
             self._check_room(taken)
             if action == "accept":
-                if low is None or msg_id <= low:  # no log reader still to read it
-                    ops.append(("erase", msg_id))
-                else:
-                    ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.DONE, None, rec.count,
-                                                             rec.max).to_wire(), None))
+                ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.DONE, None, rec.count,
+                                                         rec.max).to_wire(), None))
             elif action == "release":
                 ops.append(("put", msg_id, _back(rec, reason or "released").to_wire(), None))
             elif action == "return":

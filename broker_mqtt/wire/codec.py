@@ -46,6 +46,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from itertools import chain
 from typing import Any, Final
 
 import cbor2
@@ -163,11 +164,15 @@ def _bound(value: Any, room: int) -> int:
             raise EncodeError(f"cannot encode containers nested more than {VALUE_DEPTH} deep")
         room -= 1
         total = _head(len(value))
-        if t is dict:
-            for k, v in value.items():
-                total += _bound(k, room) + _bound(v, room)
-        else:
-            for v in value:
+        for v in (value if t is not dict else chain.from_iterable(value.items())):
+            tv = type(v)  # (short text and ints inline: no call for the usual items)
+            if tv is str and v.isascii():
+                n = len(v)
+                total += n + (1 if n < 24 else 2 if n < 0x100 else 3 if n < 0x10000 else 5 if n < 0x100000000 else 9)
+            elif tv is int and -0x100000000 < v < 0x100000000:
+                m = v if v >= 0 else -1 - v
+                total += 1 if m < 24 else 2 if m < 0x100 else 3 if m < 0x10000 else 5
+            else:
                 total += _bound(v, room)
         return total
     bound = _SCALAR_BOUND.get(t)
