@@ -402,3 +402,15 @@ def test_size_bound_of_values_it_walks(value: Any) -> None:
 def test_size_bound_refuses_what_no_decoder_takes_back(value: Any) -> None:
     with pytest.raises(EncodeError):
         size_bound(value)
+
+
+def test_size_bound_counts_nesting_inside_sets() -> None:
+    """A set is walked like the containers in it: a tuple 398 deep inside one passed (403) and
+    then failed inside a log record; sizes stay exact."""
+    deep: Any = 0
+    for _ in range(398):
+        deep = (deep,)
+    with pytest.raises(EncodeError, match="nested"):
+        size_bound(frozenset({deep}))
+    for value in ({1, 2}, frozenset(), frozenset({(1, "a"), (2, "b")}), [{frozenset({3})}]):
+        assert size_bound(value) == len(encode(value))

@@ -451,6 +451,12 @@ class Endpoint:
         :class:`~broker_mqtt.wire.signing.SignatureError` (a :class:`DecodeError`) and counts it."""
         return self._keys.verify(mqtt_topic, payload, sender=sender, retained=retained)
 
+    @property
+    def max_payload(self) -> int:
+        """The largest node message or raw payload, in bytes, that fits in one PUBLISH the broker
+        accepts (see :meth:`check_payload_size`)."""
+        return self._sender.max_payload
+
     def check_payload_size(self, size: int) -> None:
         """Raise :class:`PayloadTooLarge` if a node message or raw payload of ``size`` bytes would
         not fit in one PUBLISH the broker accepts (its maximum packet size, from the last

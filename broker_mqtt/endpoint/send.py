@@ -77,9 +77,15 @@ class Sender:
         self.signer: Signer | None = None  #: seals PUBLISHes on ``signed_prefixes`` (None: no signing)
         self.signed_prefixes: tuple[str, ...] = ()
 
+    @property
+    def max_payload(self) -> int:
+        """The most bytes of payload one PUBLISH carries (the broker's maximum packet less the
+        PUBLISH header and a seal)."""
+        return self.max_packet - PUBLISH_OVERHEAD - (self.signer.overhead if self.signer else 0)
+
     def check_size(self, size: int) -> None:
         """Raise :class:`PayloadTooLarge` if ``size`` bytes do not fit in one PUBLISH."""
-        if size > self.max_packet - PUBLISH_OVERHEAD - (self.signer.overhead if self.signer else 0):
+        if size > self.max_payload:
             raise PayloadTooLarge(size, self.max_packet)
 
     def _queue_full(self) -> PublishQueueFull:

@@ -61,7 +61,7 @@ Action = str  # "accept" | "release" | "reject" | "return"
 _ACTIONS = ("accept", "release", "reject", "return")
 _FOREVER = 1e15  # seconds: durations and ages beyond any wall clock are refused (an overflow, not a time)
 _ID_LIMIT = 1 << 63  # message ids and delivery counts a settlement may name (the master counts from 1)
-MAX_OWNER = 200  #: characters of a consumer's owner id (theirs are 41): a record carries it per message
+MAX_OWNER = 200  #: ASCII characters of a consumer's owner id (theirs are 41): a record carries it per message
 MAX_REASON = 1000  #: characters of a settlement's or release's reason (a consumer cuts a longer one)
 
 
@@ -94,8 +94,8 @@ def _position(value: Any) -> int:
 
 
 def _owner(value: Any) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_OWNER:
-        raise StoreDecodeError(f"owner must be a non-empty string of at most {MAX_OWNER} characters, "
+    if not isinstance(value, str) or not value or len(value) > MAX_OWNER or not value.isascii():
+        raise StoreDecodeError(f"owner must be a non-empty ASCII string of at most {MAX_OWNER} characters, "
                                f"got {peer_repr(value, 60)}")
     return value
 
@@ -244,6 +244,7 @@ class Acquire(ComputedCommand):
         owner = self.owner
         taken = 0
         owner_cost = len(owner) + ACQUIRED_OVERHEAD
+        limit = state.record_limit
         for msg_id in index_for(state).first_ready(self.n):
             v = state.version(msg_id)
             wire = None if v is None or v.deleted else v.value
@@ -254,13 +255,22 @@ class Acquire(ComputedCommand):
             if taken >= RECORD_BYTES // 2:  # the record is full: the rest wait for the next acquire
                 break
             data = wire["data"]
-            taken += 2 * size_bound(data) + owner_cost  # (acquired_cost, inline)
+            cost = 2 * size_bound(data) + owner_cost  # (acquired_cost, inline)
+            if limit is not None and taken + cost > limit:
+                if taken:
+                    break  # first in the next acquire
+                # no acquire can ever carry it (a peer published it unchecked): dead, not a poison record
+                ops.append(("put", msg_id, MessageRecord(data, MessageState.DEAD, None, int(wire["count"]), wire["max"],
+                                                         f"too large to deliver: an acquire's record of {cost} "
+                                                         f"bytes, the broker carries {limit}").to_wire(), None))
+                break  # (one a record: each carries its data)
+            taken += cost
             # the acquired record, built directly (what MessageRecord(...).to_wire() gives)
             count = int(wire["count"]) + 1
             ops.append(("put", msg_id, {"data": data, "state": "acquired", "owner": owner, "count": count,
                                         "max": wire["max"], "reason": None}, None))
             got.append([msg_id, data, count])
-        if ops:
+        if got:
             ops.append(("put", lease_key(self.owner), wall + self.lease, None))
         return _finish(state, ops, got)
 
@@ -297,7 +307,7 @@ class Settle(ComputedCommand):
                 answer = (f"message {msg_id} not held: {why} (released: lease expired or consumer presumed gone; "
                           f"or settled already)")
                 answers.append(answer)
-                taken += len(answer)
+                taken += len(answer) + 3  # (ASCII, and its head)
                 self._check_room(taken)
                 continue
             done.add(msg_id)

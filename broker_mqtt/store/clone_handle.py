@@ -220,6 +220,7 @@ class CloneStore(StoreHandle):
         error, or WriteBufferFull. Cancelling leaves the write queued.
         """
         self._check_open()
+        self._check_size(PutUnique(key, value, expiry, "", 0))
         rid = self.core.put_unique(key, value, clock(), expiry=expiry)
         waiter = self._waiters[rid] = _Waiter()
         # sent at once, never held for a burst: its caller waits, and concurrent callers' requests

@@ -73,6 +73,7 @@ from .routes import answers_topic, replication_topic, writes_topic
 from .versioned import Epoch
 from .write_rounds import WriteRounds
 from .writer import send_routed
+from .writer_core import RECORD_SLACK
 
 if TYPE_CHECKING:
     from asyncactor import Actor
@@ -111,6 +112,7 @@ class ElectedStore(WriteOperations):
         self.endpoint = ep
         self.name = name
         self.replica = replica
+        replica.state.record_limit = ep.max_payload - RECORD_SLACK  # (and at each drain: a CONNACK may change it)
         self.mode = mode
         self.candidate = candidate
         self._election = election
@@ -492,6 +494,7 @@ class ElectedStore(WriteOperations):
     # -- plumbing -----------------------------------------------------------------------------------------
 
     def _drain(self) -> None:
+        self.replica.state.record_limit = self.endpoint.max_payload - RECORD_SLACK  # (for computed commands)
         self._sendq.extend(self.replica.to_send())
         for event in self.replica.events():
             match event:

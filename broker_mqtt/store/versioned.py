@@ -173,6 +173,9 @@ class VersionedState:
         self.forgot_seq = 0
         self._file: Persistence | None = None
         self.path: Path | None = None  # the file attached, if the opener says
+        #: the largest log record, in bytes, this replica's broker carries (its I/O layer keeps it;
+        #: None: unknown): a computed command keeps the records it makes under it
+        self.record_limit: int | None = None
 
     # -- reads ------------------------------------------------------------------------------------
 

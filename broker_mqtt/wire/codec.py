@@ -159,11 +159,11 @@ def _bound(value: Any, room: int) -> int:
             return _head(m)
         n = (m.bit_length() + 7) // 8
         return 1 + _head(n) + n  # a bignum: a tag and a byte string
-    if t is list or t is tuple or t is dict:
+    if t is list or t is tuple or t is dict or t is frozenset or t is set:
         if room <= 0:
             raise EncodeError(f"cannot encode containers nested more than {VALUE_DEPTH} deep")
         room -= 1
-        total = _head(len(value))
+        total = _head(len(value)) + (3 if t is frozenset or t is set else 0)  # (a set: tag 258, an array)
         for v in (value if t is not dict else chain.from_iterable(value.items())):
             tv = type(v)  # (short text and ints inline: no call for the usual items)
             if tv is str and v.isascii():

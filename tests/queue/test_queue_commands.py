@@ -134,6 +134,7 @@ def test_register_command_takes_only_computed_commands() -> None:
     ["queue_forget", True],
     ["queue_forget"],
     ["queue_acquire", "o" * (MAX_OWNER + 1), 1, 1.0],  # a record carries the owner per message
+    ["queue_acquire", "\U0001F600" * 100, 1, 1.0],   # (in ASCII: its length is its size)
     ["queue_settle", "o", [[1, "reject", "r" * (MAX_REASON + 1)]]],
     ["queue_release_owner", "o", "r" * (MAX_REASON + 1), False],
     ["queue_publish", [1], 1 << 63],                 # max_deliveries is a count, not a bignum
@@ -334,6 +335,39 @@ def test_no_queue_record_passes_record_bytes_with_many_small_messages() -> None:
         forgets.append(answer)
     assert sum(n for n, _ in forgets) == 7500 and len(forgets) > 1
     assert max(size for _, size in forgets) <= LIMIT
+
+
+def test_a_message_no_acquire_can_carry_is_dead_lettered_not_a_poison_record() -> None:
+    """A peer's publish is not checked against the broker (only WorkQueue.publish checks): a message
+    whose acquire record would pass what the master's broker carries (``state.record_limit``) is
+    moved to the dead letters, with why, one a record; before, every master's send loop met the
+    record and tore its endpoint down."""
+    state = VersionedState()
+    state.record_limit = 100_000
+    run(state, Publish(["a", "x" * 60_000, "y" * 60_000, "b"]))
+    assert [m[0] for m in run(state, Acquire("o", 10, 5.0))] == [1]  # cut before 2: first in the next
+    assert run(state, Acquire("o", 10, 5.0)) == []  # 2 dead, alone in its record
+    assert run(state, Acquire("o", 10, 5.0)) == []  # 3 dead
+    assert [m[0] for m in run(state, Acquire("o", 10, 5.0))] == [4]
+    dead = {k: r for k, r in records(state).items() if r.state is MessageState.DEAD}
+    assert sorted(dead) == [2, 3] and all("too large to deliver" in (r.reason or "") for r in dead.values())
+    assert index_for(state).owned["o"] == {1, 4}
+
+
+def test_a_peers_settle_of_many_messages_it_does_not_hold_stays_under_the_limit() -> None:
+    """Each refusal is an answer of text; counted with its head, a settle that would pass the
+    limit fails as a whole (516 refusals of 127 characters made 66,699 bytes before)."""
+    from broker_mqtt.store.errors import StoreProtocolError
+    from broker_mqtt.store.writer_core import RECORD_SLACK
+
+    for n in (400, 516, 1000):
+        for first in (0, 2**62):
+            state = VersionedState()
+            try:
+                _answer, size = _record_size(state, Settle("o", [[first + i, "accept", None] for i in range(n)]))
+            except StoreProtocolError:
+                continue
+            assert size <= RECORD_BYTES + RECORD_SLACK, (n, first, size)
 
 
 def test_a_settle_whose_record_would_pass_record_bytes_fails_whole() -> None:

@@ -283,6 +283,34 @@ async def test_messages_near_the_brokers_maximum_packet(namespace: str) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_message_published_unchecked_that_no_acquire_carries_is_dead_lettered(namespace: str) -> None:
+    """``queue.write(Publish(...))`` skips publish's check (a peer may too): on a 100 kB broker a
+    60 kB message is accepted, and no acquire could carry it (twice). The master dead-letters it
+    and delivers the next; before, its acquire record tore down the master's endpoint, then the
+    next master's."""
+    from broker_mqtt.queue.commands import Publish
+
+    with EmbeddedBroker(max_packet_size=100_000) as small:
+        async with Endpoint(small, namespace=namespace) as a, Endpoint(small, namespace=namespace) as b:
+            qa = await attach_queue(a, "poison", election=ELECTION)
+            qb = await attach_queue(b, "poison", election=ELECTION, candidate=False)
+            with anyio.fail_after(60):
+                assert await qa.await_master() and await qb.await_master()
+                assert await qb.write(Publish(["z" * 60_000, "after"])) == 1
+                async with qb.consume(prefetch=10) as deliveries:
+                    async for d in deliveries:
+                        assert (d.id, d.data) == (2, "after")
+                        await d.accept()
+                        break
+                assert await qa.store.await_idle(10) and await qb.store.await_idle(10)
+                for q in (qa, qb):
+                    [dead] = q.dead_letters()
+                    assert dead.id == 1 and "too large to deliver" in (dead.reason or "")
+            await qb.close()
+            await qa.close()
+
+
+@pytest.mark.anyio
 async def test_a_consumer_on_the_master_hears_of_arrivals(broker: EmbeddedBroker, namespace: str) -> None:
     """The master learns of arrivals from its index, not from data events: its own consumer wakes.
     With polling off (poll_interval: an hour), a consumer that waits with nothing held can only be

@@ -235,6 +235,8 @@ async def test_a_value_no_clone_decodes_is_refused_and_the_clones_go_on(broker: 
                     await store.put(bad, 1)
             with pytest.raises(BackendError, match="cannot encode"):
                 await store.push("vec", [datetime.date(2024, 1, 2)])
+            with pytest.raises(BackendError, match="cannot encode"):
+                await store.put_unique("k", uuid.UUID(int=2))
         await m.put("after", 1)
         await c.put("from-clone", 2)
         assert await c.await_idle(5) and await m.await_idle(5)
