@@ -453,8 +453,7 @@ class Endpoint:
 
     @property
     def max_payload(self) -> int:
-        """The largest node message or raw payload, in bytes, that fits in one PUBLISH the broker
-        accepts (see :meth:`check_payload_size`)."""
+        """The most bytes of node message or raw payload one PUBLISH carries (:meth:`check_payload_size`)."""
         return self._sender.max_payload
 
     def check_payload_size(self, size: int) -> None:

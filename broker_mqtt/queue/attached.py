@@ -33,35 +33,31 @@ import anyio.abc
 
 from ..endpoint.attaching import attaching
 from ..endpoint.events import PeerLost, PeerRemoved
-from ..errors import BrokerMQTTError, PayloadTooLarge
+from ..errors import BrokerMQTTError
 from ..store.clock import clock
 from ..store.commands import WriteCommand
 from ..store.elected import ElectedStore
 from ..store.elected_attach import attach_store
-from ..store.errors import BackendError, StoreError
+from ..store.errors import StoreError
 from ..store.events import EventsDropped, Inserted, MasterChanged, Updated
 from ..store.writer import StoreWriter
-from ..store.writer_core import RECORD_SLACK, checked_size
 from ..wire.message import Kind
-from .batching import GroupCommit
 from .commands import (
     MAX_ERASES,
-    PUBLISHED_OVERHEAD,
     START_NEXT,
     START_OLDEST,
     Forget,
-    Publish,
     RegisterReader,
     ReleaseOwner,
     RemoveReader,
     Sweep,
     check_reader_name,
-    largest_acquire,
 )
 from .consumer import LINGER, Consumer, Delivery
-from .errors import MessageTooLarge, QueueError
+from .errors import QueueError
 from .log import POLL, LogReader
 from .model import READER_PREFIX, MessageRecord, MessageState, index_for, is_message_key, is_pointer
+from .publishing import Publisher
 
 if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint
@@ -120,7 +116,7 @@ class WorkQueue:
         self.hint_topic = f"/$queue/{name}/ready"
         self._write_timeout = write_timeout
         self._writer: StoreWriter | None = None
-        self._publisher = GroupCommit(self._publish_batch, in_flight=4)
+        self._publisher = Publisher(self.write, ep.check_payload_size, max_deliveries)
         self._arrivals = 0  # messages that became ready (or hints of them) seen so far
         self._listeners = 0  # consumers and log readers of this handle: they need to hear of arrivals
         self._arrival_events: Any = None
@@ -224,25 +220,14 @@ class WorkQueue:
         BackendError for ``data`` outside the data model) and :class:`~.errors.MessageTooLarge` for
         ``data`` too large to be delivered (over about half of the broker's maximum packet less
         33 KiB; ``docs/queues.md``, "Sizes"); either for it alone, not the publishes that share its write."""
-        first: int | Exception = await self._publisher.submit(data)
-        if isinstance(first, Exception):
-            raise first
-        return first
+        return await self._publisher.publish(data)
 
     async def publish_many(self, items: list[Any]) -> list[int]:
         """Append ``items`` in order in one write; return their (consecutive) ids once durable.
         Raises, publishing none, BackendError or MessageTooLarge for the first item that
         :meth:`publish` would refuse, and PayloadTooLarge if together they would make a record the
         broker refuses (publish them in parts)."""
-        if not items:
-            return []
-        bad, size = self._check_items(items)
-        if bad:
-            raise next(iter(bad.values()))
-        assert size is not None
-        self.endpoint.check_payload_size(size + PUBLISHED_OVERHEAD * len(items) + RECORD_SLACK)
-        first: int = await self.write(Publish(list(items), self.max_deliveries))
-        return list(range(first, first + len(items)))
+        return await self._publisher.publish_many(items)
 
     def consume(self, *, prefetch: int = 10, lease: float | None = None) -> Consumer:
         """A consumer holding at most ``prefetch`` messages, with a lease of ``lease`` s (default: the
@@ -275,78 +260,6 @@ class WorkQueue:
         ``async with queue.read_log(name) as log: async for entry in log: ...; await log.commit()``;
         see :class:`~.log.LogReader`. Raises ValueError for a bad name, QueueError without a replica."""
         return LogReader(self, _reader_name(name))
-
-    def _check_items(self, items: list[Any]) -> tuple[dict[int, Exception], int | None]:
-        """The items that cannot be published, each with why: outside the data model (BackendError),
-        or too large to be delivered (MessageTooLarge: see :func:`.commands.largest_acquire`); and
-        the items' size bound if all can be. All are bounded together first; one by one only if that
-        fails."""
-        check = self.endpoint.check_payload_size
-        try:
-            size = checked_size(items)
-            check(largest_acquire(size) + RECORD_SLACK)
-            return {}, size
-        except (PayloadTooLarge, BackendError):
-            pass
-        bad: dict[int, Exception] = {}
-        for i, item in enumerate(items):
-            try:
-                size = checked_size(item)
-            except BackendError as exc:
-                bad[i] = exc
-                continue
-            try:
-                check(largest_acquire(size) + RECORD_SLACK)
-            except PayloadTooLarge as exc:
-                bad[i] = MessageTooLarge(size, exc.limit)
-                bad[i].__cause__ = exc
-        return bad, None
-
-    async def _publish_batch(self, items: list[Any]) -> list[int | Exception]:
-        """Publish a group-committed batch: an item that cannot be published fails alone (its answer
-        is the exception), the rest go in one write, or in parts while the record that carries them
-        would be too large for the broker."""
-        bad, size = self._check_items(items)
-        if not bad:
-            return await self._publish_in_parts(items, size)
-        good = [item for i, item in enumerate(items) if i not in bad]
-        ids = iter(await self._publish_in_parts(good) if good else ())
-        return [bad[i] if i in bad else next(ids) for i in range(len(items))]
-
-    async def _publish_in_parts(self, items: list[Any], size: int | None = None) -> list[int | Exception]:
-        """Publish ``items`` (their size bound: ``size``) in one write, else in halves (and halves of
-        them) while the broker would refuse the record; in order. A part that fails after one was
-        published answers its own items with the exception."""
-        try:
-            if size is None:
-                size = checked_size(items)
-            self.endpoint.check_payload_size(size + PUBLISHED_OVERHEAD * len(items) + RECORD_SLACK)
-            first: int = await self.write(Publish(items, self.max_deliveries))
-        except PayloadTooLarge:  # together too large for one record
-            if len(items) == 1:
-                raise
-            half = len(items) // 2
-            head = await self._publish_in_parts(items[:half])
-            try:
-                tail = await self._publish_in_parts(items[half:])
-            except Exception as exc:  # the head is published: only the tail fails
-                tail = [exc] * (len(items) - half)
-            return [*head, *tail]
-        except BackendError:  # refused when placed (nothing queued): which item?
-            if len(items) == 1:
-                raise
-            bad: dict[int, Exception] = {}
-            for i, item in enumerate(items):
-                try:
-                    checked_size(item)
-                except BackendError as exc:
-                    bad[i] = exc
-            if not bad:
-                raise  # not an item's fault (a stopped store, say)
-            good = [item for i, item in enumerate(items) if i not in bad]
-            ids = iter(await self._publish_in_parts(good))
-            return [bad[i] if i in bad else next(ids) for i in range(len(items))]
-        return list(range(first, first + len(items)))
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
