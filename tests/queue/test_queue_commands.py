@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker_mqtt.queue import MessageState
 from broker_mqtt.queue.commands import (
@@ -335,6 +337,53 @@ def test_no_queue_record_passes_record_bytes_with_many_small_messages() -> None:
         forgets.append(answer)
     assert sum(n for n, _ in forgets) == 7500 and len(forgets) > 1
     assert max(size for _, size in forgets) <= LIMIT
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 3000).map(lambda n: b"x" * n), st.integers(0, 800).map(lambda n: "\u00e9" * n),
+                          st.lists(st.integers(), max_size=50)), min_size=100, max_size=400),
+       st.lists(st.sampled_from(["accept", "release", "reject", "return"]), min_size=1, max_size=300),
+       st.booleans())
+def test_every_record_of_random_traffic_fits(data: list[Any], actions: list[str], reader: bool) -> None:
+    """Messages of random sizes, acquired by a consumer asking for up to 1,000, settled in the
+    parts a consumer cuts with random actions (a log reader behind or not), released: each record
+    encodes to at most RECORD_BYTES and the record's slack."""
+    from broker_mqtt.store.writer_core import RECORD_SLACK
+
+    owner = "e" * 32 + ".0123abcd"
+    state = VersionedState()
+    for i in range(0, len(data), 20):  # (a publisher cuts its records: queues, "Sizes")
+        run(state, Publish(data[i:i + 20]))
+    sizes: list[int] = []
+    if reader:
+        run(state, RegisterReader("r", "oldest"))
+    held: dict[int, Any] = {}
+    while got := _record_size(state, Acquire(owner, 1000, 30.0)):
+        if not got[0]:
+            break
+        held.update((m[0], m[1]) for m in got[0])
+        sizes.append(got[1])
+    assert len(held) == len(data)
+    part: list[list[Any]] = []
+    room = RECORD_BYTES
+    for i, (msg_id, d) in enumerate(sorted(held.items())):
+        action = actions[i % len(actions)]
+        reason = "bad" if action == "reject" else None
+        cost = settled_cost(d, reason)
+        if part and room - cost < 0:
+            sizes.append(_record_size(state, Settle(owner, part))[1])
+            part, room = [], RECORD_BYTES
+        part.append([msg_id, action, reason, 1])
+        room -= cost
+    sizes.append(_record_size(state, Settle(owner, part))[1])
+    while got := _record_size(state, Acquire(owner, 1000, 30.0)):  # the released and returned ones
+        if not got[0]:
+            break
+        sizes.append(got[1])
+    while (released := _record_size(state, ReleaseOwner(owner, "lease expired")))[0]:
+        sizes.append(released[1])
+    assert max(sizes) <= RECORD_BYTES + RECORD_SLACK
+    assert len(sizes) >= 2
 
 
 def test_a_message_no_acquire_can_carry_is_dead_lettered_not_a_poison_record() -> None:
