@@ -207,7 +207,7 @@ async def test_a_queue_whose_store_stops_ends_its_consumers_and_refuses_one_bad_
         assert isinstance(results.pop(3), BackendError)
         assert all(isinstance(v, int) for v in results.values()) and len(results) == 7
         # a shared write holding it (the group commit's batch): refused when placed, the rest go out
-        first, bad, last = await q._publish_batch([["job", "a"], object(), ["job", "b"]])
+        first, bad, last = await q._publisher._publish_batch([["job", "a"], object(), ["job", "b"]])
         assert isinstance(first, int) and last == first + 1 and isinstance(bad, BackendError)
 
         async with q.consume(prefetch=4) as deliveries:
