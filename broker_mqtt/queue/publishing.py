@@ -16,7 +16,8 @@ from typing import Any
 from ..errors import PayloadTooLarge
 from ..store.commands import WriteCommand
 from ..store.errors import BackendError
-from ..store.writer_core import RECORD_SLACK, checked_size
+from ..store.packing import checked_size
+from ..store.writer_core import RECORD_SLACK
 from .batching import GroupCommit
 from .commands import PUBLISHED_OVERHEAD, Publish, largest_acquire
 from .errors import MessageTooLarge

@@ -37,20 +37,20 @@ import anyio.lowlevel
 
 from .. import channel as ch
 from ..endpoint.event_stream import EventStream
-from ..errors import PayloadTooLarge, peer_repr
-from ..wire import codec
+from ..errors import PayloadTooLarge
 from ..wire.identity import node_endpoint
 from ..wire.message import Kind
 from .clock import clock
 from .commands import WriteCommand
 from .discovery import claimed_node, decode_store_message
-from .errors import BackendError, StoreDecodeError, StoreError
+from .errors import StoreDecodeError, StoreError
 from .events import EventsDropped, StoreStatistics
 from .faults import FaultInjector, Faults
 from .master import Envelope
 from .node_ids import new_node_id
 from .observed import ObservedBackend
 from .operations import WriteOperations
+from .packing import checked_size
 
 if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint
@@ -335,11 +335,7 @@ class StoreHandle(WriteOperations):
         for value in (getattr(command, "key", None), getattr(command, "value", None),
                       getattr(command, "index", None)):
             if value is not None and not isinstance(value, SCALARS):
-                wire = command.to_wire()
-                try:
-                    size = codec.size_bound(wire)
-                except codec.EncodeError as exc:
-                    raise BackendError(f"cannot encode {peer_repr(wire, 80)}: {exc}") from exc
+                size = checked_size(command.to_wire())
                 self.endpoint.check_payload_size(size + _ENVELOPE_SLACK)
                 return
 

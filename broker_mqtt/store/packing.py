@@ -13,10 +13,11 @@ from typing import Any
 
 import cbor2
 
+from ..errors import EncodeError, peer_repr
 from ..wire import codec
 from .errors import BackendError
 
-__all__ = ["Packed", "pack", "pack_array", "unpack", "canonical"]
+__all__ = ["Packed", "pack", "pack_array", "unpack", "canonical", "checked_size", "is_plain", "plain_size"]
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -107,3 +108,35 @@ class Packed:
 
     def __init__(self, data: bytes) -> None:
         self.data = data
+
+
+_PLAIN: frozenset[type] = frozenset({int, float, bool, bytes, type(None)})
+
+
+def is_plain(value: Any) -> bool:
+    """``value`` is a scalar CBOR encodes whatever it holds (a str only if ASCII: a lone surrogate
+    does not encode)."""
+    t = type(value)
+    return t in _PLAIN or (t is str and value.isascii())
+
+
+def plain_size(value: Any) -> int:
+    """At least the size of a plain value's encoding (:func:`is_plain`), and at most 9 bytes more."""
+    t = type(value)
+    if t is str or t is bytes:
+        return len(value) + 9
+    return value.bit_length() // 8 + 12 if t is int else 9  # (an int past 64 bits: a bignum)
+
+
+def checked_size(value: Any) -> int:
+    """A bound of the size of ``value``'s encoding (:func:`~broker_mqtt.wire.codec.size_bound`), the
+    check every store makes of a write before it takes it: BackendError if ``value`` is outside the
+    data model, what every receiver decodes too (cbor2 encodes a date or a UUID, which decoders
+    refuse; containers nested past ``VALUE_DEPTH`` would pass the decoders' limit inside a log
+    record). A plain scalar needs no walk."""
+    if is_plain(value):
+        return plain_size(value)
+    try:
+        return codec.size_bound(value)
+    except (EncodeError, ValueError) as exc:
+        raise BackendError(f"cannot encode {peer_repr(value, 80)}: {exc}") from exc

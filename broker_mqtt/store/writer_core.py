@@ -25,34 +25,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import EncodeError, ForgedMessage, peer_repr
-from ..wire import codec
+from ..errors import ForgedMessage
 from .commands import Put, WriteCommand
-from .errors import BackendError, StoreError, Timeout, error_from_wire
+from .errors import StoreError, Timeout, error_from_wire
 from .history import Epoch
+from .packing import checked_size, is_plain, plain_size
 from .replica_events import Role
 from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode, group_writes, sender_of
 
-__all__ = ["NoMaster", "WriterCore", "checked_size"]
+__all__ = ["NoMaster", "WriterCore"]
 
 #: bytes a write's log record and its message add to the write's own encoding (epoch, stamps, origin
 #: and writer ids, the node message and topic): ``check_size`` is asked about the record that carries
 #: a write, so that a write is refused when placed if the broker would refuse that (PayloadTooLarge)
 RECORD_SLACK = 1024
-_PLAIN: frozenset[type] = frozenset({int, float, bool, bytes, type(None)})
 #: bytes of a write below which its size is not checked against the broker's maximum packet: a broker
 #: that cannot carry a few kilobytes cannot carry this store's own messages (snapshot chunks, log
 #: messages of 64 records) either; the check is then saved on the usual small put
 SMALL_WRITE = 4096
 _SMALL: frozenset[type] = frozenset({int, float, bool, type(None)})  # values of at most 9 bytes (ints under _BIG)
 _BIG = 1 << 64
-
-
-def _plain(value: Any) -> bool:
-    """``value`` is a scalar CBOR encodes whatever it holds (a str only if ASCII: a lone surrogate
-    does not encode)."""
-    t = type(value)
-    return t in _PLAIN or (t is str and value.isascii())
 
 
 def _plain_put_size(put: Put) -> int | None:
@@ -64,30 +56,9 @@ def _plain_put_size(put: Put) -> int | None:
     if type(key) is str and type(value) in _SMALL and len(key) <= SMALL_WRITE and key.isascii() \
             and (type(value) is not int or -_BIG < value < _BIG):
         return 0
-    if _plain(key) and _plain(value):
-        return _plain_size(key) + _plain_size(value) + 32
+    if is_plain(key) and is_plain(value):
+        return plain_size(key) + plain_size(value) + 32
     return None
-
-
-def checked_size(value: Any) -> int:
-    """A bound of the size of ``value``'s encoding (:func:`~broker_mqtt.wire.codec.size_bound`);
-    BackendError if it is outside the data model: what every receiver decodes too (cbor2 encodes a
-    date or a UUID, which decoders refuse; containers nested past ``VALUE_DEPTH`` would pass the
-    decoders' limit inside a log record). A plain scalar needs no walk."""
-    if _plain(value):
-        return _plain_size(value)
-    try:
-        return codec.size_bound(value)
-    except (EncodeError, ValueError) as exc:
-        raise BackendError(f"cannot encode {peer_repr(value, 80)}: {exc}") from exc
-
-
-def _plain_size(value: Any) -> int:
-    """At least the size of a plain value's encoding, and at most 9 bytes more."""
-    t = type(value)
-    if t is str or t is bytes:
-        return len(value) + 9
-    return value.bit_length() // 8 + 12 if t is int else 9  # (an int past 64 bits: a bignum)
 
 
 class NoMaster(Timeout):
