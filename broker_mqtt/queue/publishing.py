@@ -91,6 +91,11 @@ class Publisher:
         bad, size = self._check_items(items)
         if not bad:
             return await self._publish_in_parts(items, size)
+        return await self._publish_without(items, bad)
+
+    async def _publish_without(self, items: list[Any], bad: dict[int, Exception]) -> list[int | Exception]:
+        """Publish the items whose index is not in ``bad``; the answers of all, in order: ``bad[i]``
+        for the others."""
         good = [item for i, item in enumerate(items) if i not in bad]
         ids = iter(await self._publish_in_parts(good) if good else ())
         return [bad[i] if i in bad else next(ids) for i in range(len(items))]
@@ -125,7 +130,5 @@ class Publisher:
                     bad[i] = exc
             if not bad:
                 raise  # not an item's fault (a stopped store, say)
-            good = [item for i, item in enumerate(items) if i not in bad]
-            ids = iter(await self._publish_in_parts(good))
-            return [bad[i] if i in bad else next(ids) for i in range(len(items))]
+            return await self._publish_without(items, bad)
         return list(range(first, first + len(items)))
