@@ -138,6 +138,22 @@ async def _master_standby_writer(broker: EmbeddedBroker, namespace: str, *, besi
                 await q.close()
 
 
+@contextlib.asynccontextmanager
+async def _master_and_standby(broker: EmbeddedBroker, namespace: str, name: str) -> AsyncIterator[tuple[Any, Any]]:
+    """Queue ``name``: its master on endpoint a and a second replica, never master, on b; both know
+    the master when this yields."""
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        qa = await attach_queue(a, name, election=ELECTION)
+        qb = await attach_queue(b, name, election=ELECTION, candidate=False)
+        try:
+            with anyio.fail_after(30):
+                assert await qa.await_master() and await qb.await_master()
+            yield qa, qb
+        finally:
+            await qb.close()
+            await qa.close()
+
+
 @pytest.mark.anyio
 async def test_a_consumer_without_a_replica_on_the_masters_endpoint(broker: EmbeddedBroker, namespace: str) -> None:
     """The master's hints, answers and the consumer's writes stay on one endpoint (no broker echo).
@@ -210,11 +226,8 @@ async def test_messages_near_the_brokers_maximum_packet(namespace: str) -> None:
     from broker_mqtt.store.errors import BackendError
 
     with EmbeddedBroker(max_packet_size=100_000) as small:
-        async with Endpoint(small, namespace=namespace) as a, Endpoint(small, namespace=namespace) as b:
-            qa = await attach_queue(a, "big", election=ELECTION)
-            qb = await attach_queue(b, "big", election=ELECTION, candidate=False)
+        async with _master_and_standby(small, namespace, "big") as (qa, qb):
             with anyio.fail_after(60):
-                assert await qa.await_master() and await qb.await_master()
                 ids: dict[int, int | BaseException] = {}
 
                 async def publish(i: int, data: Any) -> None:
@@ -278,8 +291,6 @@ async def test_messages_near_the_brokers_maximum_packet(namespace: str) -> None:
                 assert await qa.store.await_idle(10) and await qb.store.await_idle(10)
                 assert qa.statistics().ready == qb.statistics().ready == 1000
                 assert qa.statistics().acquired == qb.statistics().acquired == 0
-            await qb.close()
-            await qa.close()
 
 
 @pytest.mark.anyio
@@ -291,11 +302,8 @@ async def test_a_message_published_unchecked_that_no_acquire_carries_is_dead_let
     from broker_mqtt.queue.commands import Publish
 
     with EmbeddedBroker(max_packet_size=100_000) as small:
-        async with Endpoint(small, namespace=namespace) as a, Endpoint(small, namespace=namespace) as b:
-            qa = await attach_queue(a, "poison", election=ELECTION)
-            qb = await attach_queue(b, "poison", election=ELECTION, candidate=False)
+        async with _master_and_standby(small, namespace, "poison") as (qa, qb):
             with anyio.fail_after(60):
-                assert await qa.await_master() and await qb.await_master()
                 assert await qb.write(Publish(["z" * 60_000, "after"])) == 1
                 async with qb.consume(prefetch=10) as deliveries:
                     async for d in deliveries:
@@ -306,8 +314,6 @@ async def test_a_message_published_unchecked_that_no_acquire_carries_is_dead_let
                 for q in (qa, qb):
                     [dead] = q.dead_letters()
                     assert dead.id == 1 and "too large to deliver" in (dead.reason or "")
-            await qb.close()
-            await qa.close()
 
 
 @pytest.mark.anyio
