@@ -258,6 +258,24 @@ async def test_every_publish_is_confirmed_once(world: World) -> None:
         assert [m.qos for m in got] == [i % 2 for i in range(40)]
 
 
+@pytest.mark.mosquitto
+async def test_the_subscriber_acknowledges_every_qos1_publish() -> None:
+    """Every QoS 1 PUBLISH received is acknowledged (the reader sends the PUBACKs of a read after
+    the subscriber's turn): a mosquitto that keeps at most 3 unacknowledged PUBLISHes to a client
+    sends the next only after a PUBACK, so all 300 arrive only if every PUBACK went."""
+    with EmbeddedBroker(extra_config="max_inflight_messages 3") as mosquitto:
+        w = World("own mosquitto", mosquitto)
+        try:
+            topic = w.topic("acks")
+            async with client(w, "a") as a, client(w, "s") as s:
+                await s.conn.subscribe(topic, sub_id=1, no_local=False)
+                for i in range(300):
+                    a.conn.publish(topic, b"%d" % i, 1, False)
+                assert payloads(await s.take(300)) == [b"%d" % i for i in range(300)]
+        finally:
+            w.close()
+
+
 async def test_wildcards(world: World) -> None:
     t = world.topic
     async with client(world, "a") as a, client(world, "s") as s:
