@@ -116,9 +116,10 @@ class ReplicaBase:
         self._snap_paused_at = -math.inf  # when it began serving them, after a while without
         # master side
         self._held: dict[str, dict[int, tuple[str, list[Any]]]] = {}
-        #: Whether anyone wants the data changes of a whole-state replacement (a snapshot installed, a
-        #: merge): the I/O layer sets it (ElectedStore: an open event stream wants data). False: none
-        #: is built (a joiner's would be one per key).
+        #: Whether anyone wants data changes: of the records applied, and of a whole-state replacement
+        #: (a snapshot installed, a merge). The I/O layer sets it (ElectedStore: an open event stream
+        #: wants data). False: no change is built (a joiner's would be one per key; a work queue's
+        #: standby reads none).
         self.wants_data: Callable[[], bool] = _always
         self._acked_n: dict[str, int] = {}  # writer -> the last n answered (this mastership)
         self._unacked: dict[str, None] = {}  # the writers with writes applied and not yet answered

@@ -297,10 +297,11 @@ class FollowerSide(MasterSide):
             self._set_master(None, "master resigned")
 
     def _apply_records(self, records: list[Record]) -> None:
+        report = self.wants_data()
         for rec in records:
             if rec.seq == self.state.last_seq + 1:
                 self.clock.observe(rec.hlc)
-                changes = self.state.apply(rec)
+                changes = self.state.apply(rec, report=report)
                 self.stats.records_applied += 1
                 self._log.append(rec)
                 self._ack_due = True

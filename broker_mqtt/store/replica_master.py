@@ -447,7 +447,7 @@ class MasterSide(ClaimSide):
                 del unanswered[next(iter(unanswered))]  # the oldest: answered from the state's, if it has it
 
     def _append(self, record: Record) -> None:
-        changes = self.state.apply(record)
+        changes = self.state.apply(record, report=self.wants_data())
         self.stats.records_applied += 1
         self._log.append(record)
         self._out_log.append(record)

@@ -301,11 +301,12 @@ class VersionedState:
 
     # -- changes ------------------------------------------------------------------------------------
 
-    def apply(self, record: Record) -> list[Change]:
-        """Apply the next record (``record.seq`` must be ``last_seq + 1``); return visible changes."""
+    def apply(self, record: Record, *, report: bool = True) -> list[Change]:
+        """Apply the next record (``record.seq`` must be ``last_seq + 1``); return visible changes
+        (``report=False``: none built, an empty list: nobody reads a work queue's at its standbys)."""
         if record.seq != self.last_seq + 1:
             raise ValueError(f"record {record.seq} does not follow {self.last_seq}")
-        changes: list[Change] = []
+        changes: list[Change] | None = [] if report else None
         op = record.op
         origin = record.origin
         stamp = self._stamper.stamp(record.hlc, origin, record.seq)
@@ -331,11 +332,11 @@ class VersionedState:
         if len(self.applied) > WRITERS_KEPT:  # deterministic: every replica applies the same records
             keep = sorted(self.applied.items(), key=lambda item: item[1].seq)[WRITERS_KEPT // 10:]
             self.applied = dict(keep)
-        return changes
+        return [] if changes is None else changes
 
-    def _apply_op(self, op: tuple[Any, ...], stamp: int, origin: str, changes: list[Change]) -> None:
+    def _apply_op(self, op: tuple[Any, ...], stamp: int, origin: str, changes: list[Change] | None) -> None:
         """Apply one op of a record (its ``stamp``, its ``origin``), not a ``put`` (apply does those) nor
-        a ``many``; append its visible changes to ``changes``."""
+        a ``many``; append its visible changes to ``changes`` (None: build none)."""
         kind = op[0]
         if kind == "erase" or kind == "expire":
             key = op[1]
@@ -357,11 +358,11 @@ class VersionedState:
             self._set(k, key, value, stamp, origin, op[-1], changes)
 
     # _set and _tombstone take the key both packed (``k``, the dict key) and as given (``key``), and
-    # append the visible change to ``changes``. ``if self._expiring``: a state without expiring keys
+    # append the visible change to ``changes`` (None: none is built). ``if self._expiring``: a state without expiring keys
     # (a work queue's) skips the dict operation.
 
     def _set(self, k: bytes, key: Any, value: Any, stamp: int, origin: str, expiry: float | None,
-             changes: list[Change]) -> None:
+             changes: list[Change] | None) -> None:
         old = self._values.get(k, _ABSENT)
         self._values[k] = value
         self._stamps[k] = stamp
@@ -373,11 +374,13 @@ class VersionedState:
         if old is _ABSENT:
             if (not self._tombstones or self._tombstones.pop(k, _ABSENT) is _ABSENT) and self._new_keys is not None:
                 self._note_new(k)
-            changes.append(Change(key, False, None, True, value, origin))
-        else:
+            if changes is not None:
+                changes.append(Change(key, False, None, True, value, origin))
+        elif changes is not None:
             changes.append(Change(key, True, old, True, value, origin))
 
-    def _tombstone(self, k: bytes, key: Any, stamp: int, origin: str, changes: list[Change], expired: bool) -> None:
+    def _tombstone(self, k: bytes, key: Any, stamp: int, origin: str, changes: list[Change] | None,
+                   expired: bool) -> None:
         old = self._values.pop(k, _ABSENT)
         self._dirty.add(k)
         if old is _ABSENT:
@@ -389,7 +392,7 @@ class VersionedState:
             if self._expiring:
                 self._expiring.pop(k, None)
         self._tombstones[k] = stamp
-        if old is not _ABSENT:
+        if old is not _ABSENT and changes is not None:
             changes.append(Change(key, True, old, False, None, origin, expired))
 
     def replace(self, versions: Iterable[tuple[Any, Version]], *, last_seq: int, lineage: Lineage,

@@ -29,9 +29,9 @@ def _ops(net: SimNet, name: str) -> list[tuple[Any, ...]]:
     seen: list[tuple[Any, ...]] = []
     apply = state.apply
 
-    def recording(record: Record) -> Any:
+    def recording(record: Record, *, report: bool = True) -> Any:
         seen.extend(record.op[1] if record.op[0] == "many" else [record.op])
-        return apply(record)
+        return apply(record, report=report)
 
     state.apply = recording  # type: ignore[method-assign]
     return seen

@@ -260,7 +260,8 @@ def test_a_malformed_writer_row_installs_nothing_and_the_fetch_starts_over(row: 
 
 
 def test_a_joiner_builds_the_changes_of_a_snapshot_only_when_they_are_wanted() -> None:
-    """One change per key for a joiner's event streams; none built when nobody wants data changes."""
+    """One change per key for a joiner's event streams; none built when nobody wants data changes,
+    neither of the snapshot nor of the records applied after it, until someone does."""
     with filled() as net:
         c = net.add("c")
         c.replica.wants_data = lambda: False
@@ -269,9 +270,14 @@ def test_a_joiner_builds_the_changes_of_a_snapshot_only_when_they_are_wanted() -
         assert net.contents("c") == net.contents("d") == net.contents("a")
         assert c.replica.stats.snapshots_installed == d.replica.stats.snapshots_installed == 1
         assert c.changes == 0 and d.changes == 400
-        net.write("a", Put("k0000", "new"))  # a change after the install is reported whatever the flag
+        net.write("a", Put("k0000", "new"))  # a record applied while nobody wants its change
         net.run(1.0)
-        assert c.changes == 1 and d.changes == 401
+        assert c.changes == 0 and d.changes == 401
+        c.replica.wants_data = lambda: True
+        net.write("a", Put("k0001", "new"))
+        net.run(1.0)
+        assert c.changes == 1 and d.changes == 402
+        assert net.contents("c") == net.contents("d") == net.contents("a")
 
 
 def test_a_joiner_decodes_each_chunk_as_it_comes_and_adopts_them_whole_at_the_end() -> None:

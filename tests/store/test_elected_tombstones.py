@@ -27,12 +27,12 @@ def _forgets(net: SimNet, name: str) -> list[tuple[int, list[Any]]]:
     seen: list[tuple[int, list[Any]]] = []
     apply = state.apply
 
-    def recording(record: Record) -> Any:
+    def recording(record: Record, *, report: bool = True) -> Any:
         ops = record.op[1] if record.op[0] == "many" else [record.op]
         keys = [op[1] for op in ops if op[0] == "forget"]
         if keys:
             seen.append((record.seq, keys))
-        return apply(record)
+        return apply(record, report=report)
 
     state.apply = recording  # type: ignore[method-assign]
     return seen
