@@ -193,8 +193,8 @@ def _finish(state: VersionedState, ops: list[tuple[Any, ...]], answer: Any) -> t
 
 
 def _record(state: VersionedState, msg_id: int) -> MessageRecord | None:
-    v = state.version(msg_id)
-    return None if v is None or v.deleted else MessageRecord.from_wire(v.value)
+    wire = state.value(msg_id)
+    return None if wire is None else MessageRecord.from_wire(wire)
 
 
 def _back(rec: MessageRecord, reason: str) -> MessageRecord:
@@ -246,8 +246,7 @@ class Acquire(ComputedCommand):
         owner_cost = len(owner) + ACQUIRED_OVERHEAD
         limit = state.record_limit
         for msg_id in index_for(state).first_ready(self.n):
-            v = state.version(msg_id)
-            wire = None if v is None or v.deleted else v.value
+            wire = state.value(msg_id)
             peek = None if wire is None else record_state(wire)
             if wire is None or peek is None or peek[0] is not MessageState.READY:  # cannot happen; if it did: rebuild
                 forget_index(state)

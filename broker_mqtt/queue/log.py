@@ -182,8 +182,8 @@ class LogReader:
             steps += 1
             msg_id = self._cursor
             self._cursor += 1
-            v = state.version(msg_id)
-            rec = None if v is None or v.deleted else MessageRecord.from_wire(v.value)
+            wire = state.value(msg_id)
+            rec = None if wire is None else MessageRecord.from_wire(wire)
             if rec is not None:
                 return LogEntry(msg_id, rec.data, rec.state, rec.count, rec.reason)
         return None

@@ -96,20 +96,21 @@ def published_wire(data: Any, max_deliveries: int | None) -> dict[str, Any]:
 
 
 _STATES = {s.value: s for s in MessageState}  # a dict look-up: cheaper than MessageState(value)
-_FIELDS = frozenset(("data", "state", "owner", "count", "max", "reason"))
 
 
 def record_state(value: Any) -> tuple[MessageState, Any] | None:
     """What the index needs of a stored value: ``(state, owner)`` if it is a record (exactly when
     :meth:`MessageRecord.from_wire` gives one), else None; without building the record."""
     try:
-        if not value.keys() >= _FIELDS:
-            return None
         state = _STATES[value["state"]]
-        int(value["count"])
+        count = value["count"]
+        if type(count) is not int:
+            int(count)
+        owner = value["owner"]
+        value["data"], value["max"], value["reason"]  # noqa: B018 - KeyError if a field is missing
     except (AttributeError, TypeError, KeyError, ValueError, OverflowError):
         return None
-    return state, value["owner"]
+    return state, owner
 
 
 class QueueIndex:
@@ -139,7 +140,7 @@ class QueueIndex:
 
     def note(self, key: Any, value: Any) -> None:
         """``key`` now holds ``value`` (None: erased)."""
-        if is_message_key(key):
+        if type(key) is int:  # (is_message_key, inline: three times a message at the master)
             owner = self.owner_of.pop(key, None)
             if owner is not None:
                 held = self.owned.get(owner)
@@ -148,7 +149,8 @@ class QueueIndex:
                     if not held:
                         del self.owned[owner]
             self.ready.discard(key)
-            self.done.discard(key)
+            if self.done:
+                self.done.discard(key)
             peek = None if value is None else record_state(value)
             if peek is None:
                 return

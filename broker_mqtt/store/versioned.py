@@ -215,6 +215,10 @@ class VersionedState:
         """The key's current version: live, a tombstone, or None (never written, or forgotten)."""
         return self.packed_version(pack(key))
 
+    def value(self, key: Any, default: Any = None) -> Any:
+        """The key's live value, or ``default`` (erased, or never written); no :class:`Version` built."""
+        return self._values.get(pack(key), default)
+
     def get(self, key: Any) -> Any:
         value = self._values.get(pack(key), _ABSENT)
         if value is _ABSENT:

@@ -265,3 +265,18 @@ def test_array_keys_come_back_as_tuples() -> None:
     _apply(s, ("put", (1, (2, 3)), "v", None), ("put", [4, 5], "w", None))
     assert sorted(s.keys(), key=repr) == [(1, (2, 3)), (4, 5)]
     assert s.get([1, [2, 3]]) == "v"
+
+
+def test_value_is_the_live_value_or_the_default_as_version_says() -> None:
+    """``value(key, default)`` (no Version built) agrees with ``version(key)`` for live, erased
+    and never-written keys, and keys that pack alike (a tuple and a list) are one key."""
+    state = VersionedState()
+    ops = [("put", 1, {"data": [1, 2]}, None), ("put", (1, "a"), None, None), ("put", "gone", 5, None),
+           ("erase", "gone")]
+    state.apply(Record(1, (1, "m"), 10, "o", "w", 1, ("many", ops)), report=False)
+    assert len(state) == 2 and state.tombstones == 1
+    for key in (1, [1, "a"], (1, "a"), "gone", "never", 1.0):
+        v = state.version(key)
+        live = v is not None and not v.deleted
+        assert state.value(key, "absent") == (v.value if live else "absent"), key
+    assert state.value(1) == {"data": [1, 2]} and state.value("gone") is None
