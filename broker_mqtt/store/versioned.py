@@ -362,8 +362,8 @@ class VersionedState:
             self._set(k, key, value, stamp, origin, op[-1], changes)
 
     # _set and _tombstone take the key both packed (``k``, the dict key) and as given (``key``), and
-    # append the visible change to ``changes`` (None: none is built). ``if self._expiring``: a state without expiring keys
-    # (a work queue's) skips the dict operation.
+    # append the visible change to ``changes`` (None: none is built). ``if self._expiring``: a state
+    # without expiring keys (a work queue's) skips the dict operation.
 
     def _set(self, k: bytes, key: Any, value: Any, stamp: int, origin: str, expiry: float | None,
              changes: list[Change] | None) -> None:
