@@ -287,22 +287,27 @@ class MQTTConnector:
             # two turns of the loop later, once the tasks the messages woke (the receiver, then the
             # subscriber) have run: sent at once, each PUBACK's send() came before the subscriber's
             # turn, in the way of its answer (a store's ack: ~40 µs of a 1 ms write). Nothing is
-            # weaker for it: a message not acknowledged when the connection ends comes again.
+            # weaker for it: a message not acknowledged when the connection ends comes again. They
+            # go before paho reads a packet itself (it acknowledges a PUBLISH it reads at once):
+            # PUBACKs leave in the order their PUBLISHes came (MQTT 5 [MQTT-4.6.0-2]).
             acks: list[int] = []
 
-            def send_acks() -> None:
+            def send_acks() -> bool:
+                """Send the PUBACKs due; False if the connection failed meanwhile."""
                 ids = acks[:]
                 acks.clear()
                 if c._sock is not sock:
-                    return  # that connection is gone; the broker sends them again
+                    return False  # that connection is gone; the broker sends them again
                 try:
                     for packet_id in ids:
                         rc = c._send_puback(packet_id)
                         if rc > 0:  # as paho handles it
                             c._loop_rc_handle(rc)
-                            return
+                            return False
                 except Exception as exc:
                     broken(exc)
+                    return False
+                return True
 
             def read() -> None:
                 try:
@@ -337,6 +342,8 @@ class MQTTConnector:
                                         loop.call_soon(loop.call_soon, send_acks)
                                     acks.append(got.packet_id)
                                 continue
+                        if acks and not send_acks():  # (before any PUBACK of paho's: in order)
+                            return
                         rc = packet_read()
                         if rc == MQTT_ERR_AGAIN:
                             pending = getattr(c._sock, "pending", None)  # TLS: bytes decoded, not read

@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from cuttable import CuttableRelay
 
@@ -258,22 +259,62 @@ async def test_every_publish_is_confirmed_once(world: World) -> None:
         assert [m.qos for m in got] == [i % 2 for i in range(40)]
 
 
+def _sizes(n: int) -> list[int]:
+    """Payload sizes: mostly small, every 7th 5,000 bytes and every 50th 100,000 (a PUBLISH split
+    across the reader's 64 KiB reads, which paho reads and acknowledges itself)."""
+    return [100_000 if i % 50 == 49 else 5_000 if i % 7 == 6 else 10 for i in range(n)]
+
+
 @pytest.mark.mosquitto
 async def test_the_subscriber_acknowledges_every_qos1_publish() -> None:
-    """Every QoS 1 PUBLISH received is acknowledged (the reader sends the PUBACKs of a read after
-    the subscriber's turn): a mosquitto that keeps at most 3 unacknowledged PUBLISHes to a client
-    sends the next only after a PUBACK, so all 300 arrive only if every PUBACK went."""
-    with EmbeddedBroker(extra_config="max_inflight_messages 3") as mosquitto:
+    """Every QoS 1 PUBLISH received is acknowledged, whether the reader takes it or paho does (the
+    reader sends its PUBACKs after the subscriber's turn): a mosquitto that keeps one PUBLISH
+    unacknowledged to a client sends the next only after its PUBACK, so all 300 arrive only if
+    every PUBACK went."""
+    with EmbeddedBroker(extra_config="max_inflight_messages 1") as mosquitto:
         w = World("own mosquitto", mosquitto)
         try:
             topic = w.topic("acks")
             async with client(w, "a") as a, client(w, "s") as s:
                 await s.conn.subscribe(topic, sub_id=1, no_local=False)
-                for i in range(300):
-                    a.conn.publish(topic, b"%d" % i, 1, False)
-                assert payloads(await s.take(300)) == [b"%d" % i for i in range(300)]
+                sent = [b"%d " % i + bytes(size) for i, size in enumerate(_sizes(300))]
+                for payload in sent:
+                    a.conn.publish(topic, payload, 1, False)
+                assert payloads(await s.take(300)) == sent
         finally:
             w.close()
+
+
+@pytest.mark.mosquitto
+async def test_pubacks_leave_in_the_order_their_publishes_came(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MQTT 5 [MQTT-4.6.0-2]: PUBACKs in the order of their PUBLISHes, also when the reader's
+    delayed ones meet one that paho sends for a PUBLISH it read itself (mosquitto numbers a fresh
+    client's PUBLISHes 1, 2, 3, ...)."""
+    import paho.mqtt.client as paho_client
+
+    acked: list[int] = []
+    send_puback = paho_client.Client._send_puback
+
+    def recording(self: Any, mid: int) -> Any:
+        acked.append(mid)
+        return send_puback(self, mid)
+
+    monkeypatch.setattr(paho_client.Client, "_send_puback", recording)
+    with EmbeddedBroker() as mosquitto:
+        w = World("own mosquitto", mosquitto)
+        try:
+            topic = w.topic("order")
+            async with client(w, "a") as a, client(w, "s") as s:
+                await s.conn.subscribe(topic, sub_id=1, no_local=False)
+                for i, size in enumerate(_sizes(600)):
+                    a.conn.publish(topic, b"%d " % i + bytes(size), 1, False)
+                assert len(await s.take(600)) == 600
+                with anyio.fail_after(TIMEOUT):
+                    while len(acked) < 600:  # the last PUBACKs leave a turn or two of the loop later
+                        await anyio.lowlevel.checkpoint()
+        finally:
+            w.close()
+    assert acked == list(range(1, 601))
 
 
 async def test_wildcards(world: World) -> None:
