@@ -140,7 +140,7 @@ class QueueIndex:
 
     def note(self, key: Any, value: Any) -> None:
         """``key`` now holds ``value`` (None: erased)."""
-        if type(key) is int:  # (is_message_key, inline: three times a message at the master)
+        if is_message_key(key):  # (an int subclass too: it packs as the int, so it is that message)
             owner = self.owner_of.pop(key, None)
             if owner is not None:
                 held = self.owned.get(owner)
@@ -159,7 +159,7 @@ class QueueIndex:
                 self.ready.add(key)
                 heapq.heappush(self._heap, key)
                 self.readied += 1
-            elif state is MessageState.ACQUIRED and owner is not None:
+            elif state is MessageState.ACQUIRED and isinstance(owner, str):  # (a peer may write any owner)
                 self.owned.setdefault(owner, set()).add(key)
                 self.owner_of[key] = owner
             elif state is MessageState.DONE:

@@ -604,3 +604,34 @@ def test_a_published_record_is_built_as_to_wire_builds_it() -> None:
 
     for data, m in ((["t", 1], 10), ({"job": 7}, None)):
         assert published_wire(data, m) == MessageRecord(data, max=m).to_wire()
+
+
+def test_an_id_of_an_int_subclass_is_that_message_in_the_masters_index() -> None:
+    """An id of an int subclass (an application's own id type) packs as the int, so it settles that
+    message; the master's index follows (it did not: the released message stayed out of ``ready``
+    and no acquire handed it out until the index was rebuilt)."""
+
+    class Id(int):
+        pass
+
+    state = VersionedState()
+    assert run(state, Publish(["a", "b"])) == 1
+    assert [m[0] for m in run(state, Acquire("c1", 2, 60.0))] == [1, 2]
+    assert run(state, Settle("c1", [[Id(1), "release", None]])) == [None]
+    idx = index_for(state)
+    assert sorted(idx.ready) == sorted(QueueIndex.build(state).ready) == [1]
+    assert run(state, Acquire("c2", 2, 60.0)) == [[1, "a", 2]]
+
+
+@pytest.mark.parametrize("owner", [[1], 5, {"x": 1}])
+def test_a_record_a_peer_wrote_with_an_owner_no_consumer_has_stops_nothing(owner: Any) -> None:
+    """A peer may put any value into a queue's store: an acquired record whose owner is not a string
+    (unhashable, or an int) made every index build raise TypeError, so every later command of the
+    queue failed. Now that message is held by nobody the index knows; the others go on."""
+    state = VersionedState()
+    assert run(state, Publish(["a", "b"])) == 1
+    run(state, Put(1, {"data": "a", "state": "acquired", "owner": owner, "count": 1, "max": None, "reason": None}))
+    assert run(state, Acquire("c1", 5, 60.0)) == [[2, "b", 1]]
+    assert QueueIndex.build(state).owners_of_endpoint("c") == ["c1"]
+    assert run(state, ReleaseOwner("c1", "gone")) is not None
+    assert run(state, Acquire("c2", 5, 60.0)) == [[2, "b", 2]]
