@@ -149,8 +149,7 @@ class QueueIndex:
                     if not held:
                         del self.owned[owner]
             self.ready.discard(key)
-            if self.done:
-                self.done.discard(key)
+            self.done.discard(key)
             peek = None if value is None else record_state(value)
             if peek is None:
                 return

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import anyio
@@ -136,7 +136,14 @@ def restartable_world(request: pytest.FixtureRequest) -> Iterator[World]:
         finally:
             w.close()
         return
-    with EmbeddedBroker() as mosquitto:
+    with _own_world() as w:
+        yield w
+
+
+@contextmanager
+def _own_world(**broker_options: Any) -> Iterator[World]:
+    """A world on a mosquitto of its own (``broker_options``: :class:`EmbeddedBroker`'s), closed after."""
+    with EmbeddedBroker(**broker_options) as mosquitto:
         w = World("own mosquitto", mosquitto)
         try:
             yield w
@@ -271,18 +278,14 @@ async def test_the_subscriber_acknowledges_every_qos1_publish() -> None:
     reader sends its PUBACKs after the subscriber's turn): a mosquitto that keeps one PUBLISH
     unacknowledged to a client sends the next only after its PUBACK, so all 300 arrive only if
     every PUBACK went."""
-    with EmbeddedBroker(extra_config="max_inflight_messages 1") as mosquitto:
-        w = World("own mosquitto", mosquitto)
-        try:
-            topic = w.topic("acks")
-            async with client(w, "a") as a, client(w, "s") as s:
-                await s.conn.subscribe(topic, sub_id=1, no_local=False)
-                sent = [b"%d " % i + bytes(size) for i, size in enumerate(_sizes(300))]
-                for payload in sent:
-                    a.conn.publish(topic, payload, 1, False)
-                assert payloads(await s.take(300)) == sent
-        finally:
-            w.close()
+    with _own_world(extra_config="max_inflight_messages 1") as w:
+        topic = w.topic("acks")
+        async with client(w, "a") as a, client(w, "s") as s:
+            await s.conn.subscribe(topic, sub_id=1, no_local=False)
+            sent = [b"%d " % i + bytes(size) for i, size in enumerate(_sizes(300))]
+            for payload in sent:
+                a.conn.publish(topic, payload, 1, False)
+            assert payloads(await s.take(300)) == sent
 
 
 @pytest.mark.mosquitto
@@ -300,20 +303,16 @@ async def test_pubacks_leave_in_the_order_their_publishes_came(monkeypatch: pyte
         return send_puback(self, mid)
 
     monkeypatch.setattr(paho_client.Client, "_send_puback", recording)
-    with EmbeddedBroker() as mosquitto:
-        w = World("own mosquitto", mosquitto)
-        try:
-            topic = w.topic("order")
-            async with client(w, "a") as a, client(w, "s") as s:
-                await s.conn.subscribe(topic, sub_id=1, no_local=False)
-                for i, size in enumerate(_sizes(600)):
-                    a.conn.publish(topic, b"%d " % i + bytes(size), 1, False)
-                assert len(await s.take(600)) == 600
-                with anyio.fail_after(TIMEOUT):
-                    while len(acked) < 600:  # the last PUBACKs leave a turn or two of the loop later
-                        await anyio.lowlevel.checkpoint()
-        finally:
-            w.close()
+    with _own_world() as w:
+        topic = w.topic("order")
+        async with client(w, "a") as a, client(w, "s") as s:
+            await s.conn.subscribe(topic, sub_id=1, no_local=False)
+            for i, size in enumerate(_sizes(600)):
+                a.conn.publish(topic, b"%d " % i + bytes(size), 1, False)
+            assert len(await s.take(600)) == 600
+            with anyio.fail_after(TIMEOUT):
+                while len(acked) < 600:  # the last PUBACKs leave a turn or two of the loop later
+                    await anyio.lowlevel.checkpoint()
     assert acked == list(range(1, 601))
 
 
