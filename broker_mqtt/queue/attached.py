@@ -40,6 +40,7 @@ from ..store.elected import ElectedStore
 from ..store.elected_attach import attach_store
 from ..store.errors import StoreError
 from ..store.events import EventsDropped, Inserted, MasterChanged, Updated
+from ..store.packing import detached
 from ..store.writer import StoreWriter
 from ..wire.message import Kind
 from .commands import (
@@ -159,16 +160,17 @@ class WorkQueue:
                                counts[MessageState.DONE], redeliveries)
 
     def dead_letters(self) -> list[DeadLetter]:
-        """The dead-letter queue, in id order, as the local replica holds it. Raises QueueError
-        without a replica."""
-        return [DeadLetter(i, r.data, r.count, r.reason) for i, r in self._records() if r.state is MessageState.DEAD]
+        """The dead-letter queue, in id order, as the local replica holds it (the data copied: changing
+        it changes no replica). Raises QueueError without a replica."""
+        return [DeadLetter(i, detached(r.data), r.count, r.reason) for i, r in self._records()
+                if r.state is MessageState.DEAD]
 
     def readers(self) -> dict[str, int]:
         """The registered log readers and their pointers (the last id each committed), as the local
         replica holds them. Raises QueueError without a replica."""
         self._need_replica()
         assert self.store is not None
-        return {key[len(READER_PREFIX):]: value for key, value in sorted(self.store.items_nowait(), key=lambda kv: str(kv[0]))
+        return {key[len(READER_PREFIX):]: value for key, value in sorted(self.store.replica.state.items(), key=lambda kv: str(kv[0]))
                 if isinstance(key, str) and key.startswith(READER_PREFIX) and is_pointer(value)}
 
     def _need_replica(self) -> None:
@@ -180,7 +182,7 @@ class WorkQueue:
         self._need_replica()
         assert self.store is not None
         out = []
-        for key, value in self.store.items_nowait():
+        for key, value in self.store.replica.state.items():  # (not copied: what leaves is, dead_letters' data)
             if is_message_key(key):
                 rec = MessageRecord.from_wire(value)
                 if rec is not None:

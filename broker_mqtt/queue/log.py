@@ -28,6 +28,7 @@ import anyio
 import anyio.abc
 
 from ..store.errors import StoreError
+from ..store.packing import detached
 from .batching import GroupCommit
 from .commands import CommitReader
 from .errors import QueueError, UnknownReader
@@ -185,7 +186,7 @@ class LogReader:
             wire = state.value(msg_id)
             rec = None if wire is None else MessageRecord.from_wire(wire)
             if rec is not None:
-                return LogEntry(msg_id, rec.data, rec.state, rec.count, rec.reason)
+                return LogEntry(msg_id, detached(rec.data), rec.state, rec.count, rec.reason)  # (a copy: the state's)
         return None
 
     def __repr__(self) -> str:

@@ -59,6 +59,7 @@ from .events import (
     Updated,
 )
 from .operations import WriteOperations
+from .packing import detached
 from .replication import (
     ConflictsFound,
     DataChanged,
@@ -228,12 +229,13 @@ class ElectedStore(WriteOperations):
     # the same local read (it never waits; the async form is for code that reads any store kind).
 
     async def get(self, key: Any) -> Any:
-        """The local value of ``key``; raise :class:`NoSuchKey`."""
-        return self.replica.state.get(key)
+        """The local value of ``key`` (a copy of a list or dict: changing it changes no replica);
+        raise :class:`NoSuchKey`."""
+        return detached(self.replica.state.get(key))
 
     def get_nowait(self, key: Any) -> Any:
-        """The local value of ``key``; raise :class:`NoSuchKey`."""
-        return self.replica.state.get(key)
+        """The local value of ``key`` (a copy, as :meth:`get`); raise :class:`NoSuchKey`."""
+        return detached(self.replica.state.get(key))
 
     async def exists(self, key: Any) -> bool:
         return self.replica.state.exists(key)
@@ -248,10 +250,12 @@ class ElectedStore(WriteOperations):
         return self.replica.state.keys()
 
     async def items(self) -> list[tuple[Any, Any]]:
-        return self.replica.state.items()
+        """Every live ``(key, value)`` (values copied, as :meth:`get`)."""
+        return self.items_nowait()
 
     def items_nowait(self) -> list[tuple[Any, Any]]:
-        return self.replica.state.items()
+        """Every live ``(key, value)`` (values copied, as :meth:`get`)."""
+        return [(key, detached(value)) for key, value in self.replica.state.items()]
 
     def __len__(self) -> int:
         return len(self.replica.state)
@@ -504,16 +508,16 @@ class ElectedStore(WriteOperations):
                     self._rounds.answer(n, ("error", error))
                 case DataChanged(changes=changes):
                     wanting = [s for s in self._streams if s.data]  # nobody: no events built
-                    for c in changes if wanting else ():
+                    for c in changes if wanting else ():  # (the values copied: they are the state's)
                         publisher = _endpoint(c.origin)
                         if c.exists and c.existed:
-                            data_event: Any = Updated(self.name, c.key, c.old, c.new, publisher)
+                            data_event: Any = Updated(self.name, c.key, detached(c.old), detached(c.new), publisher)
                         elif c.exists:
-                            data_event = Inserted(self.name, c.key, c.new, publisher)
+                            data_event = Inserted(self.name, c.key, detached(c.new), publisher)
                         elif c.expired:
-                            data_event = Expired(self.name, c.key, c.old)
+                            data_event = Expired(self.name, c.key, detached(c.old))
                         else:
-                            data_event = Erased(self.name, c.key, c.old, publisher)
+                            data_event = Erased(self.name, c.key, detached(c.old), publisher)
                         for stream in wanting:
                             stream._put(data_event)
                 case ReplicaMasterChanged(master=master, epoch=epoch):
@@ -523,7 +527,9 @@ class ElectedStore(WriteOperations):
                     log.warning("store %s: %s merged diverged histories: %d conflicts", self.name, self.replica.id,
                                 len(conflicts))
                     for conflict in conflicts:
-                        self._emit(ConflictResolved(self.name, conflict.key, conflict.chosen, conflict.other))
+                        chosen = dataclasses.replace(conflict.chosen, value=detached(conflict.chosen.value))
+                        other = dataclasses.replace(conflict.other, value=detached(conflict.other.value))
+                        self._emit(ConflictResolved(self.name, conflict.key, chosen, other))
                 case ReplicaStaleChanged(stale=stale, reason=reason):
                     self._emit(StaleChanged(self.name, stale, reason))
         self._rounds.wake()

@@ -17,7 +17,8 @@ from ..errors import EncodeError, peer_repr
 from ..wire import codec
 from .errors import BackendError
 
-__all__ = ["Packed", "pack", "pack_array", "unpack", "canonical", "checked_size", "is_plain", "plain_size"]
+__all__ = ["Packed", "pack", "pack_array", "unpack", "canonical", "checked_size", "detached", "is_plain",
+           "plain_size"]
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -139,4 +140,18 @@ def checked_size(value: Any) -> int:
     try:
         return codec.size_bound(value)
     except (EncodeError, ValueError) as exc:
+        raise BackendError(f"cannot encode {peer_repr(value, 80)}: {exc}") from exc
+
+
+def detached(value: Any) -> Any:
+    """A copy of ``value`` that shares no mutable part with it, in the form every replica decodes it
+    from the wire (an array comes back a list): what an elected store keeps of a caller's value, and
+    what it hands a caller of what it keeps, so that neither changes the other afterwards (a caller's
+    list changed after its put, or a read's, would otherwise change this replica's state alone). A
+    plain scalar is its own copy. Raises BackendError for a value outside the data model."""
+    if is_plain(value):
+        return value
+    try:
+        return codec.decode(codec.encode(value))
+    except (EncodeError, codec.DecodeError) as exc:
         raise BackendError(f"cannot encode {peer_repr(value, 80)}: {exc}") from exc

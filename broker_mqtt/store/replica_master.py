@@ -16,6 +16,7 @@ from ..wire.identity import node_endpoint
 from .commands import Clear, ComputedCommand, Erase, Put, decode_command
 from .errors import AnswerForgotten, StoreError, StoreProtocolError
 from .log_ops import compute_op, forget_ops
+from .packing import detached
 from .replica_base import MAX_ORIGINS, _Member
 from .replica_claim import ClaimSide
 from .replica_events import Durability, Role, WriteDone, WriteFailed
@@ -539,8 +540,8 @@ class MasterSide(ClaimSide):
                         results.setdefault(n, answer)
                 if not repeats:
                     del self._repeat_answers[writer]
-            if writer == self.id:
-                self._writer.answered(upto, results, acked)
+            if writer == self.id:  # (answers copied: they may hold the state's values, a queue's messages)
+                self._writer.answered(upto, {n: None if r is None else detached(r) for n, r in results.items()}, acked)
                 self._collect_answers()
             else:
                 if members is None:

@@ -88,6 +88,33 @@ async def test_in_process_api(broker: EmbeddedBroker, namespace: str, tmp_path: 
 
 
 @pytest.mark.anyio
+async def test_message_data_and_the_replicas_stay_apart(broker: EmbeddedBroker, namespace: str) -> None:
+    """Data changed by its publisher after the publish, by a consumer on the master's endpoint (its
+    delivery holds what the master's acquire answered), or by a reader of the dead letters, changes
+    no replica."""
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        qa = await attach_queue(a, "jobs", election=ELECTION)
+        qb = await attach_queue(b, "jobs", election=ELECTION, candidate=False)
+        with anyio.fail_after(30):
+            assert await qa.await_master() and await qb.await_master() and qa.is_master
+            data: dict[str, Any] = {"job": [0]}
+            await qa.publish(data)
+            data["job"].append("from the publisher")
+            async with qa.consume(prefetch=1) as deliveries:
+                async for d in deliveries:
+                    assert d.data == {"job": [0]}
+                    d.data["job"].append("from the consumer")
+                    await d.reject("bad job")
+                    break
+            qa.dead_letters()[0].data["job"].append("from dead_letters")
+            assert await qa.store.await_idle(10) and await qb.store.await_idle(10)
+            for q in (qa, qb):
+                assert [(x.id, x.data) for x in q.dead_letters()] == [(1, {"job": [0]})]
+        await qb.close()
+        await qa.close()
+
+
+@pytest.mark.anyio
 async def test_accepted_messages_leave_no_tombstones_behind(broker: EmbeddedBroker, namespace: str,
                                                            tmp_path: Path) -> None:
     # tombstone_ttl 0: the master forgets every tombstone within a second; on every replica, in SQLite too

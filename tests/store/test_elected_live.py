@@ -83,6 +83,38 @@ async def test_in_process_store_api(broker: EmbeddedBroker, namespace: str) -> N
 
 
 @pytest.mark.anyio
+async def test_the_callers_values_and_the_replicas_stay_apart(broker: EmbeddedBroker, namespace: str) -> None:
+    """A value put at the master, then changed by its caller, and the values a read, an item list or a
+    data event hands out, changed by theirs, change no replica: every replica holds what the write
+    carried, in the form a follower decodes it (a tuple a list)."""
+    from broker_mqtt.store import Inserted
+
+    election = {"cycle": CYCLE, "gap": GAP}
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        sa = await attach_store(a, "apart", election=election)
+        sb = await attach_store(b, "apart", election=election, candidate=False)
+        with anyio.fail_after(30):
+            assert await sa.await_master(15) and await sb.await_master(15) and sa.is_master
+            async with sa.events() as events:
+                value: dict[str, Any] = {"a": [1, 2], "t": (1, 2)}
+                await sa.put("k", value)
+                value["a"].append(3)
+                value["x"] = 1
+                async for e in events:
+                    if isinstance(e, Inserted) and e.key == "k":
+                        e.value["a"].append("from the event")
+                        break
+            want = {"a": [1, 2], "t": [1, 2]}
+            (await sa.get("k"))["a"].append("from get")
+            sa.get_nowait("k")["a"].append("from get_nowait")
+            dict(await sa.items())["k"]["a"].append("from items")
+            assert await sa.await_idle(10) and await sb.await_idle(10)
+            assert await sa.get("k") == await sb.get("k") == want
+        await sb.close()
+        await sa.close()
+
+
+@pytest.mark.anyio
 async def test_one_replica_of_a_store_per_endpoint(broker: EmbeddedBroker, namespace: str) -> None:
     election = {"cycle": CYCLE, "gap": GAP}
     async with Endpoint(broker, namespace=namespace) as a:
