@@ -287,8 +287,6 @@ class Settle(ComputedCommand):
     owner: str
     items: list[list[Any]]
 
-    COPY_WHEN_PLACED = False  # its effect and answer take the scalars of its items, not the items
-
     def acts_for(self) -> str:
         return self.owner
 

@@ -181,10 +181,6 @@ class _Wire:
     __slots__ = ()
     KIND: ClassVar[CommandKind]
     _CHECKS: ClassVar[tuple[Callable[[Any], Any], ...]]
-    #: a write's wire form is copied when it is placed (``WriterCore.write``), unless it holds scalars
-    #: only, so that no replica's state holds a caller's list or dict; False for a command the
-    #: master computes from the scalars in it (a queue's settlements), whose parts no state holds
-    COPY_WHEN_PLACED: ClassVar[bool] = True
 
     if TYPE_CHECKING:  # what every subclass is: a dataclass whose fields are its wire fields, in order
         __dataclass_fields__: ClassVar[dict[str, Field[Any]]]

@@ -59,7 +59,7 @@ from .events import (
     Updated,
 )
 from .operations import WriteOperations
-from .packing import detached
+from .packing import detached, detached_key
 from .replication import (
     ConflictsFound,
     DataChanged,
@@ -508,16 +508,17 @@ class ElectedStore(WriteOperations):
                     self._rounds.answer(n, ("error", error))
                 case DataChanged(changes=changes):
                     wanting = [s for s in self._streams if s.data]  # nobody: no events built
-                    for c in changes if wanting else ():  # (the values copied: they are the state's)
+                    for c in changes if wanting else ():  # (keys and values copied: they are the state's and the log's)
                         publisher = _endpoint(c.origin)
+                        key = detached_key(c.key)
                         if c.exists and c.existed:
-                            data_event: Any = Updated(self.name, c.key, detached(c.old), detached(c.new), publisher)
+                            data_event: Any = Updated(self.name, key, detached(c.old), detached(c.new), publisher)
                         elif c.exists:
-                            data_event = Inserted(self.name, c.key, detached(c.new), publisher)
+                            data_event = Inserted(self.name, key, detached(c.new), publisher)
                         elif c.expired:
-                            data_event = Expired(self.name, c.key, detached(c.old))
+                            data_event = Expired(self.name, key, detached(c.old))
                         else:
-                            data_event = Erased(self.name, c.key, detached(c.old), publisher)
+                            data_event = Erased(self.name, key, detached(c.old), publisher)
                         for stream in wanting:
                             stream._put(data_event)
                 case ReplicaMasterChanged(master=master, epoch=epoch):

@@ -17,8 +17,8 @@ from ..errors import EncodeError, peer_repr
 from ..wire import codec
 from .errors import BackendError
 
-__all__ = ["Packed", "pack", "pack_array", "unpack", "canonical", "checked_size", "detached", "is_plain",
-           "plain_size"]
+__all__ = ["Packed", "pack", "pack_array", "unpack", "unpack_key", "canonical", "checked_size", "detached",
+           "detached_key", "is_plain", "plain_size"]
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -72,6 +72,16 @@ def unpack(data: bytes) -> Any:
         return codec.decode(data)
     except codec.DecodeError as exc:
         raise BackendError(f"cannot decode stored data: {exc}") from exc
+
+
+def unpack_key(k: bytes) -> Any:
+    """The key packed as ``k``: an array comes back a tuple (hashable; a list and a tuple are the same key)."""
+    key = unpack(k)
+    return _as_tuple(key) if type(key) is list else key
+
+
+def _as_tuple(items: list[Any]) -> tuple[Any, ...]:
+    return tuple(_as_tuple(x) if type(x) is list else x for x in items)
 
 
 # an int's or a text string's short count (the head byte's low 5 bits) past 23 -> the bytes of the
@@ -153,5 +163,11 @@ def detached(value: Any) -> Any:
         return value
     try:
         return codec.decode(codec.encode(value))
-    except (EncodeError, codec.DecodeError) as exc:
+    except (EncodeError, codec.DecodeError, ValueError) as exc:  # (ValueError: a lone surrogate's UnicodeError)
         raise BackendError(f"cannot encode {peer_repr(value, 80)}: {exc}") from exc
+
+
+def detached_key(key: Any) -> Any:
+    """A copy of ``key`` as :func:`detached` makes one of a value, in the form a store hands keys out
+    (``keys()``: an array a tuple, :func:`unpack_key`). Raises BackendError as :func:`detached`."""
+    return key if is_plain(key) else unpack_key(pack(key))

@@ -69,7 +69,7 @@ from .history import (
     position_from_wire,
     position_to_wire,
 )
-from .packing import pack, unpack
+from .packing import pack, unpack, unpack_key
 from .state_entries import StateEntries
 from .writer_table import _Applied, applied_from_wire
 
@@ -137,16 +137,6 @@ class Persistence(Protocol):
 _ABSENT: Any = object()
 
 
-def _key_of(k: bytes) -> Any:
-    """The key packed as ``k``: an array comes back a tuple (hashable; a list and a tuple are the same key)."""
-    key = unpack(k)
-    return _as_tuple(key) if type(key) is list else key
-
-
-def _as_tuple(items: list[Any]) -> tuple[Any, ...]:
-    return tuple(_as_tuple(x) if type(x) is list else x for x in items)
-
-
 class VersionedState:
     """One replica's copy; see the module docstring. In memory only until a :class:`Persistence` is
     attached (:meth:`attach`; ``versioned_sqlite.open_state(path)`` opens a state from its file)."""
@@ -192,7 +182,7 @@ class VersionedState:
     def old_tombstones(self, before_hlc: int, limit: int) -> list[Any]:
         """Up to ``limit`` keys whose tombstone is older than ``before_hlc``, oldest first (in the
         order they were erased: a tombstone that came with a merge may wait behind younger ones)."""
-        return [_key_of(k) for k in self._old_tombstones(before_hlc, limit)]
+        return [unpack_key(k) for k in self._old_tombstones(before_hlc, limit)]
 
     def _old_tombstones(self, before_hlc: int, limit: int, max_bytes: int | None = None) -> list[bytes]:
         out: list[bytes] = []
@@ -230,17 +220,17 @@ class VersionedState:
 
     def keys(self) -> list[Any]:
         """Every live key, decoded from its packed form (an array key as a tuple)."""
-        return [_key_of(k) for k in self._values]
+        return [unpack_key(k) for k in self._values]
 
     def items(self) -> list[tuple[Any, Any]]:
-        return [(_key_of(k), v) for k, v in self._values.items()]
+        return [(unpack_key(k), v) for k, v in self._values.items()]
 
     def __len__(self) -> int:
         return len(self._values)
 
     def versions(self) -> list[tuple[Any, Version]]:
         """Every ``(key, version)``, tombstones included (after the live keys)."""
-        return [(_key_of(k), v) for k, v in self._packed_versions()]
+        return [(unpack_key(k), v) for k, v in self._packed_versions()]
 
     def _packed_versions(self) -> Iterator[tuple[bytes, Version]]:
         parts, expiring = self._stamper.parts, self._expiring
@@ -253,7 +243,7 @@ class VersionedState:
 
     def _keyed(self) -> dict[bytes, tuple[Any, Version]]:
         """Packed key -> ``(key, version)``, tombstones included."""
-        return {k: (_key_of(k), v) for k, v in self._packed_versions()}
+        return {k: (unpack_key(k), v) for k, v in self._packed_versions()}
 
     def packed_keys(self) -> Iterable[bytes]:
         """Every key (tombstones included) as :func:`~.packing.pack` gives it (a streamed snapshot's order)."""
@@ -297,7 +287,7 @@ class VersionedState:
         if not self._expiring:
             return None
         k, expiry = min(self._expiring.items(), key=lambda item: item[1])
-        return expiry, _key_of(k)
+        return expiry, unpack_key(k)
 
     def applied_n(self, writer: str) -> int:
         a = self.applied.get(writer)
@@ -347,7 +337,7 @@ class VersionedState:
             self._tombstone(pack(key), key, stamp, origin, changes, kind == "expire")
         elif kind == "clear":
             for k in list(self._values):
-                self._tombstone(k, _key_of(k), stamp, origin, changes, False)
+                self._tombstone(k, unpack_key(k), stamp, origin, changes, False)
         elif kind == "forget":
             k = pack(op[1])
             erased = self._tombstones.pop(k, None)
@@ -428,10 +418,10 @@ class VersionedState:
             for k, old in before.items():
                 new = values.get(k, _ABSENT)
                 if new is _ABSENT:
-                    changes.append(Change(_key_of(k), True, old, False, None, None))
+                    changes.append(Change(unpack_key(k), True, old, False, None, None))
                 elif new != old or type(new) is not type(old):
-                    changes.append(Change(_key_of(k), True, old, True, new, origin(stamps[k])[1]))
-            changes.extend(Change(_key_of(k), False, None, True, new, origin(stamps[k])[1])
+                    changes.append(Change(unpack_key(k), True, old, True, new, origin(stamps[k])[1]))
+            changes.extend(Change(unpack_key(k), False, None, True, new, origin(stamps[k])[1])
                            for k, new in values.items() if k not in before)
         self._values, self._stamps, self._expiring, self._stamper = values, stamps, entries.expiring, entries.stamper
         self._index_tombstones([(hlc, k, stamp) for k, (hlc, stamp) in entries.dead.items()])

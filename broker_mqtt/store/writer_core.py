@@ -118,8 +118,8 @@ class WriterCore:
         size = _plain_put_size(command) if type(command) is Put else None
         if size is None:
             size = checked_size(wire)
-            if command.COPY_WHEN_PLACED and not all(map(is_plain, wire)):  # (scalars only: an acquire's)
-                wire = detached(wire)  # the caller's lists and dicts stay the caller's
+            if not all(map(is_plain, wire)):  # (scalars only, an acquire's: nothing to copy)
+                wire = detached(wire)  # the caller's lists and dicts (and subclasses) stay the caller's
         if check_size is not None and size > SMALL_WRITE:
             check_size(size + RECORD_SLACK)
         n = self._next_n

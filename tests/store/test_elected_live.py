@@ -100,16 +100,25 @@ async def test_the_callers_values_and_the_replicas_stay_apart(broker: EmbeddedBr
                 await sa.put("k", value)
                 value["a"].append(3)
                 value["x"] = 1
+                key = ["user", 1]
+                await sa.put(key, "alice")
+                key.append("from the caller")
+                inserted = {}
                 async for e in events:
-                    if isinstance(e, Inserted) and e.key == "k":
-                        e.value["a"].append("from the event")
-                        break
+                    if isinstance(e, Inserted):
+                        inserted[e.key] = e.value  # a key as keys() gives it: a tuple, hashable
+                        if e.key == "k":
+                            e.value["a"].append("from the event")
+                        if len(inserted) == 2:
+                            break
+                assert inserted == {"k": {"a": [1, 2, "from the event"], "t": [1, 2]}, ("user", 1): "alice"}
             want = {"a": [1, 2], "t": [1, 2]}
             (await sa.get("k"))["a"].append("from get")
             sa.get_nowait("k")["a"].append("from get_nowait")
             dict(await sa.items())["k"]["a"].append("from items")
             assert await sa.await_idle(10) and await sb.await_idle(10)
             assert await sa.get("k") == await sb.get("k") == want
+            assert await sa.keys() == await sb.keys() == ["k", ("user", 1)]
         await sb.close()
         await sa.close()
 

@@ -66,6 +66,29 @@ def _numbers(sent: list[Any]) -> list[int]:
     return [n for m in sent for n in ([m[2]] if m[0] == "write" else [n for n, _ in m[3]])]
 
 
+def test_a_write_sends_what_was_placed_not_what_its_caller_changed_since() -> None:
+    """A write held for want of a master goes out as it was placed: its caller's lists changed
+    afterwards (a settle's items, a publish's data) change nothing of it, and an int or str subclass
+    in it goes as the int or str (as every replica decodes it)."""
+    from broker_mqtt.queue.commands import Publish, Settle
+
+    class MsgId(int):
+        pass
+
+    # (the command, where its wire form holds the items)
+    for make, at in ((lambda items: Settle(f"{C}.owner", items), 2), (lambda items: Publish(items, None), 1)):
+        core = WriterCore("w", C, 0.0)
+        items: list[list[Any]] = [[MsgId(1), "accept", None, 1]]
+        core.write(make(items), 0.0)
+        items[0][1] = "reject"
+        items.append([2, "accept", object(), 1])  # (placed, it would not encode)
+        core.set_master((1, f"{A}.aa"), f"{A}.aa", 0.1)
+        (sent,) = core.to_send()
+        assert sent[0] == "write" and sent[4][at] == [[1, "accept", None, 1]]
+        assert type(sent[4][at][0][0]) is int
+        codec.encode(sent)
+
+
 def test_a_replica_less_writer_sends_to_each_master_it_learns_and_holds_writes_without_one() -> None:
     core = WriterCore("job/p0", C, 0.0, retry_interval=1.0)
     core.write(Put("k", 1), 0.0)
