@@ -71,7 +71,7 @@ from .replication import (
 from .replication import MasterChanged as ReplicaMasterChanged
 from .replication import StaleChanged as ReplicaStaleChanged
 from .routes import answers_topic, replication_topic, writes_topic
-from .versioned import Epoch
+from .versioned import Change, Epoch
 from .write_rounds import WriteRounds
 from .writer import send_routed
 from .writer_core import RECORD_SLACK
@@ -508,19 +508,9 @@ class ElectedStore(WriteOperations):
                     self._rounds.answer(n, ("error", error))
                 case DataChanged(changes=changes):
                     wanting = [s for s in self._streams if s.data]  # nobody: no events built
-                    for c in changes if wanting else ():  # (keys and values copied: they are the state's and the log's)
-                        publisher = _endpoint(c.origin)
-                        key = detached_key(c.key)
-                        if c.exists and c.existed:
-                            data_event: Any = Updated(self.name, key, detached(c.old), detached(c.new), publisher)
-                        elif c.exists:
-                            data_event = Inserted(self.name, key, detached(c.new), publisher)
-                        elif c.expired:
-                            data_event = Expired(self.name, key, detached(c.old))
-                        else:
-                            data_event = Erased(self.name, key, detached(c.old), publisher)
-                        for stream in wanting:
-                            stream._put(data_event)
+                    for c in changes if wanting else ():
+                        for stream in wanting:  # (each its own event: one stream's change shows in no other)
+                            stream._put(self._data_event(c))
                 case ReplicaMasterChanged(master=master, epoch=epoch):
                     log.info("store %s: %s sees master %s, epoch %s", self.name, self.replica.id, master, epoch)
                     self._emit(MasterChanged(self.name, master, epoch))
@@ -528,9 +518,10 @@ class ElectedStore(WriteOperations):
                     log.warning("store %s: %s merged diverged histories: %d conflicts", self.name, self.replica.id,
                                 len(conflicts))
                     for conflict in conflicts:
-                        chosen = dataclasses.replace(conflict.chosen, value=detached(conflict.chosen.value))
-                        other = dataclasses.replace(conflict.other, value=detached(conflict.other.value))
-                        self._emit(ConflictResolved(self.name, conflict.key, chosen, other))
+                        for stream in self._streams:  # (each its own copies of the values, as data events)
+                            chosen = dataclasses.replace(conflict.chosen, value=detached(conflict.chosen.value))
+                            other = dataclasses.replace(conflict.other, value=detached(conflict.other.value))
+                            stream._put(ConflictResolved(self.name, conflict.key, chosen, other))
                 case ReplicaStaleChanged(stale=stale, reason=reason):
                     self._emit(StaleChanged(self.name, stale, reason))
         self._rounds.wake()
@@ -538,6 +529,18 @@ class ElectedStore(WriteOperations):
             self._wake.set()  # the timer sleeps past the replica's new deadline
         self._changed.set()
         self._changed = anyio.Event()
+
+    def _data_event(self, c: Change) -> Any:
+        """The data event of change ``c``, its key and values copied (they are the state's and the log's)."""
+        publisher = _endpoint(c.origin)
+        key = detached_key(c.key)
+        if c.exists and c.existed:
+            return Updated(self.name, key, detached(c.old), detached(c.new), publisher)
+        if c.exists:
+            return Inserted(self.name, key, detached(c.new), publisher)
+        if c.expired:
+            return Expired(self.name, key, detached(c.old))
+        return Erased(self.name, key, detached(c.old), publisher)
 
     def _wants_data(self) -> bool:
         return any(s.data for s in self._streams)

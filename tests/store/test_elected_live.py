@@ -85,8 +85,8 @@ async def test_in_process_store_api(broker: EmbeddedBroker, namespace: str) -> N
 @pytest.mark.anyio
 async def test_the_callers_values_and_the_replicas_stay_apart(broker: EmbeddedBroker, namespace: str) -> None:
     """A value put at the master, then changed by its caller, and the values a read, an item list or a
-    data event hands out, changed by theirs, change no replica: every replica holds what the write
-    carried, in the form a follower decodes it (a tuple a list)."""
+    data event hands out, changed by theirs, change no replica (nor another stream's events): every
+    replica holds what the write carried, in the form a follower decodes it (a tuple a list)."""
     from broker_mqtt.store import Inserted
 
     election = {"cycle": CYCLE, "gap": GAP}
@@ -95,7 +95,7 @@ async def test_the_callers_values_and_the_replicas_stay_apart(broker: EmbeddedBr
         sb = await attach_store(b, "apart", election=election, candidate=False)
         with anyio.fail_after(30):
             assert await sa.await_master(15) and await sb.await_master(15) and sa.is_master
-            async with sa.events() as events:
+            async with sa.events() as events, sa.events() as other:
                 value: dict[str, Any] = {"a": [1, 2], "t": (1, 2)}
                 await sa.put("k", value)
                 value["a"].append(3)
@@ -112,6 +112,10 @@ async def test_the_callers_values_and_the_replicas_stay_apart(broker: EmbeddedBr
                         if len(inserted) == 2:
                             break
                 assert inserted == {"k": {"a": [1, 2, "from the event"], "t": [1, 2]}, ("user", 1): "alice"}
+                async for e in other:  # another stream's events are its own
+                    if isinstance(e, Inserted) and e.key == "k":
+                        assert e.value == {"a": [1, 2], "t": [1, 2]}
+                        break
             want = {"a": [1, 2], "t": [1, 2]}
             (await sa.get("k"))["a"].append("from get")
             sa.get_nowait("k")["a"].append("from get_nowait")
