@@ -287,3 +287,19 @@ async def test_no_local_subscriber_no_extra_work() -> None:
         assert len(calls) == 1
     await ep.publish("/n", 6)
     assert len(calls) == 1  # unsubscribed: back to no work
+
+
+@mosquitto
+async def test_each_subscriber_gets_its_own_copy_of_a_message(broker: EmbeddedBroker, namespace: str) -> None:
+    """Two subscribers of one endpoint on one prefix, from a peer and (``local=True``) from the
+    endpoint itself: one changing the value it received changes nothing the other sees."""
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        async with b.subscribe("/cfg", local=True) as first, b.subscribe("/cfg", local=True) as second:
+            await settled_peers(a, b, ("/cfg",))
+            for publisher, sent in ((a, ["h1"]), (b, ["h2"])):  # from a peer (one PUBLISH), then own (in-process)
+                await publisher.publish("/cfg/x", {"hosts": sent})
+                one, other = (await take(first, 1))[0], (await take(second, 1))[0]
+                assert one is not other
+                one.data["hosts"].append("changed")
+                one.data["new"] = 1
+                assert other.data == {"hosts": sent}

@@ -35,7 +35,8 @@ class Message:
 
     ``data`` is decoded from the packed payload on first access and cached; subscribers decode
     it before yielding (all messages of a PUBLISH at once), so a message a subscriber sees
-    always has valid ``data``.
+    always has valid ``data``. Every subscriber gets its own Message objects, decoded for it
+    alone: changing a received value changes nothing another subscriber sees.
     """
 
     __slots__ = ("topic", "payload", "_sender", "_data")

@@ -255,10 +255,13 @@ class Receiver:
                 # Our own message came back (No Local ignored, or an old subscription's window):
                 # local subscribers already got it when it was sent.
                 continue
-            msg = Message(node_topic, sender, packed)
+            msg: Message | None = Message(node_topic, sender, packed)
             for _sub, sub_kind, batch in flat:
                 if sub_kind is kind:
-                    batch.append(msg)
+                    # each subscriber its own Message: its data decoded for it alone, so that one
+                    # changing what it received changes nothing another one sees
+                    batch.append(msg if msg is not None else Message(node_topic, sender, packed))
+                    msg = None
         self._stats.received += received
         if forged:
             self._stats.forged += forged

@@ -251,12 +251,10 @@ def deliver_own(locals_: dict[Subscription, list[tuple[str, ...]]], kind: Kind, 
     :meth:`SubscriptionTable.match`'s; a subscriber's prefixes are minimal, so at most one of them
     matches. Never waits (see :class:`Subscription`).
     """
-    messages: list[Message] | None = None
     delivered = 0
     for sub, prefixes in locals_.items():
         if sub.kind is kind and any(prefix_matches(p, levels) for p in prefixes):
-            if messages is None:
-                messages = [Message(topic, me, p) for p in payloads]
-            delivered += len(messages)
-            sub._deliver_own(messages)
+            # each subscriber its own Messages (data decoded for it alone: see Message)
+            sub._deliver_own([Message(topic, me, p) for p in payloads])
+            delivered += len(payloads)
     return delivered

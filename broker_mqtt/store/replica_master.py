@@ -541,7 +541,7 @@ class MasterSide(ClaimSide):
                 if not repeats:
                     del self._repeat_answers[writer]
             if writer == self.id:  # (answers copied: they may hold the state's values, a queue's messages)
-                self._writer.answered(upto, {n: None if r is None else detached(r) for n, r in results.items()}, acked)
+                self._writer.answered(upto, {n: detached(r) for n, r in results.items()}, acked)
                 self._collect_answers()
             else:
                 if members is None:
