@@ -65,6 +65,7 @@ from .replication import (
     DataChanged,
     Replica,
     ReplicaStatistics,
+    ResolverRefused,
     WriteDone,
     WriteFailed,
 )
@@ -522,6 +523,10 @@ class ElectedStore(WriteOperations):
                             chosen = dataclasses.replace(conflict.chosen, value=detached(conflict.chosen.value))
                             other = dataclasses.replace(conflict.other, value=detached(conflict.other.value))
                             stream._put(ConflictResolved(self.name, conflict.key, chosen, other))
+                case ResolverRefused(errors=refusals):
+                    for why in refusals:
+                        log.error("store %s: %s merged diverged histories: the resolver's answer was refused, "
+                                  "last writer wins decided instead: %s", self.name, self.replica.id, why)
                 case ReplicaStaleChanged(stale=stale, reason=reason):
                     self._emit(StaleChanged(self.name, stale, reason))
         self._rounds.wake()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .packing import pack
 from .replica_base import CONFLICTS_KEPT, ReplicaBase, _Claim
-from .replica_events import ConflictsFound, DataChanged, Role
+from .replica_events import ConflictsFound, DataChanged, ResolverRefused, Role
 from .replica_messages import Active, Claim, Fetch, Promise
 from .state_merge import merge_histories
 from .versioned import (
@@ -148,7 +148,11 @@ class ClaimSide(ReplicaBase):
             states = [*([self.state] if claim.merge_self else []), *(claim.fetched[s] for s in sorted(claim.fetched))]
             # the merged histories, as they were: followers at any of their positions take the merge
             subsumed = [(list(s.lineage), s.last_seq) for s in states]
-            parts, conflicts = merge_histories(states, claim.epoch, resolver=self.resolver)
+            refused: list[str] = []
+            parts, conflicts = merge_histories(states, claim.epoch, resolver=self.resolver, refused=refused)
+            if refused:
+                self.stats.resolver_errors += len(refused)
+                self._events.append(ResolverRefused(claim.epoch, refused))
             changes = self.state.replace(**parts, report=self.wants_data())
             self.clock.observe(self.state.max_hlc)
             self._log.clear()

@@ -22,6 +22,7 @@ __all__ = [
     "DataChanged",
     "MasterChanged",
     "ConflictsFound",
+    "ResolverRefused",
     "WriteDone",
     "WriteFailed",
     "StaleChanged",
@@ -94,6 +95,16 @@ class ConflictsFound:
 
 
 @dataclass(frozen=True, slots=True)
+class ResolverRefused:
+    """This node merged diverged histories, and the custom resolver's answer for some keys was
+    refused (it raised, or answered what no replica could hold): last writer wins decided those
+    keys. ``errors``: one line per key."""
+
+    epoch: Epoch
+    errors: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class WriteDone:
     n: int
     result: Any
@@ -111,7 +122,7 @@ class StaleChanged:
     reason: str
 
 
-ReplicaEvent = DataChanged | MasterChanged | ConflictsFound | WriteDone | WriteFailed | StaleChanged
+ReplicaEvent = DataChanged | MasterChanged | ConflictsFound | ResolverRefused | WriteDone | WriteFailed | StaleChanged
 
 
 @dataclass(slots=True)
@@ -129,3 +140,5 @@ class ReplicaStatistics:
     #: (counted as they are staged)
     malformed: int = 0
     answers_lost: int = 0  #: this node's writes whose answer was lost (a later one showed it): sent again
+    #: keys whose custom resolver answer a merge at this node refused (last writer wins decided them)
+    resolver_errors: int = 0

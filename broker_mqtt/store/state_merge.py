@@ -4,17 +4,55 @@
 ``(hlc, origin)`` wins (last writer wins; pluggable), and every key that both sides wrote since their
 common history is reported as a :class:`~.history.Conflict`. :func:`merge_histories` folds several
 into the arguments of :meth:`~.versioned.VersionedState.replace` on a new line of history.
+
+A custom resolver is the application's code, run at the claimant only: its answer is checked
+(:func:`resolved`), and one that raises or answers something no replica could hold is replaced by
+last writer wins for that key and reported, so that a bug in it neither stops the merge nor lets
+the master hold what its followers would decode differently.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..errors import peer_repr
+from .errors import BackendError
 from .history import Conflict, Epoch, Resolver, Version, fork_seq, last_writer_wins
+from .packing import detached
 from .versioned import VersionedState
 from .writer_table import _Applied
 
-__all__ = ["merge", "merge_histories"]
+__all__ = ["merge", "merge_histories", "resolved"]
+
+
+def _stamp(v: Version) -> tuple[int, str, int]:
+    return v.hlc, v.origin, v.seq
+
+
+def resolved(resolver: Resolver, key: Any, first: Version, second: Version) -> tuple[Version, str | None]:
+    """``resolver``'s choice between ``first`` (last writer wins' choice) and ``second``, checked:
+    ``(version, None)``, or ``(first, why)`` when the resolver raised or answered something other
+    than one of the two versions or a :class:`Version` with the stamp (``hlc``, ``origin``, ``seq``)
+    of one of them. The value of such a new version is copied in the form every replica decodes (a
+    tuple becomes a list); one outside the data model is refused too."""
+    try:
+        chosen = resolver(key, first, second)
+    except Exception as exc:  # the application's code: any failure is its own
+        return first, f"the resolver raised {type(exc).__name__}: {exc}"
+    if chosen is first or chosen is second:
+        return chosen, None
+    if not isinstance(chosen, Version):
+        return first, f"the resolver returned {peer_repr(chosen, 60)}, not a Version"
+    if _stamp(chosen) not in (_stamp(first), _stamp(second)):
+        return first, (f"the resolver returned a version stamped {_stamp(chosen)}, neither of the two it was "
+                       f"given ({_stamp(first)}, {_stamp(second)}): change a given version's value, not its stamp")
+    if not isinstance(chosen.deleted, bool) or (chosen.expiry is not None and type(chosen.expiry) not in (int, float)):
+        return first, f"the resolver returned a malformed version {peer_repr(chosen.to_wire(), 60)}"
+    try:
+        value = None if chosen.deleted else detached(chosen.value)
+    except BackendError as exc:
+        return first, f"the resolver returned a value no replica can hold: {exc}"
+    return Version(value, chosen.hlc, chosen.origin, chosen.seq, chosen.deleted, chosen.expiry), None
 
 
 def _same(a: Version, b: Version) -> bool:
@@ -22,10 +60,12 @@ def _same(a: Version, b: Version) -> bool:
     return a.deleted == b.deleted and (a.deleted or (type(a.value) is type(b.value) and a.value == b.value))
 
 
-def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_writer_wins
-          ) -> tuple[list[tuple[Any, Version]], dict[str, _Applied], list[Conflict]]:
-    """Merge two diverged states: ``(versions, applied, conflicts)``. Deterministic: the result does
-    not depend on which state is ``a``. A conflict is a key both sides wrote after their fork."""
+def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_writer_wins,
+          refused: list[str] | None = None) -> tuple[list[tuple[Any, Version]], dict[str, _Applied], list[Conflict]]:
+    """Merge two diverged states: ``(versions, applied, conflicts)``. Deterministic (if ``resolver``
+    is): the result does not depend on which state is ``a``. A conflict is a key both sides wrote
+    after their fork. Each key whose resolver answer :func:`resolved` refused (last writer wins
+    instead) adds why to ``refused``."""
     fork = fork_seq(a.lineage, a.last_seq, b.lineage, b.last_seq)
     keyed_a = a._keyed()
     keyed_b = b._keyed()
@@ -43,8 +83,13 @@ def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_wri
             out.append(ia)
             continue
         first, second = (va, vb) if (va.hlc, va.origin) > (vb.hlc, vb.origin) else (vb, va)
-        chosen = resolver(ia[0], first, second)
-        other = second if chosen is first else first
+        if resolver is last_writer_wins:
+            chosen = first
+        else:
+            chosen, why = resolved(resolver, ia[0], first, second)
+            if why is not None and refused is not None:
+                refused.append(f"key {peer_repr(ia[0], 60)}: {why}")
+        other = second if _stamp(chosen) == _stamp(first) else first
         out.append((ia[0], chosen))
         if va.seq > fork and vb.seq > fork and not _same(va, vb):
             conflicts.append(Conflict(ia[0], chosen, other))
@@ -59,9 +104,10 @@ def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_wri
     return out, applied, conflicts
 
 
-def merge_histories(states: list[VersionedState], epoch: Epoch, *, resolver: Resolver = last_writer_wins
-                    ) -> tuple[dict[str, Any], list[Conflict]]:
-    """Merge diverged histories into a new line of ``epoch``: ``(replace() arguments, conflicts)``.
+def merge_histories(states: list[VersionedState], epoch: Epoch, *, resolver: Resolver = last_writer_wins,
+                    refused: list[str] | None = None) -> tuple[dict[str, Any], list[Conflict]]:
+    """Merge diverged histories into a new line of ``epoch``: ``(replace() arguments, conflicts)``;
+    ``refused`` as :func:`merge`'s.
 
     The new lineage is the histories' common prefix followed by ``epoch`` from the fork on; its last
     seq lies past every input's, so no input's position is contained in it (followers take a snapshot).
@@ -71,7 +117,7 @@ def merge_histories(states: list[VersionedState], epoch: Epoch, *, resolver: Res
                or [first.last_seq])
     merged, conflicts = first, []
     for other in states[1:]:
-        versions, applied, found = merge(merged, other, resolver=resolver)
+        versions, applied, found = merge(merged, other, resolver=resolver, refused=refused)
         conflicts.extend(found)
         step = VersionedState()
         step.replace(versions, last_seq=max(merged.last_seq, other.last_seq),

@@ -15,12 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker_mqtt.store.history import Resolver, last_writer_wins
 from broker_mqtt.store.replication import (
     ConflictsFound,
     DataChanged,
     MasterChanged,
     Replica,
     ReplicaConfig,
+    ResolverRefused,
     WriteDone,
     WriteFailed,
 )
@@ -34,6 +36,7 @@ class Node:
     done: dict[int, Any] = field(default_factory=dict)
     failed: dict[int, Any] = field(default_factory=dict)
     conflicts: list[Any] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # why the resolver's answers were refused
     masters: list[Any] = field(default_factory=list)
     changes: int = 0
     paused: list[tuple[str, Any]] | None = None
@@ -42,7 +45,7 @@ class Node:
 class SimNet:
     def __init__(self, names: list[str], *, seed: int = 0, latency: tuple[float, float] = (0.001, 0.01),
                  durability: str = "one", config: ReplicaConfig | None = None, paths: dict[str, Any] | None = None,
-                 loss: float = 0.0, batch: float = 0.0) -> None:
+                 loss: float = 0.0, batch: float = 0.0, resolver: Resolver = last_writer_wins) -> None:
         self.rng = random.Random(seed)
         self.now = 0.0
         self.latency = latency
@@ -53,6 +56,7 @@ class SimNet:
         self.batch = batch
         self.config = config or ReplicaConfig()
         self.durability = durability
+        self.resolver = resolver
         self.nodes: dict[str, Node] = {}
         self.dead: set[str] = set()
         self.groups: list[set[str]] | None = None
@@ -72,7 +76,7 @@ class SimNet:
         if old is not None:
             old.replica.state.close()
         replica = Replica("s", f"{name}.0", VersionedState() if path is None else open_state(path), self.now, durability=self.durability,
-                          config=self.config, clock=clock)
+                          config=self.config, clock=clock, resolver=self.resolver)
         node = self.nodes[name] = Node(replica)
         self.dead.discard(name)
         return node
@@ -119,6 +123,8 @@ class SimNet:
                     node.failed[n] = error
                 case ConflictsFound(conflicts=conflicts):
                     node.conflicts.extend(conflicts)
+                case ResolverRefused(errors=errors):
+                    node.refused.extend(errors)
                 case MasterChanged():
                     node.masters.append((self.now, ev.master, ev.epoch))
                 case DataChanged(changes=changes):

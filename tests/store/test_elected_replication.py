@@ -7,6 +7,7 @@ replica runs under the real actor and mosquitto in ``test_elected_live.py``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import decimal
 import heapq
@@ -28,6 +29,7 @@ from broker_mqtt.store.errors import (
     TypeClash,
     error_from_wire,
 )
+from broker_mqtt.store.history import Version
 from broker_mqtt.store.record_log import RecordLog, op_count
 from broker_mqtt.store.replica_messages import LOG_GROUP
 from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig, StaleChanged, WriteDone
@@ -299,6 +301,87 @@ def test_split_heal_merges_deterministically_and_reports_conflicts() -> None:
         conflict = net.nodes[n].conflicts[0]
         assert conflict.chosen.value == "cd" and conflict.other.value == "ab"
     assert sum(net.nodes[n].replica.stats.merges for n in names) == 1  # one merge settles it
+
+
+def _split_over_a_list(resolver: Any) -> SimNet:
+    """Both sides of a split write the list ``shared`` (the c/d side later, so it wins by its
+    clock); healed, c merges the histories with ``resolver``."""
+    names = ["a", "b", "c", "d"]
+    net = SimNet(names, seed=7, resolver=resolver)
+    net.tag("a")
+    net.write("a", Put("shared", [0]))
+    settle(net, 1.0)
+    net.partition({"a", "b"}, {"c", "d"})
+    net.run(1.5)
+    net.tag("c")
+    net.run(1.0)
+    net.write("b", Put("shared", [1, 2]))
+    net.run(0.2)
+    net.write("d", Put("shared", [3]))
+    settle(net, 1.0)
+    net.heal()
+    net.untag("a")
+    settle(net, 4.0)
+    assert net.masters() == ["c"]
+    return net
+
+
+def _longest(key: Any, a: Version, b: Version) -> Version:
+    return a if len(a.value or ()) >= len(b.value or ()) else b
+
+
+def _union(key: Any, a: Version, b: Version) -> Version:
+    """A new value under the winner's stamp; a tuple, which every replica holds as a list."""
+    return dataclasses.replace(a, value=tuple(sorted({*(a.value or ()), *(b.value or ())})))
+
+
+@pytest.mark.parametrize(("resolver", "merged"), [(_longest, [1, 2]), (_union, [1, 2, 3])])
+def test_a_custom_resolver_decides_a_healed_split_on_every_replica(resolver: Any, merged: list[int]) -> None:
+    net = _split_over_a_list(resolver)
+    for name, node in net.nodes.items():
+        assert net.contents(name) == {"shared": merged}, name
+        assert type(net.contents(name)["shared"]) is list, name  # the master too: as its followers decode it
+        [conflict] = node.conflicts
+        assert conflict.chosen.value == merged, name
+        assert node.refused == [] and node.replica.stats.resolver_errors == 0
+    if resolver is _longest:  # the other is the version that lost: the later write, [3]
+        assert [c.other.value for c in net.nodes["a"].conflicts] == [[3]]
+
+
+def _raises(key: Any, a: Version, b: Version) -> Version:
+    raise RuntimeError("a bug in the resolver")
+
+
+def _not_a_version(key: Any, a: Version, b: Version) -> Any:
+    return a.value
+
+
+def _restamped(key: Any, a: Version, b: Version) -> Version:
+    return dataclasses.replace(a, hlc=a.hlc + 1)
+
+
+def _outside_the_model(key: Any, a: Version, b: Version) -> Version:
+    return dataclasses.replace(a, value=[decimal.Decimal("1.5")])
+
+
+@pytest.mark.parametrize(("resolver", "why"), [
+    (_raises, "the resolver raised RuntimeError: a bug in the resolver"),
+    (_not_a_version, "not a Version"),
+    (_restamped, "neither of the two it was given"),
+    (_outside_the_model, "a value no replica can hold"),
+])
+def test_a_resolver_that_fails_leaves_the_key_to_last_writer_wins_and_is_reported(resolver: Any, why: str) -> None:
+    """The merge goes on (one master, every replica equal); the key the resolver failed on gets the
+    default's choice; the claimant reports why (ResolverRefused, logged by the store) and counts it."""
+    net = _split_over_a_list(resolver)
+    for name in net.nodes:
+        assert net.contents(name) == {"shared": [3]}, name
+    claimant = net.nodes["c"]
+    assert len(claimant.refused) == 1 and "'shared'" in claimant.refused[0] and why in claimant.refused[0], \
+        claimant.refused
+    assert claimant.replica.stats.resolver_errors == 1
+    assert [(c.chosen.value, c.other.value) for c in claimant.conflicts] == [([3], [1, 2])]
+    assert all(not net.nodes[n].refused for n in ("a", "b", "d"))  # only the claimant runs the resolver
 
 
 def test_split_both_masters_stay_tagged_then_one_untags() -> None:
