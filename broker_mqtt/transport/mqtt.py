@@ -376,6 +376,10 @@ class MQTTConnector:
                     await stack.enter_async_context(client)
                 if waiting.cancelled_caught:
                     raise _lost_before_connack(errors)
+                # aiomqtt sets the connection's loss as this future's exception; when the loss comes
+                # before our reader exists or after it stopped, nobody awaits it: retrieved here, so
+                # that asyncio logs no "Future exception was never retrieved" (a test runner fails on it)
+                client._disconnected.add_done_callback(_retrieve)
                 # Only errors before CONNACK matter to us; without an on_log paho formats no log line
                 # per packet (its logger still gets them, cheaply, when that level is enabled).
                 paho.on_log = None
@@ -385,6 +389,12 @@ class MQTTConnector:
 
 
 _NOT_AUTHORIZED = 0x87
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    """Mark ``future``'s exception as retrieved (it is still there for whoever reads it)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _lost_before_connack(errors: list[str]) -> ConnectionClosed:
@@ -462,7 +472,12 @@ class _Messages:
         self._disconnected: asyncio.Future[None] = client._disconnected
         self._taken = 0  # messages taken at once since the last turn of the event loop
         self._gone = False
-        self._disconnected.add_done_callback(lambda _: queue.put_nowait(_GONE))
+
+        def gone(future: asyncio.Future[None]) -> None:
+            _retrieve(future)  # read or not, it logs no "exception was never retrieved"
+            queue.put_nowait(_GONE)
+
+        self._disconnected.add_done_callback(gone)
 
     def __aiter__(self) -> _Messages:
         return self

@@ -7,7 +7,10 @@ are measured by bench/failover.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,6 +21,9 @@ from broker_mqtt import Endpoint, UsageError
 from broker_mqtt.store import MasterChanged, attach_store
 from broker_mqtt.store.errors import NoSuchKey
 from broker_mqtt.transport.embedded import EmbeddedBroker
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "transport"))
+from cuttable import CuttableRelay  # noqa: E402
 
 pytestmark = [pytest.mark.mosquitto]
 
@@ -366,3 +372,133 @@ async def test_closing_a_store_writer_answers_its_pending_writes(broker: Embedde
         assert len(outcome) == 1 and isinstance(outcome[0], Timeout) and "outcome unknown" in str(outcome[0])
         with pytest.raises(StoreError, match="closed"):
             await writer.put("k", 2)
+
+
+class _Pushers:
+    """32 tasks writing distinct values through ``write``, until stopped: each value pushed onto the
+    list ``log`` (no answer), or (``unique``) put_unique at its own key, whose answer must be True."""
+
+    def __init__(self, write: Any, *, unique: bool = False) -> None:
+        self.write = write
+        self.unique = unique
+        self.acknowledged: list[int] = []
+        self.in_flight = 0
+        self.stop = anyio.Event()
+
+    async def push(self, first: int) -> None:
+        from broker_mqtt.store.commands import Push, PutUnique
+
+        value = first
+        while not self.stop.is_set():
+            self.in_flight += 1
+            try:
+                if self.unique:
+                    assert await self.write(PutUnique(("u", value), value, None, "", 0)) is True, value
+                else:
+                    await self.write(Push("log", value))
+            finally:
+                self.in_flight -= 1
+            self.acknowledged.append(value)
+            value += 32
+
+
+@contextlib.asynccontextmanager
+async def _writer_behind_a_relay(broker: EmbeddedBroker, namespace: str, store: str, writer_kind: str
+                                 ) -> Any:
+    """A master and a follower on the broker, and a writer (a replica that is no candidate, or a
+    StoreWriter) whose connection goes through a CuttableRelay: ``(relay, endpoint, writer, write,
+    replicas)``."""
+    from broker_mqtt.store.writer import StoreWriter
+
+    election = {"cycle": CYCLE, "gap": GAP}
+    relay = CuttableRelay(broker.port)
+    fast = {"reconnect_delay": (0.02, 0.2)}
+    try:
+        async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b, \
+                Endpoint(f"mqtt://127.0.0.1:{relay.port}", namespace=namespace, **fast) as w:
+            sa = await attach_store(a, store, election=election)
+            sb = await attach_store(b, store, election=election, candidate=False)
+            assert await sa.await_master(15)
+            async with contextlib.AsyncExitStack() as stack:
+                if writer_kind == "replica":
+                    writer: Any = await attach_store(w, store, election=election, candidate=False)
+                    stack.push_async_callback(writer.close)
+                else:
+                    writer = await stack.enter_async_context(StoreWriter(w, store, "relayed-writer"))
+                assert await writer.await_master(15)
+                yield relay, w, writer, [sa, sb]
+            await sa.close()
+            await sb.close()
+    finally:
+        relay.close()
+
+
+def _answers_lost(writer: Any) -> int:
+    stats = getattr(writer, "statistics", None)
+    return int(stats().answers_lost) if stats is not None else int(writer.answers_lost)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("writer_kind", ["replica", "store writer"])
+async def test_a_writer_whose_connection_is_cut_with_writes_in_flight_gets_each_applied_once(
+        broker: EmbeddedBroker, namespace: str, writer_kind: str) -> None:
+    """A writer's broker connection is cut ten times (a real TCP cut, session expiry 0: what was on
+    its way is lost) while 32 of its pushes are in flight. Every push returns, and each pushed value
+    is in the list exactly once on every replica."""
+    async with _writer_behind_a_relay(broker, namespace, "cut", writer_kind) as (relay, _w, writer, replicas):
+        pushers = _Pushers(writer.write)
+        cuts_in_flight: list[int] = []
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for k in range(32):
+                    tg.start_soon(pushers.push, k)
+                while len(cuts_in_flight) < 10:
+                    await anyio.sleep(0.1)
+                    pending = pushers.in_flight
+                    if relay.cut():  # (none while the writer is still reconnecting)
+                        cuts_in_flight.append(pending)
+                pushers.stop.set()
+        assert all(n > 0 for n in cuts_in_flight)  # every cut caught writes on their way
+        for s in replicas:
+            assert await s.await_idle(30)
+            assert sorted(await s.get("log")) == sorted(pushers.acknowledged)  # each once
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("writer_kind", ["replica", "store writer"])
+async def test_a_lost_answer_is_found_and_its_writes_answered_again_not_applied_again(
+        broker: EmbeddedBroker, namespace: str, writer_kind: str) -> None:
+    """The broker loses one of the master's answers (a ``wack``) to a writer with 32 put_uniques of
+    fresh keys in flight: the relay drops it on the way, on a live connection. The next write's
+    answer shows the gap: the writer counts the writes it missed (``answers_lost``) and sends them
+    again, and the master answers them as repeats, with the answers they had. Every put_unique
+    returns True (applied again, one would find its key taken), and each key holds its value on
+    every replica."""
+    from broker_mqtt.store.commands import PutUnique
+
+    async with _writer_behind_a_relay(broker, namespace, "lost", writer_kind) as (relay, w, writer, replicas):
+        pushers = _Pushers(writer.write, unique=True)
+
+        def lose_one_answer(packet: bytes) -> bool:  # the first PUBLISH of the store's that holds a wack
+            return (relay.dropped == 0 and packet[0] >> 4 == 3 and b"/$store/lost/" in packet
+                    and b"\x64wack" in packet)  # (the CBOR text "wack": an answer's kind)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for k in range(32):
+                    tg.start_soon(pushers.push, k)
+                while len(pushers.acknowledged) < 500:
+                    await anyio.sleep(0.01)
+                relay.drop = lose_one_answer
+                while not relay.dropped:
+                    await anyio.sleep(0.01)
+                # the pushers wait for the lost answer; a write placed now is answered by a wack whose
+                # ``after`` lies past them: the gap
+                assert await writer.write(PutUnique(("u", -1), -1, None, "", 0)) is True
+                pushers.stop.set()
+        assert relay.dropped == 1 and _answers_lost(writer) >= 1
+        assert w.statistics().reconnects == 0  # lost on a live connection: no cut, no new session
+        expected = sorted((("u", v), v) for v in [-1, *pushers.acknowledged])
+        for s in replicas:
+            assert await s.await_idle(30)
+            assert sorted(await s.items()) == expected

@@ -5,6 +5,10 @@ port, in one thread. :meth:`CuttableRelay.cut` shuts down both sockets of every 
 new connections are closed at once too, so the outage lasts):
 the client sees the connection end and mosquitto sees a client vanish without DISCONNECT (so it
 publishes the will), just as when a cable is pulled. New connections are relayed as before.
+
+:attr:`CuttableRelay.drop` (a predicate on whole MQTT packets from the broker) makes it lose
+chosen packets on the way to the client, as a broker that drops messages would: what the broker
+sends is then cut into packets (fixed header and remaining length) before it is passed on.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import selectors
 import socket
 import threading
+from collections.abc import Callable
 
 
 class CuttableRelay:
@@ -26,6 +31,10 @@ class CuttableRelay:
         self._stopping = False
         self.refusing = False  #: while set, new connections are closed at once (a lasting outage)
         self.errors: list[BaseException] = []
+        #: when set, each whole MQTT packet from the broker for which it returns True is not passed on
+        self.drop: Callable[[bytes], bool] | None = None
+        self.dropped = 0  #: packets dropped so
+        self._upstream: dict[socket.socket, bytearray] = {}  # broker-side sockets -> bytes not yet passed on
         self._thread = threading.Thread(target=self._run, name=f"relay:{self.port}", daemon=True)
         self._thread.start()
 
@@ -98,6 +107,7 @@ class CuttableRelay:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._lock:
             self._peer[client], self._peer[upstream] = upstream, client
+            self._upstream[upstream] = bytearray()
         sel.register(client, selectors.EVENT_READ)
         sel.register(upstream, selectors.EVENT_READ)
 
@@ -109,13 +119,20 @@ class CuttableRelay:
         try:
             data = sock.recv(1 << 16)
             if data:
-                other.sendall(data)
+                pending = self._upstream.get(sock)
+                if pending is not None and (pending or self.drop is not None):
+                    pending += data
+                    data = self._passed(pending)
+                if data:
+                    other.sendall(data)
                 return
         except OSError:
             pass
         with self._lock:  # one side ended or failed: end the link
             self._peer.pop(sock, None)
             self._peer.pop(other, None)
+            self._upstream.pop(sock, None)
+            self._upstream.pop(other, None)
         for s in (sock, other):
             sel.unregister(s)
             try:
@@ -123,3 +140,28 @@ class CuttableRelay:
             except OSError:
                 pass
             s.close()
+
+    def _passed(self, pending: bytearray) -> bytes:
+        """Take the whole packets at the head of ``pending``; return those :attr:`drop` keeps."""
+        out = bytearray()
+        while True:
+            length, shift, i = 0, 0, 1
+            while i < len(pending) and i <= 4:
+                byte = pending[i]
+                length |= (byte & 0x7F) << shift
+                shift += 7
+                i += 1
+                if not byte & 0x80:
+                    break
+            else:
+                return bytes(out)  # the remaining length is not all here yet
+            end = i + length
+            if len(pending) < end:
+                return bytes(out)
+            packet = bytes(pending[:end])
+            del pending[:end]
+            drop = self.drop
+            if drop is not None and drop(packet):
+                self.dropped += 1
+            else:
+                out += packet
