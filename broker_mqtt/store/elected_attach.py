@@ -72,11 +72,11 @@ async def attach_store(
     actor's configuration (``cycle``, ``gap``, ...; default cycle 10 s, gap 1.5 s). ``mode``:
     ``"sticky"`` (the master keeps the role while it lives) or ``"rotate"`` (a new master every slot).
     ``durability``: ``"one"`` (default: the master and one other replica), ``"master"``, ``"all"``.
-    ``resolver``: how a healed split picks a key's version (default: last writer wins); it runs at
-    the claimant only, gets ``(key, a, b)`` (``a`` the later write) and returns ``a``, ``b``, or one
-    of them with another value (``dataclasses.replace(a, value=...)``); it must not change the
-    versions it gets. An answer that raises or that no replica can hold is refused: last writer
-    wins decides that key, logged at ERROR and counted (``statistics().resolver_errors``).
+    ``resolver``: how a healed split picks the version of a key both sides wrote (default: last
+    writer wins); it runs at the claimant only, gets ``(key, a, b)`` (copies, ``a`` the later write)
+    and returns one of them, possibly with another value (``dataclasses.replace(a, value=...)``). An
+    answer that raises or that no replica can hold is refused: last writer wins decides that key,
+    logged at ERROR and counted (``statistics().resolver_errors``).
     ``candidate=False``: a replica that never becomes master and stays out of the election (it
     follows, reads locally, writes, and confirms writes for durability). ``tombstone_ttl``: the
     master forgets an erased key's tombstone this many seconds after the erase (None: never; it

@@ -13,6 +13,7 @@ the master hold what its followers would decode differently.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..errors import peer_repr
@@ -29,30 +30,39 @@ def _stamp(v: Version) -> tuple[int, str, int]:
     return v.hlc, v.origin, v.seq
 
 
+def _copy(v: Version) -> Version:
+    return Version(None if v.deleted else detached(v.value), v.hlc, v.origin, v.seq, v.deleted, v.expiry)
+
+
 def resolved(resolver: Resolver, key: Any, first: Version, second: Version) -> tuple[Version, str | None]:
     """``resolver``'s choice between ``first`` (last writer wins' choice) and ``second``, checked:
     ``(version, None)``, or ``(first, why)`` when the resolver raised or answered something other
-    than one of the two versions or a :class:`Version` with the stamp (``hlc``, ``origin``, ``seq``)
-    of one of them. The value of such a new version is copied in the form every replica decodes (a
-    tuple becomes a list); one outside the data model is refused too."""
+    than a :class:`Version` with the stamp (``hlc``, ``origin``, ``seq``) of one of them, a
+    ``deleted`` flag and a finite expiry (or None). The resolver gets copies (changing their values
+    changes no state); the answer's value is copied in the form every replica decodes (a tuple
+    becomes a list), and one outside the data model is refused; its stamp is the given version's."""
     try:
-        chosen = resolver(key, first, second)
+        chosen = resolver(key, _copy(first), _copy(second))
     except Exception as exc:  # the application's code: any failure is its own
         return first, f"the resolver raised {type(exc).__name__}: {exc}"
-    if chosen is first or chosen is second:
-        return chosen, None
     if not isinstance(chosen, Version):
         return first, f"the resolver returned {peer_repr(chosen, 60)}, not a Version"
-    if _stamp(chosen) not in (_stamp(first), _stamp(second)):
-        return first, (f"the resolver returned a version stamped {_stamp(chosen)}, neither of the two it was "
-                       f"given ({_stamp(first)}, {_stamp(second)}): change a given version's value, not its stamp")
-    if not isinstance(chosen.deleted, bool) or (chosen.expiry is not None and type(chosen.expiry) not in (int, float)):
-        return first, f"the resolver returned a malformed version {peer_repr(chosen.to_wire(), 60)}"
+    stamp = (chosen.hlc, chosen.origin, chosen.seq)
+    same = [v for v in (first, second) if _stamp(v) == stamp and all(type(x) is type(y) for x, y in
+                                                                       zip(stamp, _stamp(v), strict=True))]
+    if not same:
+        return first, (f"the resolver returned a version stamped {peer_repr(stamp, 80)}, neither of the two it "
+                       f"was given ({_stamp(first)}, {_stamp(second)}): change a given version's value, not its stamp")
+    expiry = chosen.expiry
+    if type(chosen.deleted) is not bool or not (
+            expiry is None or (type(expiry) in (int, float) and math.isfinite(expiry) and expiry >= 0)):
+        return first, f"the resolver returned a malformed version (deleted {chosen.deleted!r}, expiry {expiry!r})"
     try:
         value = None if chosen.deleted else detached(chosen.value)
     except BackendError as exc:
         return first, f"the resolver returned a value no replica can hold: {exc}"
-    return Version(value, chosen.hlc, chosen.origin, chosen.seq, chosen.deleted, chosen.expiry), None
+    given = same[0]
+    return Version(value, given.hlc, given.origin, given.seq, chosen.deleted, None if chosen.deleted else expiry), None
 
 
 def _same(a: Version, b: Version) -> bool:
@@ -83,7 +93,8 @@ def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_wri
             out.append(ia)
             continue
         first, second = (va, vb) if (va.hlc, va.origin) > (vb.hlc, vb.origin) else (vb, va)
-        if resolver is last_writer_wins:
+        conflict = va.seq > fork and vb.seq > fork  # both sides wrote it since their common history
+        if resolver is last_writer_wins or not conflict:  # (a write on one side only: the later one stands)
             chosen = first
         else:
             chosen, why = resolved(resolver, ia[0], first, second)
@@ -91,7 +102,7 @@ def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_wri
                 refused.append(f"key {peer_repr(ia[0], 60)}: {why}")
         other = second if _stamp(chosen) == _stamp(first) else first
         out.append((ia[0], chosen))
-        if va.seq > fork and vb.seq > fork and not _same(va, vb):
+        if conflict and not _same(va, vb):
             conflicts.append(Conflict(ia[0], chosen, other))
     applied: dict[str, _Applied] = {}
     for side in (a.applied, b.applied):

@@ -372,14 +372,20 @@ class MQTTConnector:
         paho.on_socket_register_write = _on_socket_register_write
         try:
             async with AsyncExitStack() as stack:
+                # aiomqtt sets the connection's loss as this future's exception; when the loss comes
+                # before our reader exists or after it stopped, nobody awaits it: retrieved when set,
+                # so that asyncio logs no "Future exception was never retrieved" (a test runner fails on it)
+                lost = client._disconnected
+                lost.add_done_callback(_retrieve)
                 with waiting:
                     await stack.enter_async_context(client)
                 if waiting.cancelled_caught:
                     raise _lost_before_connack(errors)
-                # aiomqtt sets the connection's loss as this future's exception; when the loss comes
-                # before our reader exists or after it stopped, nobody awaits it: retrieved here, so
-                # that asyncio logs no "Future exception was never retrieved" (a test runner fails on it)
-                client._disconnected.add_done_callback(_retrieve)
+                if client._disconnected is not lost:
+                    # aiomqtt replaces the future when the loss came with CONNACK (in the same read):
+                    # the new one would never be set, so it is set now, as the loss it stands for
+                    client._disconnected.add_done_callback(_retrieve)
+                    broken(ConnectionResetError("the connection was lost as it was made"))
                 # Only errors before CONNACK matter to us; without an on_log paho formats no log line
                 # per packet (its logger still gets them, cheaply, when that level is enabled).
                 paho.on_log = None

@@ -305,11 +305,12 @@ def test_split_heal_merges_deterministically_and_reports_conflicts() -> None:
 
 def _split_over_a_list(resolver: Any) -> SimNet:
     """Both sides of a split write the list ``shared`` (the c/d side later, so it wins by its
-    clock); healed, c merges the histories with ``resolver``."""
+    clock), and the c/d side alone ``one-side``; healed, c merges the histories with ``resolver``."""
     names = ["a", "b", "c", "d"]
     net = SimNet(names, seed=7, resolver=resolver)
     net.tag("a")
     net.write("a", Put("shared", [0]))
+    net.write("a", Put("one-side", [0, 0, 0]))
     settle(net, 1.0)
     net.partition({"a", "b"}, {"c", "d"})
     net.run(1.5)
@@ -318,6 +319,7 @@ def _split_over_a_list(resolver: Any) -> SimNet:
     net.write("b", Put("shared", [1, 2]))
     net.run(0.2)
     net.write("d", Put("shared", [3]))
+    net.write("d", Put("one-side", [5]))
     settle(net, 1.0)
     net.heal()
     net.untag("a")
@@ -335,11 +337,19 @@ def _union(key: Any, a: Version, b: Version) -> Version:
     return dataclasses.replace(a, value=tuple(sorted({*(a.value or ()), *(b.value or ())})))
 
 
-@pytest.mark.parametrize(("resolver", "merged"), [(_longest, [1, 2]), (_union, [1, 2, 3])])
+def _extended(key: Any, a: Version, b: Version) -> Version:
+    """Changes the value it was given (a copy: the state's is not touched) and returns it."""
+    a.value.append((9,))
+    return a
+
+
+@pytest.mark.parametrize(("resolver", "merged"), [(_longest, [1, 2]), (_union, [1, 2, 3]), (_extended, [3, [9]])])
 def test_a_custom_resolver_decides_a_healed_split_on_every_replica(resolver: Any, merged: list[int]) -> None:
+    """The resolver decides the key both sides wrote, and only that one: ``one-side``, written on one
+    side since the split, keeps that write (``_longest`` would have taken the older, longer list)."""
     net = _split_over_a_list(resolver)
     for name, node in net.nodes.items():
-        assert net.contents(name) == {"shared": merged}, name
+        assert net.contents(name) == {"shared": merged, "one-side": [5]}, name
         assert type(net.contents(name)["shared"]) is list, name  # the master too: as its followers decode it
         [conflict] = node.conflicts
         assert conflict.chosen.value == merged, name
@@ -364,18 +374,34 @@ def _outside_the_model(key: Any, a: Version, b: Version) -> Version:
     return dataclasses.replace(a, value=[decimal.Decimal("1.5")])
 
 
+def _float_stamp(key: Any, a: Version, b: Version) -> Version:
+    return dataclasses.replace(a, hlc=float(a.hlc))
+
+
+def _no_finite_expiry(key: Any, a: Version, b: Version) -> Version:
+    return dataclasses.replace(a, expiry=float("nan"))
+
+
+def _changes_then_raises(key: Any, a: Version, b: Version) -> Version:
+    a.value.append(99)  # (a copy: what the state holds is unchanged)
+    raise ValueError("changed its mind")
+
+
 @pytest.mark.parametrize(("resolver", "why"), [
     (_raises, "the resolver raised RuntimeError: a bug in the resolver"),
     (_not_a_version, "not a Version"),
     (_restamped, "neither of the two it was given"),
     (_outside_the_model, "a value no replica can hold"),
+    (_float_stamp, "neither of the two it was given"),
+    (_no_finite_expiry, "malformed version"),
+    (_changes_then_raises, "the resolver raised ValueError: changed its mind"),
 ])
 def test_a_resolver_that_fails_leaves_the_key_to_last_writer_wins_and_is_reported(resolver: Any, why: str) -> None:
     """The merge goes on (one master, every replica equal); the key the resolver failed on gets the
     default's choice; the claimant reports why (ResolverRefused, logged by the store) and counts it."""
     net = _split_over_a_list(resolver)
     for name in net.nodes:
-        assert net.contents(name) == {"shared": [3]}, name
+        assert net.contents(name) == {"shared": [3], "one-side": [5]}, name
     claimant = net.nodes["c"]
     assert len(claimant.refused) == 1 and "'shared'" in claimant.refused[0] and why in claimant.refused[0], \
         claimant.refused

@@ -8,7 +8,8 @@ publishes the will), just as when a cable is pulled. New connections are relayed
 
 :attr:`CuttableRelay.drop` (a predicate on whole MQTT packets from the broker) makes it lose
 chosen packets on the way to the client, as a broker that drops messages would: what the broker
-sends is then cut into packets (fixed header and remaining length) before it is passed on.
+sends is cut into packets (fixed header and remaining length) from the start of each link, so the
+predicate may be set at any time.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class CuttableRelay:
             data = sock.recv(1 << 16)
             if data:
                 pending = self._upstream.get(sock)
-                if pending is not None and (pending or self.drop is not None):
+                if pending is not None:  # from the broker: framed from the start (drop may be set any time)
                     pending += data
                     data = self._passed(pending)
                 if data:
