@@ -520,9 +520,8 @@ class ElectedStore(WriteOperations):
                                 len(conflicts))
                     for conflict in conflicts:
                         for stream in self._streams:  # (each its own copies of the values, as data events)
-                            chosen = dataclasses.replace(conflict.chosen, value=detached(conflict.chosen.value))
-                            other = dataclasses.replace(conflict.other, value=detached(conflict.other.value))
-                            stream._put(ConflictResolved(self.name, conflict.key, chosen, other))
+                            stream._put(ConflictResolved(self.name, conflict.key, conflict.chosen.copied(),
+                                                         conflict.other.copied()))
                 case ResolverRefused(errors=refusals):
                     for why in refusals:
                         log.error("store %s: %s merged diverged histories: the resolver's answer was refused, "

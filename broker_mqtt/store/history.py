@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import peer_repr
 from .errors import StoreDecodeError
+from .packing import detached
 
 __all__ = [
     "Epoch",
@@ -96,6 +97,10 @@ class Version:
 
     def to_wire(self) -> list[Any]:
         return [self.value, self.hlc, self.origin, self.seq, self.deleted, self.expiry]
+
+    def copied(self) -> Version:
+        """This version with its value copied (:func:`.packing.detached`), for a caller that may change it."""
+        return Version(detached(self.value), self.hlc, self.origin, self.seq, self.deleted, self.expiry)
 
     @classmethod
     def from_wire(cls, wire: Any) -> Version:

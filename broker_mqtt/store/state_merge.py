@@ -30,10 +30,6 @@ def _stamp(v: Version) -> tuple[int, str, int]:
     return v.hlc, v.origin, v.seq
 
 
-def _copy(v: Version) -> Version:
-    return Version(None if v.deleted else detached(v.value), v.hlc, v.origin, v.seq, v.deleted, v.expiry)
-
-
 def resolved(resolver: Resolver, key: Any, first: Version, second: Version) -> tuple[Version, str | None]:
     """``resolver``'s choice between ``first`` (last writer wins' choice) and ``second``, checked:
     ``(version, None)``, or ``(first, why)`` when the resolver raised or answered something other
@@ -42,17 +38,16 @@ def resolved(resolver: Resolver, key: Any, first: Version, second: Version) -> t
     changes no state); the answer's value is copied in the form every replica decodes (a tuple
     becomes a list), and one outside the data model is refused; its stamp is the given version's."""
     try:
-        chosen = resolver(key, _copy(first), _copy(second))
+        chosen = resolver(key, first.copied(), second.copied())
     except Exception as exc:  # the application's code: any failure is its own
         return first, f"the resolver raised {type(exc).__name__}: {exc}"
     if not isinstance(chosen, Version):
         return first, f"the resolver returned {peer_repr(chosen, 60)}, not a Version"
     stamp = (chosen.hlc, chosen.origin, chosen.seq)
-    same = [v for v in (first, second) if _stamp(v) == stamp and all(type(x) is type(y) for x, y in
-                                                                       zip(stamp, _stamp(v), strict=True))]
-    if not same:
+    if tuple(map(type, stamp)) != (int, str, int) or stamp not in (_stamp(first), _stamp(second)):
         return first, (f"the resolver returned a version stamped {peer_repr(stamp, 80)}, neither of the two it "
                        f"was given ({_stamp(first)}, {_stamp(second)}): change a given version's value, not its stamp")
+    given = first if stamp == _stamp(first) else second
     expiry = chosen.expiry
     if type(chosen.deleted) is not bool or not (
             expiry is None or (type(expiry) in (int, float) and math.isfinite(expiry) and expiry >= 0)):
@@ -61,7 +56,6 @@ def resolved(resolver: Resolver, key: Any, first: Version, second: Version) -> t
         value = None if chosen.deleted else detached(chosen.value)
     except BackendError as exc:
         return first, f"the resolver returned a value no replica can hold: {exc}"
-    given = same[0]
     return Version(value, given.hlc, given.origin, given.seq, chosen.deleted, None if chosen.deleted else expiry), None
 
 
