@@ -28,8 +28,8 @@ async def test_topic_matching_when_the_broker_sends_no_ids(caplog: pytest.LogCap
     head = f"ns/d/{default_client_id(sender)}"  # the sender names itself in the topic
     async with ep.subscribe("/a") as wide, ep.subscribe("/a/b") as narrow, ep.subscribe("/z") as other:
         with caplog.at_level(logging.WARNING, logger="broker_mqtt"):
-            await ep._dispatch(publish(f"{head}/a/b/c", enc.encode(Kind.DATA, "/a/b/c", cbor2.dumps(1))))
-            await ep._dispatch(publish(f"{head}/a/x", enc.encode(Kind.DATA, "/a/x", cbor2.dumps(2))))
+            await ep._receiver.dispatch(publish(f"{head}/a/b/c", enc.encode(Kind.DATA, "/a/b/c", cbor2.dumps(1))))
+            await ep._receiver.dispatch(publish(f"{head}/a/x", enc.encode(Kind.DATA, "/a/x", cbor2.dumps(2))))
         assert "no subscription identifiers" in caplog.text
         with anyio.fail_after(10):
             assert [(await wide.get()).data, (await wide.get()).data] == [1, 2]

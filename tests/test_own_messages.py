@@ -232,10 +232,10 @@ async def test_own_messages_that_come_back_anyway_are_dropped(with_ids: bool) ->
         sub_id = next(iter(ep._table.by_filter.values())).sub_id if with_ids else None
         echo = mine_enc.encode(Kind.DATA, "/e/1", cbor2.dumps("own"))
         other = peer_enc.encode(Kind.DATA, "/e/1", cbor2.dumps("peer"))
-        await ep._dispatch(_publish(f"ns/d/{ep.client_id}/e/1", echo, sub_id))  # each PUBLISH names its sender
-        await ep._dispatch(_publish(f"ns/d/{default_client_id(peer)}/e/1", other, sub_id))
+        await ep._receiver.dispatch(_publish(f"ns/d/{ep.client_id}/e/1", echo, sub_id))  # each PUBLISH names its sender
+        await ep._receiver.dispatch(_publish(f"ns/d/{default_client_id(peer)}/e/1", other, sub_id))
         unicast_echo = mine_enc.encode(Kind.DATA, "/e/2", cbor2.dumps("own unicast"), (ep.id.bytes,))
-        await ep._dispatch(_publish(f"ns/u/{ep.id.hex}/{ep.client_id}/e/2", unicast_echo, 2 if with_ids else None))
+        await ep._receiver.dispatch(_publish(f"ns/u/{ep.id.hex}/{ep.client_id}/e/2", unicast_echo, 2 if with_ids else None))
         assert [(m.data, m.sender) for m in await take(mine, 1)] == [("peer", peer)]
         assert [(m.data, m.sender) for m in await take(plain, 1)] == [("peer", peer)]
         await nothing_more(mine, 0.1)
@@ -256,7 +256,7 @@ async def test_full_local_subscriber_keeps_arrival_order() -> None:
         dispatched = anyio.Event()
 
         async def receive() -> None:
-            await ep._dispatch(_publish(f"ns/d/{default_client_id(peer)}/o", peer_enc.encode(Kind.DATA, "/o", cbor2.dumps("peer")), sub_id))
+            await ep._receiver.dispatch(_publish(f"ns/d/{default_client_id(peer)}/o", peer_enc.encode(Kind.DATA, "/o", cbor2.dumps("peer")), sub_id))
             dispatched.set()
 
         async with anyio.create_task_group() as tg:

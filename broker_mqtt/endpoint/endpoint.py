@@ -1,17 +1,17 @@
 """Endpoint: an MQTT 5 client that speaks node messages (Zeek Broker's endpoint, over MQTT).
 
-Theory of operation. An :class:`Endpoint` owns one task group with one *connection task*. That
-task connects through a :class:`~broker_mqtt.transport.base.Connector` (MQTT 5 through aiomqtt by
-default, transport/mqtt.py; a last will that clears this endpoint's retained presence),
-subscribes every filter the subscription table holds, announces presence (presence.py), then runs
-a *sender* (send.py: drains the :class:`~broker_mqtt.endpoint.outbox.Outbox`, one PUBLISH per
-batch) beside a *receiver* (receive.py: dispatches each PUBLISH by its subscription identifiers).
-This module holds the lifecycle, the public API and the wiring of those parts. When the connection
-fails both stop; the task waits (backoff.py) and starts over; the session (``clean_start=False``,
-``session_expiry`` seconds) makes the broker keep our subscriptions and queue QoS 1 messages during
-the outage, across a broker restart too when the broker persists sessions. Applications never see
-the outage except as :class:`ConnectionLost` / :class:`ConnectionRestored` status events:
-subscribers keep iterating and publishers keep queueing (up to the outbox bound).
+Theory of operation. An :class:`Endpoint` owns one task group. Its *connection task* connects
+through a :class:`~broker_mqtt.transport.base.Connector` (MQTT 5 through aiomqtt by default,
+transport/mqtt.py; a last will clears this endpoint's retained presence), subscribes every filter
+the subscription table holds, announces presence (presence.py), then runs a *sender* (send.py:
+drains the :class:`~broker_mqtt.endpoint.outbox.Outbox`, one PUBLISH per batch), while a *receiver*
+task per connection (receive.py) dispatches each PUBLISH by its subscription identifiers. When the
+connection fails the sender stops, the task waits (backoff.py) and starts over, and the receiver
+still hands over what the lost connection received (:meth:`Receiver.run_after`). The session
+(``clean_start=False``, ``session_expiry`` seconds) makes the broker keep our subscriptions and
+queue QoS 1 messages during the outage, across a broker restart too when it persists sessions.
+Applications see the outage only as :class:`ConnectionLost` / :class:`ConnectionRestored` status
+events: subscribers keep iterating and publishers keep queueing (up to the outbox bound).
 
 Guarantees (docs/guarantees.md): per publisher and topic, messages arrive in order. QoS 1
 (default) is at-least-once across connection loss and broker restarts (a batch whose PUBACK was
@@ -172,6 +172,8 @@ class Endpoint:
         self._tg: TaskGroup | None = None
         self._closing = False
         self._last_error: str | None = None
+        #: set once the latest connection's PUBLISHes were all dispatched (its receive task ended)
+        self._received: anyio.Event | None = None
         self._topic_cache: dict[str, str] = {}
         self._presence_topic = self.layout.presence(self.client_id)
         self._receiver = Receiver(
@@ -183,8 +185,6 @@ class Endpoint:
         self._keys = EndpointKeys(self.layout, self.client_id, signing_key=signing_key, trust=trust,
                                   key_record=key_record, stats=self._stats, report=self._report)
         self._keys.attach(sender, self._receiver)
-        #: hand one received PUBLISH (a transport.base.Received) to its subscribers
-        self._dispatch = self._receiver.dispatch
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def __aenter__(self) -> Self:
@@ -233,14 +233,12 @@ class Endpoint:
             release_shared_broker()
 
     async def _connection_task(self, *, task_status: TaskStatus[None]) -> None:
-        first = True
-        attempt = 0
+        first, attempt = True, 0
         backoff = self._backoff
         connector = self._connector
         assert connector is not None
-        # Always clean_start=False: mosquitto 2.0 persists across its restarts only sessions
-        # whose client never asked for a clean start, even with a session expiry set. A new
-        # endpoint id has no old session, so this inherits nothing on the first connect.
+        # Always clean_start=False: mosquitto 2.0 persists across its restarts only sessions whose client
+        # never asked for a clean start, even with a session expiry set (a new endpoint id has no old session).
         # The will clears our retained presence when the connection drops without a goodbye.
         options = ConnectOptions(self.client_id, clean_start=False, session_expiry=self._session_expiry,
                                  keepalive=self._keepalive, will=Will(self._presence_topic, b"", qos=1, retain=True))
@@ -255,21 +253,22 @@ class Endpoint:
                         self._report(ConnectionRestored(attempt))
                     first, attempt = False, 0
                     backoff.connected(anyio.current_time())
+                    ended: list[str] = []  # why the connection's stream of PUBLISHes ended, once it has
+                    before, self._received = self._received, (received := anyio.Event())
+                    assert self._tg is not None  # the endpoint's, not the connection's: Receiver.run_after
+                    self._tg.start_soon(self._receiver.run_after, before, conn.messages(), ended, received)
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(self._sender.run, conn)
-                        await self._receiver.run(conn.messages())
-                        raise ConnectionClosed("connection closed")
+                        await received.wait()
+                        raise ConnectionClosed(ended[0] if ended else "connection closed")
             except* (ConnectionClosed, OSError) as group:  # OSError: should a transport let one through
-                reason = "; ".join(str(e) for e in group.exceptions)
-                self._last_error = reason
+                self._last_error = reason = "; ".join(str(e) for e in group.exceptions)
                 single = not isinstance(connector, FailoverConnector) or len(connector.connectors) == 1
                 if first and single and any(isinstance(e, ConnectRefused) and e.permanent for e in group.exceptions):
                     raise BrokerUnavailable(f"the broker at {connector} refused the connection: {reason}") from None
                 if first and single and any(isinstance(e, TLSVerificationFailed) for e in group.exceptions):
-                    raise BrokerUnavailable(
-                        f"TLS: the certificate of {connector} did not verify ({reason}); "
-                        "check TLSOptions.ca_file and the broker's host name"
-                    ) from None
+                    raise BrokerUnavailable(f"TLS: the certificate of {connector} did not verify ({reason}); "
+                                            "check TLSOptions.ca_file and the broker's host name") from None
             finally:
                 was_connected = self._sender.conn is not None
                 self._sender.conn = None

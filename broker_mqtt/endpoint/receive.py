@@ -33,8 +33,10 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 
+import anyio
+
 from ..errors import UsageError
-from ..transport.base import Received
+from ..transport.base import ConnectionClosed, Received
 from ..wire.identity import endpoint_id
 from ..wire.message import Kind, decode_sequenced
 from ..wire.signing import Rejection, SignatureError, Verifier
@@ -101,6 +103,27 @@ class Receiver:
             except Exception as exc:  # a bug must not kill the receive loop; report it loudly
                 log.exception("%s: error handling a message on %s", self._name, message.topic)
                 self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, repr(exc), topic=str(message.topic)))
+
+    async def run_after(self, before: anyio.Event | None, messages: AsyncIterator[Received], ended: list[str],
+                        done: anyio.Event) -> None:
+        """Dispatch what one connection receives once ``before`` (the previous connection's
+        ``done``) is set; set ``done`` when its stream ended (``ended`` gets why) or this stopped.
+
+        Run it in a task that outlives the connection: a transport acknowledges a QoS 1 PUBLISH when
+        it receives it (paho sends PUBACK on receipt), so the broker never sends it again, and one
+        dropped with the connection would be lost. When the connection fails while a slow subscriber
+        holds this up, the endpoint reconnects at once (sends go on) and this still hands every
+        PUBLISH the connection received to its subscribers (the transport ends the stream after
+        them, also once ``connect`` was left); the next connection's wait in its transport until
+        then, so per publisher and topic they still come in order."""
+        try:
+            if before is not None:
+                await before.wait()
+            await self.run(messages)
+        except (ConnectionClosed, OSError) as exc:
+            ended.append(str(exc) or type(exc).__name__)
+        finally:
+            done.set()
 
     async def dispatch(self, message: Received) -> None:
         """Hand one PUBLISH to the subscribers it is for; waits while one of them is full."""

@@ -26,6 +26,10 @@ While a connection is open:
   (``messages()`` may instead just end); confirmations for PUBLISHes not yet confirmed never come.
   Leaving the ``connect`` context closes the connection (a normal DISCONNECT if it is still up,
   keeping the session) and cancels nothing of the caller's.
+* A QoS 1 PUBLISH may be acknowledged to the broker when the transport receives it (paho does so),
+  so the broker never sends it again: ``messages()`` yields every PUBLISH received, also after the
+  connection dropped and after the caller left ``connect``, and raises (or ends) only after the
+  last one.
 
 Every failure of the network or the broker surfaces as :class:`ConnectionClosed` or one of its
 subclasses (never a client library's own exception type); the message says what happened, in
@@ -161,7 +165,8 @@ class Connection(Protocol):
 
     def messages(self) -> AsyncIterator[Received]:
         """The PUBLISHes the broker sends, in order; iterate it from one task only. When the
-        connection drops it raises :class:`ConnectionClosed` (or ends)."""
+        connection drops it raises :class:`ConnectionClosed` (or ends), after every PUBLISH
+        received before, which stay readable after ``connect`` was left."""
         ...
 
     async def disconnect_ending_session(self) -> None:

@@ -15,8 +15,8 @@ How it keeps the interface's guarantees (base.py):
   (the will is published), ``publish`` still returns an id, which is never confirmed, and
   ``messages()`` raises :class:`~.base.ConnectionClosed` - what a client of mosquitto sees.
 - Incoming QoS 1 PUBLISHes are acknowledged when they enter the buffer, as paho acknowledges them
-  when aiomqtt queues them: what sits in the buffer when the connection drops is still yielded by
-  ``messages()`` before it raises, and is not sent again.
+  when aiomqtt queues them: what sits in the buffer when the connection drops, or when the caller
+  leaves ``connect``, is still yielded by ``messages()`` before it raises, and is not sent again.
 - ``subscribe``/``unsubscribe``/``connect`` pass one checkpoint after acting (the SUBACK's round
   trip), so they are cancellation points like their network counterparts.
 - Session expiry follows anyio's clock (simulated time included): the broker's clock is moved
@@ -39,14 +39,13 @@ For tests, the connector also plays the network and the broker's process:
 
 from __future__ import annotations
 
-import math
 import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import anyio
 import anyio.lowlevel
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from . import memory_broker as core
 from .base import ConnAck, ConnectionClosed, ConnectOptions, Received
@@ -189,9 +188,9 @@ class MemoryConnection:
         self._on_confirmed = on_confirmed
         self._reason: str | None = None
         self._next_id = 0
-        self._send: MemoryObjectSendStream[Received]
-        self._receive: MemoryObjectReceiveStream[Received]
-        self._send, self._receive = anyio.create_memory_object_stream[Received](math.inf)
+        #: PUBLISHes received (acknowledged) and not taken yet: readable until taken, also after the end
+        self._inbox: deque[Received] = deque()
+        self._reader: anyio.Event | None = None  # set when a PUBLISH arrives or the connection ends
         self._early_acks: list[int] = []
         self._handle: core.ClientHandle | None = None
         will = options.will
@@ -205,8 +204,7 @@ class MemoryConnection:
                 will=core.Will(will.topic, will.payload, will.qos, will.retain) if will else None,
             )
         except BaseException:
-            self._send.close()  # no connection: nobody else closes the streams
-            self._receive.close()
+            self._reason = f"{connector}: no connection"
             raise
         self._handle = handle
         self.client_id = handle.client_id
@@ -226,8 +224,9 @@ class MemoryConnection:
     def _deliver(self, delivery: Delivery) -> None:
         if self._reason is not None:
             return
-        self._send.send_nowait(Received(delivery.topic, delivery.payload, delivery.qos, delivery.retain,
-                                        delivery.subscription_ids))
+        self._inbox.append(Received(delivery.topic, delivery.payload, delivery.qos, delivery.retain,
+                                    delivery.subscription_ids))
+        self._wake()
         if delivery.packet_id is not None:
             if self._handle is None:
                 self._early_acks.append(delivery.packet_id)
@@ -240,7 +239,7 @@ class MemoryConnection:
     def _ended(self, reason: str) -> None:
         if self._reason is None:
             self._reason = f"{self._connector}: {reason}"
-            self._send.close()  # messages() yields what is buffered, then raises
+            self._wake()  # messages() yields what is buffered, then raises
             self._connector._forget(self)
 
     def _drop(self, reason: str) -> None:
@@ -256,8 +255,13 @@ class MemoryConnection:
         if handle is not None and not handle.closed:
             self._network.tick()
             handle.disconnect()
-        self._ended("the connection was closed")
-        self._receive.close()
+        self._ended("the connection was closed")  # what is buffered stays readable (acknowledged)
+
+    def _wake(self) -> None:
+        reader = self._reader
+        if reader is not None:
+            self._reader = None
+            reader.set()
 
     def _check_open(self) -> core.ClientHandle:
         handle = self._handle
@@ -318,7 +322,11 @@ class _Messages:
 
     async def __anext__(self) -> Received:
         connection = self._connection
-        try:
-            return await connection._receive.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise ConnectionClosed(connection._reason or "the connection is closed") from None
+        await anyio.lowlevel.checkpoint()
+        while True:
+            if connection._inbox:
+                return connection._inbox.popleft()
+            if connection._reason is not None:
+                raise ConnectionClosed(connection._reason)
+            reader = connection._reader = anyio.Event()
+            await reader.wait()

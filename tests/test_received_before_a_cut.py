@@ -1,0 +1,101 @@
+"""What a connection received before it failed reaches the subscribers: at-least-once across a cut.
+
+A transport acknowledges a QoS 1 PUBLISH to the broker when it receives it (paho sends PUBACK on
+receipt), so the broker never sends it again. When a slow subscriber held the endpoint's receiver up
+and the connection failed under a publish, the endpoint used to drop every PUBLISH the connection
+had received and not yet dispatched: thousands of messages lost, reported nowhere. Now they are
+dispatched after the reconnect, before the new connection's, and the reconnect does not wait for
+the slow subscriber (its application may be waiting for a send that needs the connection).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+import trio.testing
+
+from broker_mqtt import ConnectionRestored, EmbeddedBroker, Endpoint
+from broker_mqtt.transport.memory import MemoryConnector
+from tests.transport.cuttable import CuttableRelay
+
+N = 300  # PUBLISHes (one message each) held for a subscriber that does not read
+
+
+async def _publish_each(pub: Endpoint, values: range) -> None:
+    for i in values:  # one PUBLISH each: flushed one by one
+        await pub.publish("/s", i)
+        assert await pub.flush(10)
+
+
+async def _restored(events: Any) -> None:
+    async for event in events:
+        if isinstance(event, ConnectionRestored):
+            return
+
+
+async def _read(sub: Any, n: int) -> list[Any]:
+    return [(await sub.__anext__()).data for _ in range(n)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})])
+async def test_publishes_received_before_a_cut_reach_a_slow_subscriber_and_sends_go_on() -> None:
+    net = MemoryConnector()
+    async with Endpoint(connector=MemoryConnector(net.broker), client_id="slow", name="slow") as sub_ep, \
+            Endpoint(connector=net, name="pub") as pub:
+        async with sub_ep.subscribe("/s", buffer=2) as sub, sub_ep.status() as events, \
+                pub.subscribe("/back") as back:
+            await _publish_each(pub, range(N))  # the memory broker hands each to the connection at once
+            assert sub_ep.statistics().publishes_received < N  # the receiver waits for the subscriber
+            connector = sub_ep._connector
+            assert isinstance(connector, MemoryConnector)
+            connector.cut("slow")
+            with anyio.fail_after(30):
+                # the next publish finds the connection gone; the endpoint reconnects and sends it
+                # although the subscriber still holds the receiver up
+                await sub_ep.publish("/back", "after the cut")
+                await _restored(events)
+                assert (await back.__anext__()).data == "after the cut"
+                assert sub_ep.statistics().delivered < N  # (the subscriber was not read yet)
+                await _publish_each(pub, range(N, N + 10))  # through the new connection
+                got = await _read(sub, N + 10)
+            assert got == list(range(N + 10))  # every one, once, in order: the new after the old
+            assert sub_ep.statistics().missed == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.mosquitto
+async def test_publishes_a_real_connection_received_before_a_cut_are_not_lost() -> None:
+    with EmbeddedBroker() as broker:
+        relay = CuttableRelay(broker.port)
+        try:
+            fast = {"reconnect_delay": (0.02, 0.2)}
+            async with Endpoint(f"mqtt://127.0.0.1:{relay.port}", name="slow", **fast) as sub_ep, \
+                    Endpoint(broker, name="pub", **fast) as pub:
+                async with sub_ep.subscribe("/s", buffer=2) as sub, sub_ep.status() as events:
+                    with anyio.fail_after(60):
+                        await _publish_each(pub, range(N))
+                        # wait until the transport holds (received, acknowledged) most of them
+                        while _held(sub_ep) < N // 2:
+                            await anyio.sleep(0.01)
+                        held = _held(sub_ep)
+                        relay.cut()
+                        while sub_ep.statistics().reconnects == 0:  # a publish finds the link gone
+                            await sub_ep.publish("/other", 0)
+                            await anyio.sleep(0.01)
+                        await _restored(events)
+                        await _publish_each(pub, range(N, N + 10))
+                        got = await _read(sub, N + 10)
+            assert held >= N // 2
+            assert got == list(range(N + 10))
+            assert sub_ep.statistics().missed == 0
+        finally:
+            relay.close()
+
+
+def _held(ep: Endpoint) -> int:
+    """PUBLISHes the aiomqtt transport received that the endpoint has not dispatched (private)."""
+    conn = ep._sender.conn
+    return 0 if conn is None else int(conn._client._queue.qsize())  # type: ignore[attr-defined]
