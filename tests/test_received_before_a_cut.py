@@ -10,6 +10,8 @@ the slow subscriber (its application may be waiting for a send that needs the co
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -17,7 +19,8 @@ import pytest
 import trio.testing
 
 from broker_mqtt import ConnectionRestored, EmbeddedBroker, Endpoint
-from broker_mqtt.transport.memory import MemoryConnector
+from broker_mqtt.transport.base import ConnectOptions
+from broker_mqtt.transport.memory import MemoryConnection, MemoryConnector
 from tests.transport.cuttable import CuttableRelay
 
 N = 300  # PUBLISHes (one message each) held for a subscriber that does not read
@@ -62,6 +65,49 @@ async def test_publishes_received_before_a_cut_reach_a_slow_subscriber_and_sends
                 await _publish_each(pub, range(N, N + 10))  # through the new connection
                 got = await _read(sub, N + 10)
             assert got == list(range(N + 10))  # every one, once, in order: the new after the old
+            assert sub_ep.statistics().missed == 0
+
+
+class _DropsWhileSubscribing(MemoryConnector):
+    """Its second connection drops at its first SUBSCRIBE: after CONNACK, with the session's backlog
+    already received (and acknowledged), before the endpoint has subscribed anything."""
+
+    connects = 0
+    held = dropped = 0
+
+    @asynccontextmanager
+    async def connect(self, options: ConnectOptions, on_confirmed: Any, on_rejected: Any,
+                      ) -> AsyncIterator[MemoryConnection]:
+        self.connects += 1
+        async with super().connect(options, on_confirmed, on_rejected) as connection:
+            if self.connects == 2:
+                self.held = len(connection._inbox)
+                connection.subscribe = self._dropping(connection)  # type: ignore[method-assign]
+            yield connection
+
+    @staticmethod
+    def _dropping(connection: MemoryConnection) -> Any:
+        async def subscribe(*args: Any, **kwargs: Any) -> None:
+            _DropsWhileSubscribing.dropped += 1
+            connection._drop("cut while subscribing")
+            await MemoryConnection.subscribe(connection, *args, **kwargs)
+        return subscribe
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})])
+async def test_the_backlog_a_resumed_session_delivered_is_kept_when_the_link_drops_while_subscribing() -> None:
+    net = MemoryConnector()
+    link = _DropsWhileSubscribing(net.broker)
+    async with Endpoint(connector=link, client_id="sub", name="sub") as sub_ep, \
+            Endpoint(connector=net, name="pub") as pub:
+        async with sub_ep.subscribe("/s") as sub:
+            link.cut("sub")  # the session keeps what comes meanwhile; the reconnect gets it at once
+            await _publish_each(pub, range(20))
+            with anyio.fail_after(30):
+                got = await _read(sub, 20)
+            assert link.dropped == 1 and link.held == 20  # (the second connection held all 20)
+            assert got == list(range(20))
             assert sub_ep.statistics().missed == 0
 
 

@@ -5,10 +5,10 @@ through a :class:`~broker_mqtt.transport.base.Connector` (MQTT 5 through aiomqtt
 transport/mqtt.py; a last will clears this endpoint's retained presence), subscribes every filter
 the subscription table holds, announces presence (presence.py), then runs a *sender* (send.py:
 drains the :class:`~broker_mqtt.endpoint.outbox.Outbox`, one PUBLISH per batch), while a *receiver*
-task per connection (receive.py) dispatches each PUBLISH by its subscription identifiers. When the
-connection fails the sender stops, the task waits (backoff.py) and starts over, and the receiver
-still hands over what the lost connection received (:meth:`Receiver.run_after`). The session
-(``clean_start=False``, ``session_expiry`` seconds) makes the broker keep our subscriptions and
+task that outlives the connections (receive.py) dispatches each PUBLISH by its subscription
+identifiers. When the connection fails the sender stops, the task waits (backoff.py) and starts
+over, and the receiver still hands over what the lost connection received
+(:meth:`Receiver.run_streams`). The session (``clean_start=False``, ``session_expiry`` seconds) makes the broker keep our subscriptions and
 queue QoS 1 messages during the outage, across a broker restart too when it persists sessions.
 Applications see the outage only as :class:`ConnectionLost` / :class:`ConnectionRestored` status
 events: subscribers keep iterating and publishers keep queueing (up to the outbox bound).
@@ -172,8 +172,6 @@ class Endpoint:
         self._tg: TaskGroup | None = None
         self._closing = False
         self._last_error: str | None = None
-        #: set once the latest connection's PUBLISHes were all dispatched (its receive task ended)
-        self._received: anyio.Event | None = None
         self._topic_cache: dict[str, str] = {}
         self._presence_topic = self.layout.presence(self.client_id)
         self._receiver = Receiver(
@@ -196,6 +194,7 @@ class Endpoint:
             self._connector = connectors[0] if len(connectors) == 1 else FailoverConnector(connectors)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        self._tg.start_soon(self._receiver.run_streams)  # every connection's PUBLISHes, in order
         try:
             with anyio.fail_after(self._connect_timeout):
                 await self._tg.start(self._connection_task)
@@ -245,6 +244,8 @@ class Endpoint:
         while True:
             try:
                 async with connector.connect(options, self._sender.confirmed, self._rejected) as conn:
+                    # first: what arrives while subscribing (the session's backlog) is acknowledged too
+                    incoming = self._receiver.receive(conn.messages())
                     await self._on_connected(conn)
                     if first:
                         task_status.started()
@@ -253,14 +254,10 @@ class Endpoint:
                         self._report(ConnectionRestored(attempt))
                     first, attempt = False, 0
                     backoff.connected(anyio.current_time())
-                    ended: list[str] = []  # why the connection's stream of PUBLISHes ended, once it has
-                    before, self._received = self._received, (received := anyio.Event())
-                    assert self._tg is not None  # the endpoint's, not the connection's: Receiver.run_after
-                    self._tg.start_soon(self._receiver.run_after, before, conn.messages(), ended, received)
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(self._sender.run, conn)
-                        await received.wait()
-                        raise ConnectionClosed(ended[0] if ended else "connection closed")
+                        await incoming.ended.wait()
+                        raise ConnectionClosed(incoming.reason)
             except* (ConnectionClosed, OSError) as group:  # OSError: should a transport let one through
                 self._last_error = reason = "; ".join(str(e) for e in group.exceptions)
                 single = not isinstance(connector, FailoverConnector) or len(connector.connectors) == 1

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
 
 import anyio
 
@@ -43,17 +45,28 @@ from ..wire.signing import Rejection, SignatureError, Verifier
 from ..wire.topics import TopicLayout, mqtt_filter_matches, validate_topic
 from .dispatch import Filter, SubscriptionTable
 from .events import ErrorCode, ErrorEvent, Message, MessagesMissed, StatusEvent
+from .send import Signal
 from .sequence import IN_ORDER, SequenceTracker, Verdict
 from .statistics import EndpointStatistics
 from .subscription import RawMessage, _Stream
 
-__all__ = ["Receiver", "PRESENCE_SID", "UNICAST_SID", "KEYS_SID"]
+__all__ = ["Incoming", "Receiver", "PRESENCE_SID", "UNICAST_SID", "KEYS_SID"]
 
 log = logging.getLogger("broker_mqtt")
 
 PRESENCE_SID = 1  #: subscription identifier of the presence filter
 UNICAST_SID = 2  #: subscription identifier of this endpoint's unicast topic
 KEYS_SID = 3  #: subscription identifier of the key records (``<ns>/k/+``; endpoint/keys.py)
+
+
+@dataclass(eq=False, slots=True)
+class Incoming:
+    """One connection's stream of PUBLISHes, queued at the :class:`Receiver`: ``ended`` is set once
+    the stream has ended (``reason``: why) and all of it was dispatched."""
+
+    messages: AsyncIterator[Received]
+    ended: anyio.Event = field(default_factory=anyio.Event)
+    reason: str = "connection closed"
 
 
 class Receiver:
@@ -94,6 +107,8 @@ class Receiver:
         self.on_own_presence: Callable[[bytes | None], None] | None = None
         self._keys_head = layout.namespace + "/k/"
         self.sequences = SequenceTracker()
+        self._incoming: deque[Incoming] = deque()  # the connections' streams, oldest first (run_streams)
+        self._arrived = Signal()
 
     async def run(self, messages: AsyncIterator[Received]) -> None:
         """Dispatch every PUBLISH of ``messages`` until it ends or raises."""
@@ -104,26 +119,36 @@ class Receiver:
                 log.exception("%s: error handling a message on %s", self._name, message.topic)
                 self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, repr(exc), topic=str(message.topic)))
 
-    async def run_after(self, before: anyio.Event | None, messages: AsyncIterator[Received], ended: list[str],
-                        done: anyio.Event) -> None:
-        """Dispatch what one connection receives once ``before`` (the previous connection's
-        ``done``) is set; set ``done`` when its stream ended (``ended`` gets why) or this stopped.
+    def receive(self, messages: AsyncIterator[Received]) -> Incoming:
+        """Queue one connection's stream of PUBLISHes, to be dispatched by :meth:`run_streams` after
+        every stream queued before; queue it as soon as the connection is open."""
+        incoming = Incoming(messages)
+        self._incoming.append(incoming)
+        self._arrived.notify()
+        return incoming
 
-        Run it in a task that outlives the connection: a transport acknowledges a QoS 1 PUBLISH when
-        it receives it (paho sends PUBACK on receipt), so the broker never sends it again, and one
-        dropped with the connection would be lost. When the connection fails while a slow subscriber
-        holds this up, the endpoint reconnects at once (sends go on) and this still hands every
-        PUBLISH the connection received to its subscribers (the transport ends the stream after
-        them, also once ``connect`` was left); the next connection's wait in its transport until
-        then, so per publisher and topic they still come in order."""
-        try:
-            if before is not None:
-                await before.wait()
-            await self.run(messages)
-        except (ConnectionClosed, OSError) as exc:
-            ended.append(str(exc) or type(exc).__name__)
-        finally:
-            done.set()
+    async def run_streams(self) -> None:
+        """Dispatch the queued streams (:meth:`receive`) one after the other, for as long as the
+        endpoint lives; each one's ``ended`` is set once it has ended and all of it was dispatched.
+
+        This task outlives the connections: a transport acknowledges a QoS 1 PUBLISH when it
+        receives it (paho sends PUBACK on receipt), so the broker never sends it again, and one
+        dropped with its connection would be lost. When the connection fails while a slow
+        subscriber holds this up, the endpoint can reconnect (sends go on) and this still hands
+        every PUBLISH the lost connection received to its subscribers (the transport ends the
+        stream after them, also once ``connect`` was left); the next connection's PUBLISHes wait
+        in its transport until then, so per publisher and topic they still come in order."""
+        queue = self._incoming
+        while True:
+            while not queue:
+                await self._arrived.wait()
+            head = queue[0]
+            try:
+                await self.run(head.messages)
+            except (ConnectionClosed, OSError) as exc:
+                head.reason = str(exc) or type(exc).__name__
+            queue.popleft()
+            head.ended.set()
 
     async def dispatch(self, message: Received) -> None:
         """Hand one PUBLISH to the subscribers it is for; waits while one of them is full."""

@@ -36,7 +36,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, NoReturn
 
@@ -433,18 +433,33 @@ class MQTTConnection:
     async def subscribe(self, mqtt_filter: str, *, sub_id: int, no_local: bool, qos: int = 1) -> None:
         props = Properties(PacketTypes.SUBSCRIBE)
         props.SubscriptionIdentifier = sub_id
-        try:
-            await self._client.subscribe(
-                mqtt_filter, options=SubscribeOptions(qos=qos, noLocal=no_local), properties=props
-            )
-        except (aiomqtt.MqttError, OSError) as exc:
-            _raise_closed(exc)
+        await self._until_lost(self._client.subscribe(
+            mqtt_filter, options=SubscribeOptions(qos=qos, noLocal=no_local), properties=props))
 
     async def unsubscribe(self, mqtt_filter: str) -> None:
+        await self._until_lost(self._client.unsubscribe(mqtt_filter))
+
+    async def _until_lost(self, call: Coroutine[Any, Any, Any]) -> None:
+        """Run ``call`` (aiomqtt waiting for the broker's SUBACK or UNSUBACK) until it returns, or
+        raise ConnectionClosed as soon as the connection is lost: aiomqtt alone waits out its
+        timeout (10 s) after the connection is gone, and an endpoint that reconnects subscribes
+        every filter before it sends anything."""
+        lost = self._client._disconnected
+        task = asyncio.ensure_future(call)
+        task.add_done_callback(_retrieve)  # (its failure is read below, unless we stopped waiting)
         try:
-            await self._client.unsubscribe(mqtt_filter)
+            await asyncio.wait((task, lost), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():
+                task.cancel()
+        try:
+            if task.done() and not task.cancelled():
+                task.result()
+                return
         except (aiomqtt.MqttError, OSError) as exc:
             _raise_closed(exc)
+        cause = lost.exception() if lost.done() and not lost.cancelled() else None
+        _raise_closed(cause or aiomqtt.MqttError("the connection was lost before the broker answered"))
 
     def messages(self) -> _Messages:
         return _Messages(self._client)

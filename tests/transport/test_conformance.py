@@ -656,3 +656,83 @@ async def test_endpoint_rides_out_a_broker_restart(restartable_world: World) -> 
             assert isinstance(await next_event(events, ConnectionLost, ConnectionRestored), ConnectionRestored)
         await a.publish("/s", "after")
         assert [m.data for m in await take(sub, 2)] == ["queued during the outage", "after"]
+
+
+@pytest.mark.mosquitto
+@pytest.mark.parametrize("operation", ["subscribe", "unsubscribe"])
+async def test_a_subscribe_waiting_for_its_answer_ends_when_the_connection_drops(
+        broker: EmbeddedBroker, operation: str) -> None:
+    """aiomqtt waits for a SUBACK or UNSUBACK up to its timeout (10 s) even after the connection is
+    gone; an endpoint reconnecting over a flaky link subscribes every filter first, so a cut then
+    cost it 10 s without a connection. The transport raises ConnectionClosed once the cut is seen."""
+    relay = CuttableRelay(broker.port)
+    try:
+        connector = MQTTConnector(BrokerURL.parse(f"mqtt://127.0.0.1:{relay.port}"))
+        answer = 0x90 if operation == "subscribe" else 0xB0  # SUBACK, UNSUBACK
+        async with connector.connect(ConnectOptions("c" + uuid.uuid4().hex[:10], clean_start=True),
+                                     lambda i: None, lambda i, r: None) as conn:
+            if operation == "unsubscribe":
+                await conn.subscribe("x/#", sub_id=1, no_local=False)
+            relay.drop = lambda packet: packet[0] == answer  # the broker's answer never comes
+            ended: list[BaseException] = []
+
+            async def wait_for_the_answer() -> None:
+                try:
+                    if operation == "subscribe":
+                        await conn.subscribe("x/#", sub_id=1, no_local=False)
+                    else:
+                        await conn.unsubscribe("x/#")
+                except ConnectionClosed as exc:
+                    ended.append(exc)
+
+            with anyio.move_on_after(8) as waiting:  # (aiomqtt alone: 10 s)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(wait_for_the_answer)
+                    while not relay.dropped:
+                        await anyio.sleep(0.01)
+                    relay.cut()
+    except ConnectionClosed:
+        pass  # leaving the context after the cut may report it
+    finally:
+        relay.close()
+    assert not waiting.cancelled_caught
+    assert len(ended) == 1
+
+
+@pytest.mark.parametrize("leave", ["close", "cut"])
+async def test_what_was_received_stays_readable_after_leaving_connect(world: World, leave: str) -> None:
+    """A transport may acknowledge a QoS 1 PUBLISH on receipt (paho does), so the broker never sends
+    it again: what ``messages()`` holds must stay readable after the connection ended and after
+    ``connect`` was left, normally or after a cut (base.py), then the stream ends."""
+    t = world.topic
+    sc = world.connector()
+    got: list[Received] = []
+    async with client(world, "p") as p:
+        try:
+            async with sc.connect(ConnectOptions(world.client_id("s"), clean_start=True),
+                                  lambda i: None, lambda i, r: None) as s:
+                await s.subscribe(t("x"), sub_id=7, no_local=False)
+                messages = s.messages()
+                for i in range(50):
+                    p.conn.publish(t("x"), str(i).encode(), 1, False)
+                await p.publish_confirmed(t("x"), b"end")
+                with anyio.fail_after(TIMEOUT):
+                    got.append(await messages.__anext__())
+                    while _held(s) < 50:  # the transport holds the rest (received, acknowledged)
+                        await anyio.sleep(0.01)
+                if leave == "cut":
+                    world.cut(sc)
+        except ConnectionClosed:
+            assert leave == "cut"  # leaving after a cut may report it
+    with anyio.fail_after(TIMEOUT):
+        with pytest.raises(ConnectionClosed):
+            async for message in messages:
+                got.append(message)
+            raise ConnectionClosed("(the stream ended)")
+    assert payloads(got) == [str(i).encode() for i in range(50)] + [b"end"]
+
+
+def _held(connection: Any) -> int:
+    """PUBLISHes the transport received and nobody took yet (private: each transport's buffer)."""
+    inbox = getattr(connection, "_inbox", None)
+    return len(inbox) if inbox is not None else int(connection._client._queue.qsize())
