@@ -85,10 +85,9 @@ class _DropsWhileSubscribing(MemoryConnector):
                 connection.subscribe = self._dropping(connection)  # type: ignore[method-assign]
             yield connection
 
-    @staticmethod
-    def _dropping(connection: MemoryConnection) -> Any:
+    def _dropping(self, connection: MemoryConnection) -> Any:
         async def subscribe(*args: Any, **kwargs: Any) -> None:
-            _DropsWhileSubscribing.dropped += 1
+            self.dropped += 1
             connection._drop("cut while subscribing")
             await MemoryConnection.subscribe(connection, *args, **kwargs)
         return subscribe

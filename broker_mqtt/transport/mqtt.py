@@ -377,6 +377,9 @@ class MQTTConnector:
                 # so that asyncio logs no "Future exception was never retrieved" (a test runner fails on it)
                 lost = client._disconnected
                 lost.add_done_callback(_retrieve)
+                # after the client's exit: when its DISCONNECT could not leave (it waits 10 s, then
+                # raises), aiomqtt leaves the future unset, and our reader would wait for ever
+                stack.callback(broken, ConnectionResetError("the connection was closed"))
                 with waiting:
                     await stack.enter_async_context(client)
                 if waiting.cancelled_caught:
@@ -395,6 +398,12 @@ class MQTTConnector:
 
 
 _NOT_AUTHORIZED = 0x87
+
+
+def _loss(lost: asyncio.Future[None]) -> BaseException:
+    """What the connection's disconnect future says of its loss."""
+    cause = lost.exception() if lost.done() and not lost.cancelled() else None
+    return cause or aiomqtt.MqttError("the connection was lost before the broker answered")
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:
@@ -445,6 +454,9 @@ class MQTTConnection:
         timeout (10 s) after the connection is gone, and an endpoint that reconnects subscribes
         every filter before it sends anything."""
         lost = self._client._disconnected
+        if lost.done():  # gone already: nothing is sent (paho may still hold the socket)
+            call.close()
+            _raise_closed(_loss(lost))
         task = asyncio.ensure_future(call)
         task.add_done_callback(_retrieve)  # (its failure is read below, unless we stopped waiting)
         try:
@@ -458,8 +470,7 @@ class MQTTConnection:
                 return
         except (aiomqtt.MqttError, OSError) as exc:
             _raise_closed(exc)
-        cause = lost.exception() if lost.done() and not lost.cancelled() else None
-        _raise_closed(cause or aiomqtt.MqttError("the connection was lost before the broker answered"))
+        _raise_closed(_loss(lost))
 
     def messages(self) -> _Messages:
         return _Messages(self._client)

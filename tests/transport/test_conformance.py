@@ -736,3 +736,50 @@ def _held(connection: Any) -> int:
     """PUBLISHes the transport received and nobody took yet (private: each transport's buffer)."""
     inbox = getattr(connection, "_inbox", None)
     return len(inbox) if inbox is not None else int(connection._client._queue.qsize())
+
+
+@pytest.mark.mosquitto
+async def test_a_subscribe_cancelled_while_waiting_for_its_answer_leaves_nothing_behind(broker: EmbeddedBroker) -> None:
+    """The caller gives up on a SUBSCRIBE whose SUBACK does not come: aiomqtt's wait for it is
+    cancelled with it (no pending call left, no task), and the connection still works."""
+    relay = CuttableRelay(broker.port)
+    try:
+        connector = MQTTConnector(BrokerURL.parse(f"mqtt://127.0.0.1:{relay.port}"))
+        async with connector.connect(ConnectOptions("c" + uuid.uuid4().hex[:10], clean_start=True),
+                                     lambda i: None, lambda i, r: None) as conn:
+            relay.drop = lambda packet: packet[0] == 0x90 and relay.dropped == 0  # the first SUBACK only
+            with anyio.move_on_after(0.5) as waiting:
+                await conn.subscribe("x/#", sub_id=1, no_local=False)
+            assert waiting.cancelled_caught and relay.dropped == 1
+            pending = conn._client._pending_subscribes
+            with anyio.fail_after(5):  # (left to itself, aiomqtt's wait ends after 10 s)
+                while pending:  # the cancelled wait leaves on its next turn
+                    await anyio.lowlevel.checkpoint()
+            with anyio.fail_after(TIMEOUT):
+                await conn.subscribe("y/#", sub_id=2, no_local=False)  # answered
+    finally:
+        relay.close()
+
+
+@pytest.mark.mosquitto
+async def test_the_stream_ends_after_connect_even_when_aiomqtt_could_not_disconnect(
+        broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiomqtt's exit waits for its DISCONNECT to leave (10 s, when the socket is full) and then
+    raises without marking the connection gone; what the transport received must still end, or the
+    endpoint's receiver would wait on it for ever and never read the next connection's."""
+    import aiomqtt
+
+    async def stuck_exit(self: Any, *exc: Any) -> None:
+        raise aiomqtt.MqttError("Operation timed out")
+
+    connector = MQTTConnector(BrokerURL.parse(broker.url))
+    monkeypatch.setattr(aiomqtt.Client, "__aexit__", stuck_exit)
+    try:
+        with pytest.raises(ConnectionClosed):
+            async with connector.connect(ConnectOptions("c" + uuid.uuid4().hex[:10], clean_start=True),
+                                         lambda i: None, lambda i, r: None) as conn:
+                messages = conn.messages()
+        with anyio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed):
+            await messages.__anext__()
+    finally:
+        conn._paho._sock_close()  # (what the stuck exit left open)
