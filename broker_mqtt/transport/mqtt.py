@@ -366,6 +366,7 @@ class MQTTConnector:
 
             watch(sock, add_reader, read)
 
+        raised: BaseException | None = None
         paho.on_socket_open = _on_socket_open
         paho.on_connect, paho.on_publish = _on_connect, _on_publish
         paho.on_log, paho.on_disconnect = _on_log, _on_disconnect
@@ -392,8 +393,14 @@ class MQTTConnector:
                 # Only errors before CONNACK matter to us; without an on_log paho formats no log line
                 # per packet (its logger still gets them, cheaply, when that level is enabled).
                 paho.on_log = None
-                yield MQTTConnection(client, connack[0] if connack else ConnAck())
+                try:
+                    yield MQTTConnection(client, connack[0] if connack else ConnAck())
+                except BaseException as exc:
+                    raised = exc  # the caller's own error (a TimeoutError is an OSError too): not ours
+                    raise
         except (aiomqtt.MqttError, OSError) as exc:
+            if exc is raised:
+                raise
             _raise_closed(exc)
 
 

@@ -783,3 +783,15 @@ async def test_the_stream_ends_after_connect_even_when_aiomqtt_could_not_disconn
             await messages.__anext__()
     finally:
         conn._paho._sock_close()  # (what the stuck exit left open)
+
+
+async def test_the_callers_own_errors_leave_connect_as_they_are(world: World) -> None:
+    """A TimeoutError (an OSError) or any error raised in the caller's block is not the transport's:
+    it leaves ``connect`` unchanged, not as ConnectionClosed (which hid a timed-out test once)."""
+    connector = world.connector()
+    for error in (TimeoutError("the caller's deadline"), OSError("the caller's file")):
+        with pytest.raises(type(error)) as raised:
+            async with connector.connect(ConnectOptions(world.client_id("e"), clean_start=True),
+                                         lambda i: None, lambda i, r: None):
+                raise error
+        assert raised.value is error
