@@ -194,18 +194,14 @@ class MemoryConnection:
         self._early_acks: list[int] = []
         self._handle: core.ClientHandle | None = None
         will = options.will
-        try:
-            handle = network.broker.connect(
-                options.client_id,
-                deliver=self._deliver,
-                closed=self._closed_by_broker,
-                clean_start=options.clean_start,
-                session_expiry=options.session_expiry,
-                will=core.Will(will.topic, will.payload, will.qos, will.retain) if will else None,
-            )
-        except BaseException:
-            self._reason = f"{connector}: no connection"
-            raise
+        handle = network.broker.connect(
+            options.client_id,
+            deliver=self._deliver,
+            closed=self._closed_by_broker,
+            clean_start=options.clean_start,
+            session_expiry=options.session_expiry,
+            will=core.Will(will.topic, will.payload, will.qos, will.retain) if will else None,
+        )
         self._handle = handle
         self.client_id = handle.client_id
         for packet_id in self._early_acks:  # QoS 1 deliveries of a resumed session, during connect
