@@ -5,11 +5,15 @@ receipt), so the broker never sends it again. When a slow subscriber held the en
 and the connection failed under a publish, the endpoint used to drop every PUBLISH the connection
 had received and not yet dispatched: thousands of messages lost, reported nowhere. Now they are
 dispatched after the reconnect, before the new connection's, and the reconnect does not wait for
-the slow subscriber (its application may be waiting for a send that needs the connection).
+the slow subscriber (its application may be waiting for a send that needs the connection), also
+when the endpoint has nothing to send (the loss would otherwise be seen only once the subscriber
+read everything: past the session's expiry, the session and what it held would be gone).
 """
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -65,6 +69,34 @@ async def test_publishes_received_before_a_cut_reach_a_slow_subscriber_and_sends
                 await _publish_each(pub, range(N, N + 10))  # through the new connection
                 got = await _read(sub, N + 10)
             assert got == list(range(N + 10))  # every one, once, in order: the new after the old
+            assert sub_ep.statistics().missed == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})])
+async def test_an_idle_endpoint_reconnects_at_once_while_a_subscriber_is_stuck() -> None:
+    net = MemoryConnector()
+    async with Endpoint(connector=MemoryConnector(net.broker), client_id="stuck", name="stuck") as sub_ep, \
+            Endpoint(connector=net, name="pub") as pub:
+        async with sub_ep.subscribe("/s", buffer=2) as sub, sub_ep.status() as events:
+            await _publish_each(pub, range(N))
+            lost = weakref.ref(sub_ep._sender.conn)  # type: ignore[arg-type]
+            connector = sub_ep._connector
+            assert isinstance(connector, MemoryConnector)
+            connector.cut("stuck")
+            with anyio.fail_after(30):  # (simulated time) nothing is sent, nobody reads
+                await _restored(events)
+            assert sub_ep.statistics().delivered < N  # the subscriber was not read yet
+            gc.collect()
+            assert lost() is None  # the lost connection is not held for what it received
+            with anyio.fail_after(30):  # the next connection, lost too while the subscriber is stuck
+                await _publish_each(pub, range(N, N + 10))
+                connector.cut("stuck")
+                await _restored(events)
+                assert sub_ep.statistics().reconnects == 2
+                await _publish_each(pub, range(N + 10, N + 20))  # through the third connection
+                got = await _read(sub, N + 20)
+            assert got == list(range(N + 20))  # every one, once, in order: the new after the old
             assert sub_ep.statistics().missed == 0
 
 
@@ -140,7 +172,34 @@ async def test_publishes_a_real_connection_received_before_a_cut_are_not_lost() 
             relay.close()
 
 
+@pytest.mark.anyio
+@pytest.mark.mosquitto
+async def test_an_idle_endpoint_sees_a_real_cut_while_a_subscriber_is_stuck() -> None:
+    with EmbeddedBroker() as broker:
+        relay = CuttableRelay(broker.port)
+        try:
+            fast = {"reconnect_delay": (0.02, 0.2)}
+            async with Endpoint(f"mqtt://127.0.0.1:{relay.port}", name="stuck", **fast) as sub_ep, \
+                    Endpoint(broker, name="pub", **fast) as pub:
+                async with sub_ep.subscribe("/s", buffer=2) as sub, sub_ep.status() as events:
+                    with anyio.fail_after(60):
+                        await _publish_each(pub, range(N))
+                        while _held(sub_ep) < N // 2:
+                            await anyio.sleep(0.01)
+                        relay.cut()
+                        await _restored(events)  # nothing is sent, nobody reads
+                        assert sub_ep.statistics().delivered < N
+                        await _publish_each(pub, range(N, N + 10))
+                        got = await _read(sub, N + 10)
+            assert got == list(range(N + 10))
+            assert sub_ep.statistics().missed == 0
+        finally:
+            relay.close()
+
+
 def _held(ep: Endpoint) -> int:
-    """PUBLISHes the aiomqtt transport received that the endpoint has not dispatched (private)."""
+    """PUBLISHes the endpoint received and has not dispatched (private): read from the transport,
+    and still in aiomqtt's queue."""
     conn = ep._sender.conn
-    return 0 if conn is None else int(conn._client._queue.qsize())  # type: ignore[attr-defined]
+    in_transport = 0 if conn is None else int(conn._client._queue.qsize())  # type: ignore[attr-defined]
+    return in_transport + sum(len(incoming.received) for incoming in ep._receiver._incoming)

@@ -6,11 +6,11 @@ transport/mqtt.py; a last will clears this endpoint's retained presence), subscr
 the subscription table holds, announces presence (presence.py), then runs a *sender* (send.py:
 drains the :class:`~broker_mqtt.endpoint.outbox.Outbox`, one PUBLISH per batch), while a *receiver*
 task that outlives the connections (receive.py) dispatches each PUBLISH by its subscription
-identifiers. When the connection fails the sender stops, the task waits (backoff.py) and starts
-over, and the receiver still hands over what the lost connection received
-(:meth:`Receiver.run_streams`). The session (``clean_start=False``, ``session_expiry`` seconds)
-makes the broker keep our subscriptions and queue QoS 1 messages during the outage, across a
-broker restart too when it persists sessions.
+identifiers. When the connection fails (a send fails, or its stream of PUBLISHes, read as they
+arrive, ends) the sender stops, the task waits (backoff.py) and starts over, and the receiver still
+hands over what the lost one received (:meth:`Receiver.run_streams`). The session
+(``clean_start=False``, ``session_expiry`` seconds) makes the broker keep our subscriptions and
+queue QoS 1 messages during the outage, across a broker restart too when it persists sessions.
 Applications see the outage only as :class:`ConnectionLost` / :class:`ConnectionRestored` status
 events: subscribers keep iterating and publishers keep queueing (up to the outbox bound).
 

@@ -6,10 +6,11 @@ unicast topic (2); every other id is one of the :class:`SubscriptionTable`'s fil
 subscribers get the PUBLISH: raw subscribers as one :class:`RawMessage`, data subscribers as the
 node messages of the PUBLISH that are of their kind, in one list per PUBLISH (the hand-over to a
 subscriber's stream is paid once per PUBLISH, not once per message; a full stream makes the receiver
-wait, so nothing is dropped). Node messages addressed to other endpoints are skipped; our own
-messages coming back (a broker that ignores No Local) are dropped by sender id, since local
-subscribers got them when they were sent. A node message whose topic does not match the MQTT topic
-it came on is malformed: reported, counted and skipped.
+wait, so nothing is dropped, while the connections' streams are read on: :meth:`Receiver.run_streams`).
+Node messages addressed to other endpoints are skipped; our own messages coming back (a broker that
+ignores No Local) are dropped by sender id, since local subscribers got them when they were sent. A
+node message whose topic does not match the MQTT topic it came on is malformed: reported, counted and
+skipped.
 
 With a :class:`~broker_mqtt.wire.signing.Verifier` (the endpoint was given a trust store), every
 PUBLISH on the layout's topics must be sealed by the key of the client its topic names, with a
@@ -33,9 +34,10 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 from ..errors import UsageError
 from ..transport.base import ConnectionClosed, Received
@@ -59,14 +61,19 @@ UNICAST_SID = 2  #: subscription identifier of this endpoint's unicast topic
 KEYS_SID = 3  #: subscription identifier of the key records (``<ns>/k/+``; endpoint/keys.py)
 
 
-@dataclass(eq=False, slots=True)
 class Incoming:
     """One connection's stream of PUBLISHes, queued at the :class:`Receiver`: ``ended`` is set once
-    the stream has ended (``reason``: why) and all of it was dispatched."""
+    the stream has ended (the connection is gone; ``reason``: why) and all of it was either
+    dispatched or read into :attr:`received` to be dispatched (see :meth:`Receiver.run_streams`)."""
 
-    messages: AsyncIterator[Received]
-    ended: anyio.Event = field(default_factory=anyio.Event)
-    reason: str = "connection closed"
+    __slots__ = ("_messages", "reader", "received", "ended", "reason")
+
+    def __init__(self, messages: AsyncIterator[Received]) -> None:
+        self._messages: AsyncIterator[Received] | None = messages  # (None once read to its end)
+        self.reader = False  # whether a task of its own reads it (into ``received``)
+        self.received: deque[Received] = deque()  # read by that task, not yet dispatched
+        self.ended = anyio.Event()
+        self.reason = "connection closed"
 
 
 class Receiver:
@@ -108,47 +115,112 @@ class Receiver:
         self._keys_head = layout.namespace + "/k/"
         self.sequences = SequenceTracker()
         self._incoming: deque[Incoming] = deque()  # the connections' streams, oldest first (run_streams)
-        self._arrived = Signal()
-
-    async def run(self, messages: AsyncIterator[Received]) -> None:
-        """Dispatch every PUBLISH of ``messages`` until it ends or raises."""
-        async for message in messages:
-            try:
-                await self.dispatch(message)
-            except Exception as exc:  # a bug must not kill the receive loop; report it loudly
-                log.exception("%s: error handling a message on %s", self._name, message.topic)
-                self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, repr(exc), topic=str(message.topic)))
+        self._readers: TaskGroup | None = None  # run_streams's: the tasks that read streams apart
+        self._waiting = 0  # dispatches waiting for a full subscriber
+        self._in_next: Incoming | None = None  # the stream run_streams waits for the next PUBLISH of
+        self._read_more = Signal()  # a stream was queued, read further, or ended
 
     def receive(self, messages: AsyncIterator[Received]) -> Incoming:
         """Queue one connection's stream of PUBLISHes, to be dispatched by :meth:`run_streams` after
         every stream queued before; queue it as soon as the connection is open."""
         incoming = Incoming(messages)
         self._incoming.append(incoming)
-        self._arrived.notify()
+        if self._waiting:  # (see run_streams)
+            self._read_apart(incoming)
+        self._read_more.notify()
         return incoming
 
     async def run_streams(self) -> None:
         """Dispatch the queued streams (:meth:`receive`) one after the other, for as long as the
-        endpoint lives; each one's ``ended`` is set once it has ended and all of it was dispatched.
+        endpoint lives.
 
         This task outlives the connections: a transport acknowledges a QoS 1 PUBLISH when it
         receives it (paho sends PUBACK on receipt), so the broker never sends it again, and one
-        dropped with its connection would be lost. When the connection fails while a slow
-        subscriber holds this up, the endpoint can reconnect (sends go on) and this still hands
-        every PUBLISH the lost connection received to its subscribers (the transport ends the
-        stream after them, also once ``connect`` was left); the next connection's PUBLISHes wait
-        in its transport until then, so per publisher and topic they still come in order."""
-        queue = self._incoming
-        while True:
-            while not queue:
-                await self._arrived.wait()
-            head = queue[0]
+        dropped with its connection would be lost. Every PUBLISH a lost connection received goes to
+        the subscribers, before any of the next connection's, so per publisher and topic they come
+        in order.
+
+        A stream is read and dispatched in this task, one PUBLISH after the other, until a full
+        subscriber makes it wait. From then on every queued stream is read by a task of its own
+        (into ``Incoming.received``, in memory, as it would have waited in the transport), so that
+        the end of a stream (the connection is gone: ``Incoming.ended``) is seen at once, also by
+        an endpoint with nothing to send: it reconnects without waiting for the subscriber (whose
+        session could expire meanwhile), and the lost connection's transport objects are freed."""
+        async with anyio.create_task_group() as tg:
+            self._readers = tg
             try:
-                await self.run(head.messages)
-            except (ConnectionClosed, OSError) as exc:
-                head.reason = str(exc) or type(exc).__name__
-            queue.popleft()
-            head.ended.set()
+                await self._dispatch_streams()
+            finally:
+                self._readers = None
+
+    def _read_apart(self, incoming: Incoming) -> None:
+        if (not incoming.reader and incoming._messages is not None and self._readers is not None
+                and incoming is not self._in_next):  # (a dispatch() called from elsewhere than run_streams)
+            incoming.reader = True
+            self._readers.start_soon(self._read, incoming)
+
+    async def _read(self, incoming: Incoming) -> None:
+        """Move ``incoming``'s PUBLISHes to its ``received`` as they arrive, until its stream ends."""
+        messages, received, read = incoming._messages, incoming.received, self._read_more
+        assert messages is not None
+        try:
+            async for message in messages:
+                received.append(message)
+                read.notify()
+        except (ConnectionClosed, OSError) as exc:
+            incoming.reason = str(exc) or type(exc).__name__
+        finally:
+            incoming._messages = None
+            incoming.ended.set()
+            read.notify()
+
+    async def _dispatch_streams(self) -> None:
+        queue, read = self._incoming, self._read_more
+        while True:
+            if not queue:
+                await read.wait()
+                continue
+            head = queue[0]
+            if not head.reader:  # read here, until a full subscriber has a task read it apart
+                try:
+                    while not head.reader:  # (no reference to the stream kept while dispatching: it holds
+                        self._in_next = head  # its connection, to be freed once read apart to its end)
+                        message = await head._messages.__anext__()  # type: ignore[union-attr]
+                        self._in_next = None
+                        await self._dispatch_safely(message)
+                except StopAsyncIteration:
+                    pass
+                except (ConnectionClosed, OSError) as exc:
+                    head.reason = str(exc) or type(exc).__name__
+                self._in_next = None
+                if not head.reader:  # (it ended here)
+                    head._messages = None
+                    head.ended.set()
+            received = head.received
+            while received:
+                await self._dispatch_safely(received.popleft())
+            if head.ended.is_set() and not received:
+                queue.popleft()
+            elif not received:
+                await read.wait()
+
+    async def _dispatch_safely(self, message: Received) -> None:
+        try:
+            await self.dispatch(message)
+        except Exception as exc:  # a bug must not kill the receive loop; report it loudly
+            log.exception("%s: error handling a message on %s", self._name, message.topic)
+            self._report(ErrorEvent(ErrorCode.MALFORMED_MESSAGE, repr(exc), topic=str(message.topic)))
+
+    async def _wait_for(self, sub: _Stream, batch: list[Any]) -> None:
+        """Hand ``batch`` to ``sub``, which is full: wait for room, with every queued stream read on
+        meanwhile (run_streams)."""
+        for incoming in self._incoming:
+            self._read_apart(incoming)
+        self._waiting += 1
+        try:
+            await sub._deliver(batch)
+        finally:
+            self._waiting -= 1
 
     async def dispatch(self, message: Received) -> None:
         """Hand one PUBLISH to the subscribers it is for; waits while one of them is full."""
@@ -179,7 +251,7 @@ class Receiver:
             for f in filters:
                 for sub in f.subscribers:
                     if not sub._deliver_nowait([item]):
-                        await sub._deliver([item])
+                        await self._wait_for(sub, [item])
             return
         opened = self._opened(topic, payload, self._data_head, message.retain)
         if opened is not None:
@@ -236,7 +308,8 @@ class Receiver:
             for f in self._table.by_filter.values():
                 if f.levels is None and mqtt_filter_matches(f.mqtt_filter, topic):
                     for sub in f.subscribers:
-                        await sub._deliver([item])
+                        if not sub._deliver_nowait([item]):
+                            await self._wait_for(sub, [item])
 
     async def _on_node_messages(self, topic: str, payload: bytes, filters: list[Filter[_Stream]] | None,
                                 stream: object = None) -> None:
@@ -331,5 +404,5 @@ class Receiver:
             if batch:
                 stats.delivered += len(batch)
                 if not sub._deliver_nowait(batch):
-                    await sub._deliver(batch)
+                    await self._wait_for(sub, batch)
 
