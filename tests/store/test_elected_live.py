@@ -134,6 +134,46 @@ async def test_the_callers_values_and_the_replicas_stay_apart(broker: EmbeddedBr
 
 
 @pytest.mark.anyio
+async def test_each_event_stream_gets_its_own_copies_of_a_conflicts_values(broker: EmbeddedBroker,
+                                                                           namespace: str) -> None:
+    """A healed split's conflict reaches every event stream with values of its own: one stream's
+    subscriber changing them changes neither another stream's event nor the merge's versions. (The
+    conflict is handed to the store's I/O layer as the replica reports it; the merge itself is
+    tested sans-io and live in test_elected_split.py.)"""
+    from broker_mqtt.store import ConflictResolved
+    from broker_mqtt.store.history import Conflict, Version
+    from broker_mqtt.store.replica_events import ConflictsFound
+
+    async with Endpoint(broker, namespace=namespace) as a:
+        sa = await attach_store(a, "conflicts", election={"cycle": CYCLE, "gap": GAP})
+        with anyio.fail_after(30):
+            assert await sa.await_master(15)
+            async with sa.events() as one, sa.events() as two:
+                chosen, other = Version([1, 2], 7, "x", 5), Version({"a": [3]}, 6, "y", 4)
+                epoch = sa.replica.epoch
+                assert epoch is not None
+                sa.replica._events.append(ConflictsFound(epoch, [Conflict("k", chosen, other)]))
+                sa._drain()
+                first = [e async for e in _until(one, ConflictResolved)][-1]
+                first.chosen.value.append("from one")
+                first.other.value["a"].append("from one")
+                second = [e async for e in _until(two, ConflictResolved)][-1]
+        assert (first.key, second.key) == ("k", "k")
+        assert second.chosen.value == [1, 2] and second.other.value == {"a": [3]}
+        assert chosen.value == [1, 2] and other.value == {"a": [3]}
+        assert (second.chosen.hlc, second.chosen.origin, second.other.seq) == (7, "x", 4)
+        await sa.close()
+
+
+async def _until(events: Any, kind: type) -> Any:
+    """The events of ``events`` up to and including the first of ``kind``."""
+    async for e in events:
+        yield e
+        if isinstance(e, kind):
+            return
+
+
+@pytest.mark.anyio
 async def test_one_replica_of_a_store_per_endpoint(broker: EmbeddedBroker, namespace: str) -> None:
     election = {"cycle": CYCLE, "gap": GAP}
     async with Endpoint(broker, namespace=namespace) as a:
