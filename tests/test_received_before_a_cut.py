@@ -100,6 +100,31 @@ async def test_an_idle_endpoint_reconnects_at_once_while_a_subscriber_is_stuck()
             assert sub_ep.statistics().missed == 0
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})])
+async def test_a_stream_read_apart_while_a_subscriber_was_full_is_read_in_line_again() -> None:
+    """While a subscriber is full, the connection's stream is read by a task of its own; once
+    nothing waits, the receiver reads it again itself (a hop less per PUBLISH), losing nothing."""
+    net = MemoryConnector()
+    async with Endpoint(connector=MemoryConnector(net.broker), client_id="sub", name="sub") as sub_ep, \
+            Endpoint(connector=net, name="pub") as pub:
+        async with sub_ep.subscribe("/s", buffer=2) as sub:
+            await _publish_each(pub, range(20))
+            head = sub_ep._receiver._incoming[0]
+            assert head.reader  # the subscriber is full: read apart
+            with anyio.fail_after(30):
+                got = await _read(sub, 20)
+                await _publish_each(pub, range(20, 30))  # (the subscriber is full again after two)
+                got += await _read(sub, 10)
+                await _publish_each(pub, range(30, 31))  # comes while nothing waits: handed back
+                got += await _read(sub, 1)
+                await _publish_each(pub, range(31, 33))  # read in line
+                got += await _read(sub, 2)
+            assert got == list(range(33))
+            assert sub_ep._receiver._incoming[0] is head and not head.reader  # read in line again
+            assert sub_ep.statistics().missed == 0
+
+
 class _DropsWhileSubscribing(MemoryConnector):
     """Its second connection drops at its first SUBSCRIBE: after CONNACK, with the session's backlog
     already received (and acknowledged), before the endpoint has subscribed anything."""

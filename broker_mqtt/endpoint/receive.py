@@ -152,6 +152,7 @@ class Receiver:
                 await self._dispatch_streams()
             finally:
                 self._readers = None
+                self._incoming.clear()  # (the endpoint closes: its last connection is not kept)
 
     def _read_apart(self, incoming: Incoming) -> None:
         if (not incoming.reader and incoming._messages is not None and self._readers is not None
@@ -160,19 +161,26 @@ class Receiver:
             self._readers.start_soon(self._read, incoming)
 
     async def _read(self, incoming: Incoming) -> None:
-        """Move ``incoming``'s PUBLISHes to its ``received`` as they arrive, until its stream ends."""
+        """Move ``incoming``'s PUBLISHes to its ``received`` as they arrive, until its stream ends,
+        or until no dispatch waits and it is the stream being dispatched: run_streams reads it
+        again then (one hop less per PUBLISH)."""
         messages, received, read = incoming._messages, incoming.received, self._read_more
         assert messages is not None
         try:
             async for message in messages:
                 received.append(message)
                 read.notify()
+                queue = self._incoming
+                if not self._waiting and queue and queue[0] is incoming:
+                    incoming.reader = False  # handed back
+                    return
         except (ConnectionClosed, OSError) as exc:
             incoming.reason = str(exc) or type(exc).__name__
         finally:
-            incoming._messages = None
-            incoming.ended.set()
-            read.notify()
+            if incoming.reader:
+                incoming._messages = None
+                incoming.ended.set()
+                read.notify()
 
     async def _dispatch_streams(self) -> None:
         queue, read = self._incoming, self._read_more
@@ -181,28 +189,29 @@ class Receiver:
                 await read.wait()
                 continue
             head = queue[0]
-            if not head.reader:  # read here, until a full subscriber has a task read it apart
-                try:
-                    while not head.reader:  # (no reference to the stream kept while dispatching: it holds
-                        self._in_next = head  # its connection, to be freed once read apart to its end)
-                        message = await head._messages.__anext__()  # type: ignore[union-attr]
-                        self._in_next = None
-                        await self._dispatch_safely(message)
-                except StopAsyncIteration:
-                    pass
-                except (ConnectionClosed, OSError) as exc:
-                    head.reason = str(exc) or type(exc).__name__
-                self._in_next = None
-                if not head.reader:  # (it ended here)
-                    head._messages = None
-                    head.ended.set()
             received = head.received
-            while received:
+            while received:  # what a reader task read (first: it came before what is read here)
                 await self._dispatch_safely(received.popleft())
-            if head.ended.is_set() and not received:
+            if head.ended.is_set():
                 queue.popleft()
-            elif not received:
+                continue
+            if head.reader:
                 await read.wait()
+                continue
+            try:  # read here, until a full subscriber has a task read it apart
+                while not head.reader:  # (no reference to the stream kept while dispatching: it holds
+                    self._in_next = head  # its connection, to be freed once read apart to its end)
+                    message = await head._messages.__anext__()  # type: ignore[union-attr]
+                    self._in_next = None
+                    await self._dispatch_safely(message)
+            except StopAsyncIteration:
+                pass
+            except (ConnectionClosed, OSError) as exc:
+                head.reason = str(exc) or type(exc).__name__
+            self._in_next = None
+            if not head.reader:  # (it ended here)
+                head._messages = None
+                head.ended.set()
 
     async def _dispatch_safely(self, message: Received) -> None:
         try:

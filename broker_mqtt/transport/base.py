@@ -164,9 +164,10 @@ class Connection(Protocol):
         ...
 
     def messages(self) -> AsyncIterator[Received]:
-        """The PUBLISHes the broker sends, in order; iterate it from one task only. When the
-        connection drops it raises :class:`ConnectionClosed` (or ends), after every PUBLISH
-        received before, which stay readable after ``connect`` was left."""
+        """The PUBLISHes the broker sends, in order; iterate it from one task at a time (the
+        endpoint hands it between its tasks: hold no cancel scope or task group across a yield).
+        When the connection drops it raises :class:`ConnectionClosed` (or ends), after every
+        PUBLISH received before, which stay readable after ``connect`` was left."""
         ...
 
     async def disconnect_ending_session(self) -> None:
