@@ -163,10 +163,15 @@ async def test_the_cli_signs_and_checks_with_key_and_trust_files(broker: Embedde
                 Endpoint(broker, namespace=namespace, client_id="mallory") as m, a.subscribe("/t/cli") as mine:
             beta = endpoint_id("beta")
             assert beta is not None and await a.await_peer(beta, timeout=30)  # signed presence: beta is up
-            await m.publish("/t/x", "forged")  # unsigned: the CLI drops it
-            await a.publish("/t/x", "ok")
             with anyio.fail_after(30):
-                await sub.wait()
+                # the CLI subscribes once its presence is up: send until it has taken one (it exits)
+                while sub.returncode is None:
+                    await m.publish("/t/x", "forged")  # unsigned: the CLI drops it
+                    assert await m.flush(10)  # (the broker has it before "ok")
+                    await a.publish("/t/x", "ok")
+                    assert await a.flush(10)
+                    with anyio.move_on_after(0.5):
+                        await sub.wait()
             assert sub.stdout is not None
             out = (await sub.stdout.receive()).decode()
             assert '"ok"' in out and "forged" not in out and sub.returncode == 0
