@@ -23,6 +23,7 @@ import pytest
 import trio.testing
 
 from broker_mqtt import ConnectionRestored, EmbeddedBroker, Endpoint
+from broker_mqtt.endpoint.receive import DRAIN_BURST
 from broker_mqtt.transport.base import ConnectOptions
 from broker_mqtt.transport.memory import MemoryConnection, MemoryConnector
 from tests.transport.cuttable import CuttableRelay
@@ -123,6 +124,39 @@ async def test_a_stream_read_apart_while_a_subscriber_was_full_is_read_in_line_a
             assert got == list(range(33))
             assert sub_ep._receiver._incoming[0] is head and not head.reader  # read in line again
             assert sub_ep.statistics().missed == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})])
+async def test_a_backlog_held_in_memory_is_dispatched_in_bursts_that_let_other_tasks_run() -> None:
+    """What waited in memory for a stuck subscriber is dispatched when it leaves (to nobody: no
+    subscriber waits, so nothing else yields), in bursts, as the transport reads: the sender, the
+    keepalive and a close get their turns."""
+    net = MemoryConnector()
+    async with Endpoint(connector=MemoryConnector(net.broker), client_id="stuck", name="stuck") as sub_ep, \
+            Endpoint(connector=net, name="pub") as pub:
+        leaving = sub_ep.subscribe("/s", buffer=2)
+        await leaving.__aenter__()
+        await _publish_each(pub, range(N))
+        stats, bursts, done = sub_ep.statistics, [], False
+
+        async def watch() -> None:
+            last = stats().publishes_received
+            while not done:
+                await anyio.lowlevel.checkpoint()
+                bursts.append(stats().publishes_received - last)
+                last = stats().publishes_received
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            await leaving.__aexit__(None, None, None)  # the stuck subscriber leaves
+            with anyio.fail_after(30):
+                while stats().publishes_received < N:
+                    await anyio.lowlevel.checkpoint()
+            done = True
+        # (trio runs each runnable task once per batch, in random order: the dispatcher can have
+        # two turns between two of the watcher's)
+        assert sum(bursts) >= N - 2 * DRAIN_BURST and max(bursts) <= 2 * DRAIN_BURST + 2
 
 
 class _DropsWhileSubscribing(MemoryConnector):

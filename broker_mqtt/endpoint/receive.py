@@ -59,6 +59,7 @@ log = logging.getLogger("broker_mqtt")
 PRESENCE_SID = 1  #: subscription identifier of the presence filter
 UNICAST_SID = 2  #: subscription identifier of this endpoint's unicast topic
 KEYS_SID = 3  #: subscription identifier of the key records (``<ns>/k/+``; endpoint/keys.py)
+DRAIN_BURST = 64  #: PUBLISHes dispatched from memory between two checkpoints (the MQTT transport's READ_BURST)
 
 
 class Incoming:
@@ -190,8 +191,13 @@ class Receiver:
                 continue
             head = queue[0]
             received = head.received
+            burst = 0
             while received:  # what a reader task read (first: it came before what is read here)
                 await self._dispatch_safely(received.popleft())
+                burst += 1
+                if burst == DRAIN_BURST:  # other tasks run between bursts, as between the transport's reads
+                    burst = 0
+                    await anyio.lowlevel.checkpoint()
             if head.ended.is_set():
                 queue.popleft()
                 continue
