@@ -146,7 +146,9 @@ class Receiver:
         (into ``Incoming.received``, in memory, as it would have waited in the transport), so that
         the end of a stream (the connection is gone: ``Incoming.ended``) is seen at once, also by
         an endpoint with nothing to send: it reconnects without waiting for the subscriber (whose
-        session could expire meanwhile), and the lost connection's transport objects are freed."""
+        session could expire meanwhile), and the lost connection's transport objects are freed.
+        What was read so is dispatched in bursts of :data:`DRAIN_BURST`, other tasks running
+        between them; once nothing waits, the stream being dispatched is read here again."""
         async with anyio.create_task_group() as tg:
             self._readers = tg
             try:
