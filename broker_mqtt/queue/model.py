@@ -133,8 +133,17 @@ class QueueIndex:
     @classmethod
     def build(cls, state: VersionedState) -> QueueIndex:
         idx = cls()
+        highest = 0  # the highest id in use: a message's, an erased message's, a reader's pointer
         for key, value in state.items():
             idx.note(key, value)
+            if is_message_key(key):
+                highest = max(highest, key)
+        for key in state.erased_keys():
+            if is_message_key(key):
+                highest = max(highest, key)
+        # A healed split merges the counter as any key (last writer wins), so it can lie below ids the
+        # other side handed out: a publish must not write over one of those, nor go behind a reader.
+        idx.next_id = max(idx.next_id, highest + 1, max(idx.readers.values(), default=0) + 1)
         idx.seq, idx.generation = state.last_seq, state.generation
         return idx
 

@@ -201,6 +201,10 @@ class VersionedState:
         """How many erased keys are remembered."""
         return len(self._tombstones)
 
+    def erased_keys(self) -> list[Any]:
+        """Every erased key remembered (a tombstone), decoded as :meth:`keys` decodes, in erase order."""
+        return [unpack_key(k) for k in self._tombstones]
+
     def version(self, key: Any) -> Version | None:
         """The key's current version: live, a tombstone, or None (never written, or forgotten)."""
         return self.packed_version(pack(key))
