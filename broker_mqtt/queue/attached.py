@@ -405,8 +405,8 @@ class WorkQueue:
     async def _lease_loop(self) -> None:
         """The master's chores, every ``min(1 s, lease/4)``: release what expired leases held, forget
         the tombstones of keys erased more than ``tombstone_ttl`` s ago, and erase the accepted
-        messages every log reader has passed that a commit left (Sweep); CHORE_RECORDS records of
-        each at most."""
+        messages every log reader has passed that a commit left, or write the id counter back above
+        every id in use after a healed split (Sweep); CHORE_RECORDS records of each at most."""
         assert self.store is not None
         while True:
             await anyio.sleep(min(1.0, self.lease / 4))
@@ -422,7 +422,7 @@ class WorkQueue:
                             break
                         await self.write(forget)
                     for _ in range(CHORE_RECORDS):
-                        if not idx.done_upto(idx.low_water(), 1):
+                        if not (idx.done_upto(idx.low_water(), 1) or idx.counter_behind(state)):
                             break
                         await self.write(Sweep(MAX_ERASES))
                 except StoreError as exc:  # e.g. mastership moved on: the next master does it

@@ -30,6 +30,7 @@ from ..store.errors import StoreDecodeError, StoreProtocolError
 from ..store.versioned import VersionedState
 from ..wire.codec import size_bound
 from .model import (
+    ID_LIMIT,
     NEXT_ID,
     MessageRecord,
     MessageState,
@@ -60,7 +61,6 @@ START_OLDEST, START_NEXT = "oldest", "next"
 Action = str  # "accept" | "release" | "reject" | "return"
 _ACTIONS = ("accept", "release", "reject", "return")
 _FOREVER = 1e15  # seconds: durations and ages beyond any wall clock are refused (an overflow, not a time)
-_ID_LIMIT = 1 << 63  # message ids and delivery counts a settlement may name (the master counts from 1)
 MAX_OWNER = 200  #: ASCII characters of a consumer's owner id (theirs are 41): a record carries it per message
 MAX_REASON = 1000  #: characters of a settlement's or release's reason (a consumer cuts a longer one)
 
@@ -119,7 +119,7 @@ def _count(value: Any) -> int:
 
 
 def _max(value: Any) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < _ID_LIMIT):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < ID_LIMIT):
         raise StoreDecodeError(f"max_deliveries must be None or an integer >= 1, got {peer_repr(value, 60)}")
     return value
 
@@ -140,9 +140,9 @@ def _settlements(value: Any) -> list[list[Any]]:
     items = _items(value)
     for item in items:
         if not (isinstance(item, (list, tuple)) and len(item) in (3, 4) and is_message_key(item[0])
-                and 0 <= item[0] < _ID_LIMIT and item[1] in _ACTIONS
+                and 0 <= item[0] < ID_LIMIT and item[1] in _ACTIONS
                 and (item[2] is None or (isinstance(item[2], str) and len(item[2]) <= MAX_REASON))
-                and (len(item) == 3 or (is_message_key(item[3]) and 1 <= item[3] < _ID_LIMIT))):
+                and (len(item) == 3 or (is_message_key(item[3]) and 1 <= item[3] < ID_LIMIT))):
             raise StoreDecodeError(f"a settlement is [id, accept|release|reject|return, reason(, delivery count)], "
                                    f"got {peer_repr(item, 60)}")
     return [list(item) for item in items]
@@ -494,11 +494,15 @@ class Forget(ComputedCommand):
 class Sweep(ComputedCommand):
     """Erase up to ``n`` (and :data:`MAX_ERASES`) ``done`` messages that every log reader has passed,
     smallest id first (those a reader's commit or removal left: a record erases at most MAX_ERASES);
-    answer how many. The master's chores send it while there are such messages."""
+    answer how many. Writes the id counter too if it lies below the next id (after a healed split,
+    :meth:`~.model.QueueIndex.counter_behind`). The master's chores send it while there is either."""
 
     n: int
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         idx = index_for(state)
         ops: list[tuple[Any, ...]] = [("erase", i) for i in idx.done_upto(idx.low_water(), min(self.n, MAX_ERASES))]
-        return _finish(state, ops, len(ops))
+        erased = len(ops)
+        if idx.counter_behind(state):
+            ops.append(("put", NEXT_ID, idx.next_id, None))
+        return _finish(state, ops, erased)

@@ -3,7 +3,8 @@
 Theory of operation (``docs/queues.md``):
 
 * A queue is an elected store. Message ``id`` (an int, assigned by the master from the counter key
-  ``"next-id"``, so identical on every replica) is key ``id``; its value is a :class:`MessageRecord`
+  ``"next-id"``, so identical on every replica; after a healed split, whose merge can leave the
+  counter below ids in use, from above them: :meth:`QueueIndex.build`) is key ``id``; its value is a :class:`MessageRecord`
   in wire form ``{"data", "state", "owner", "count", "max", "reason"}``. A consumer's lease is key
   ``"lease/<owner>"`` (wall-clock expiry, seconds). A log reader's read pointer is key
   ``"reader/<name>"``: the last id it committed (an int >= 0). Nothing else lives in a queue's store.
@@ -32,10 +33,11 @@ from typing import Any
 
 from ..store.versioned import VersionedState
 
-__all__ = ["MessageState", "MessageRecord", "QueueIndex", "index_for", "NEXT_ID", "lease_key", "reader_key",
-           "is_message_key"]
+__all__ = ["MessageState", "MessageRecord", "QueueIndex", "index_for", "NEXT_ID", "ID_LIMIT", "lease_key",
+           "reader_key", "is_message_key"]
 
 NEXT_ID = "next-id"
+ID_LIMIT = 1 << 63  #: message ids (and delivery counts) a settlement may name; the master counts from 1
 LEASE_PREFIX = "lease/"
 READER_PREFIX = "reader/"
 
@@ -136,16 +138,23 @@ class QueueIndex:
         highest = 0  # the highest id in use: a message's, an erased message's, a reader's pointer
         for key, value in state.items():
             idx.note(key, value)
-            if is_message_key(key):
-                highest = max(highest, key)
-        for key in state.erased_keys():
-            if is_message_key(key):
-                highest = max(highest, key)
+            if is_message_key(key) and highest < key < ID_LIMIT:
+                highest = key
+        erased = state.largest_erased_int(ID_LIMIT)
+        pointers = [p for p in idx.readers.values() if p < ID_LIMIT]
         # A healed split merges the counter as any key (last writer wins), so it can lie below ids the
         # other side handed out: a publish must not write over one of those, nor go behind a reader.
-        idx.next_id = max(idx.next_id, highest + 1, max(idx.readers.values(), default=0) + 1)
+        # (Ids past ID_LIMIT, which no settlement can name, are a peer's doing: not counted.)
+        idx.next_id = max(idx.next_id, highest + 1, (erased or 0) + 1, max(pointers, default=0) + 1)
         idx.seq, idx.generation = state.last_seq, state.generation
         return idx
+
+    def counter_behind(self, state: VersionedState) -> bool:
+        """Whether the state's id counter lies below the next id (after a healed split: see
+        :meth:`build`); the master's chores then write it (:class:`~.commands.Sweep`), so that log
+        readers, which read up to the counter, see every message."""
+        counter = state.value(NEXT_ID)
+        return self.next_id > (counter if is_message_key(counter) else 1)
 
     def note(self, key: Any, value: Any) -> None:
         """``key`` now holds ``value`` (None: erased)."""

@@ -201,9 +201,15 @@ class VersionedState:
         """How many erased keys are remembered."""
         return len(self._tombstones)
 
-    def erased_keys(self) -> list[Any]:
-        """Every erased key remembered (a tombstone), decoded as :meth:`keys` decodes, in erase order."""
-        return [unpack_key(k) for k in self._tombstones]
+    def largest_erased_int(self, below: int) -> int | None:
+        """The largest int key ``0 <= key < below`` among the erased keys remembered (tombstones),
+        or None. Nothing is decoded but the answer: the canonical encoding orders the ints from 0 to
+        2**64 - 1 as the numbers, below every other key's (so ``24 <= below <= 2**64``)."""
+        if not 24 <= below <= 1 << 64:
+            raise ValueError(f"below must be in 24..2**64, not {below}")
+        limit = pack(below) if below < 1 << 64 else b"\x1c"  # (2**64 is a bignum: a tag, 0xc2)
+        largest = max((k for k in self._tombstones if k < limit), default=None)
+        return None if largest is None else int(unpack_key(largest))
 
     def version(self, key: Any) -> Version | None:
         """The key's current version: live, a tombstone, or None (never written, or forgotten)."""

@@ -3,7 +3,8 @@
 Both sides of a split elect a master and each hands out message ids from the counter they held at
 the split; the healed histories are merged key by key. Whatever the merge keeps, publishing after it
 must not write over a message either side published: the master's next id lies above every id,
-message or tombstone, and every log reader's pointer.
+message or tombstone, and every log reader's pointer; and the master's chores write the counter
+back up (``Sweep``), so that log readers, which read up to it, see every message without a publish.
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from broker_mqtt.queue.commands import Publish
-from broker_mqtt.queue.model import NEXT_ID, index_for, reader_key
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker_mqtt.queue.commands import MAX_ERASES, Publish, Sweep
+from broker_mqtt.queue.model import ID_LIMIT, NEXT_ID, index_for, reader_key
 from broker_mqtt.store.commands import Erase, Put
 from broker_mqtt.store.log_ops import compute_op
 from broker_mqtt.store.state_merge import merge_histories
@@ -68,6 +73,7 @@ def test_publishing_after_a_healed_split_writes_over_no_message_of_either_side()
     merged = _messages(state)
     assert state.value(NEXT_ID) == 5  # the premise: the counter went back below ids in use
     assert {merged[i] for i in range(5, 12)} == set(ab[3:])
+    assert index_for(state).counter_behind(state)
     n = net.write("b", Publish(["after-1", "after-2"]))
     net.run(1.0)
     assert net.nodes["b"].done[n] == 12  # above every id either side handed out
@@ -112,3 +118,54 @@ def test_the_next_id_after_a_merge_lies_above_erased_ids_and_every_readers_point
     merged = VersionedState()
     merged.replace(**parts)
     assert index_for(merged).next_id == 21
+
+
+def test_the_masters_sweep_writes_the_counter_back_above_every_id_in_use() -> None:
+    """A log reader reads up to the counter: on a queue idle after the heal it would not see the
+    a/b side's messages above the merged counter until someone published."""
+    net = SimNet(["a", "b", "c", "d"], seed=11)
+    _split(net, [f"ab{i}" for i in range(10)], [f"cd{i}" for i in range(3)])
+    state = net.nodes["c"].replica.state
+    merged = _messages(state)
+    n = net.write("d", Sweep(MAX_ERASES))
+    net.run(1.0)
+    assert net.nodes["d"].done[n] == 0  # nothing to erase
+    for name in "abcd":
+        replica_state = net.nodes[name].replica.state
+        assert replica_state.value(NEXT_ID) == 12, name
+        assert _messages(replica_state) == merged, name
+    assert not index_for(state).counter_behind(state)
+    n = net.write("d", Sweep(MAX_ERASES))  # nothing more to do: the chores stop sending it
+    net.run(1.0)
+    assert net.nodes["d"].done[n] == 0 and state.value(NEXT_ID) == 12
+
+
+def test_ids_no_settlement_can_name_are_not_counted_as_in_use() -> None:
+    """A peer's plain writes (an erase of any key leaves a tombstone) must not move every later id
+    past what a settlement may name."""
+    state = VersionedState()
+    _run(state, Publish(["x", "y"]), (1, "m"), 1)
+    for cmd in (Erase(ID_LIMIT), Erase(ID_LIMIT + 5), Put(ID_LIMIT + 1, {"data": 1}), Put(reader_key("r"), ID_LIMIT)):
+        _run(state, cmd, (1, "m"), state.last_seq + 1)
+    assert index_for(state).next_id == 3
+    assert _run(state, Publish(["z"]), (1, "m"), state.last_seq + 1) == 3
+
+
+@given(st.sets(st.integers(min_value=-(1 << 70), max_value=1 << 70), max_size=40),
+       st.sets(st.one_of(st.text(max_size=3), st.floats(allow_nan=False), st.booleans(), st.binary(max_size=3)),
+               max_size=5),
+       st.one_of(st.integers(min_value=24, max_value=1 << 64), st.sampled_from([24, ID_LIMIT, 1 << 64])))
+def test_the_largest_erased_int_below_a_bound_is_found_without_decoding(
+        ints: set[int], others: set[Any], below: int) -> None:
+    state = VersionedState()
+    keys = [*ints, *others]
+    for i, key in enumerate(keys):
+        state.apply(Record(i + 1, (1, "m"), i + 1, "m", "w", i + 1, ("erase", key), None))
+    expected = max((k for k in ints if 0 <= k < below), default=None)
+    assert state.largest_erased_int(below) == expected
+
+
+def test_the_largest_erased_int_takes_no_bound_the_encoding_cannot_order() -> None:
+    for below in (23, (1 << 64) + 1):
+        with pytest.raises(ValueError, match="below must be"):
+            VersionedState().largest_erased_int(below)
