@@ -17,7 +17,7 @@ PACKAGES = {
         "Expired", "EventsDropped", "StaleChanged", "MasterChanged", "MasterConflict", "WriteRejected",
         "CloneAttached", "CloneLost", "RemoteWriteFailed", "WritesLost", "ConflictResolved", "StoreFailed", "StoreEvent",
         "StoreStatus", "ElectedEvent", "StoreStatistics", "ReplicaStatistics", "ReplicaConfig", "Durability", "Faults",
-        "DEFAULT_CHANNEL", "last_writer_wins", "Version", "ComputedCommand", "register_command", "StoreError", "AnswerForgotten",
+        "DEFAULT_CHANNEL", "last_writer_wins", "MergeHook", "Version", "ComputedCommand", "register_command", "StoreError", "AnswerForgotten",
         "BackendError", "MasterExists", "NoMaster", "NoSuchKey", "Stale", "StoreDecodeError",
         "StoreProtocolError", "Timeout", "TypeClash", "WriteBufferFull",
     ],

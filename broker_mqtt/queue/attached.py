@@ -59,6 +59,7 @@ from .errors import QueueError
 from .log import POLL, LogReader
 from .model import READER_PREFIX, MessageRecord, MessageState, index_for, is_message_key, is_pointer
 from .publishing import Publisher
+from .split_merge import QueueResolver
 
 if TYPE_CHECKING:
     from ..endpoint.endpoint import Endpoint
@@ -501,7 +502,7 @@ async def attach_queue(
         # tombstone_ttl=None: the queue forgets its own tombstones (Forget, keeping its index current)
         store = await attach_store(ep, f"queue-{name}", backend=backend, path=path, election=election, mode=mode,
                                    durability=durability, write_timeout=write_timeout, candidate=candidate,
-                                   tombstone_ttl=None)
+                                   tombstone_ttl=None, resolver=QueueResolver())
     try:
         queue = WorkQueue(ep, name, store, max_deliveries=max_deliveries, lease=lease,
                           write_timeout=write_timeout, tombstone_ttl=tombstone_ttl, poll_interval=poll_interval)

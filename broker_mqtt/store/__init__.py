@@ -58,6 +58,7 @@ from .master import CloneAttached, CloneLost, RemoteWriteFailed, WritesLost
 from .master_handle import MasterStore, attach_master
 from .replication import Durability, NoMaster, ReplicaConfig, ReplicaStatistics
 from .sqlite_backend import SQLiteBackend
+from .state_merge import MergeHook
 from .versioned import Version, last_writer_wins
 from .writer import StoreWriter
 
@@ -73,7 +74,7 @@ __all__ = [
     # statistics and configuration
     "StoreStatistics", "ReplicaStatistics", "ReplicaConfig", "Durability", "Faults", "DEFAULT_CHANNEL",
     # resolvers and custom commands
-    "last_writer_wins", "Version", "ComputedCommand", "register_command",
+    "last_writer_wins", "MergeHook", "Version", "ComputedCommand", "register_command",
     # errors
     "StoreError", "AnswerForgotten", "BackendError", "MasterExists", "NoMaster", "NoSuchKey", "Stale", "StoreDecodeError",
     "StoreProtocolError", "Timeout", "TypeClash", "WriteBufferFull",

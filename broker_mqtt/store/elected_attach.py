@@ -76,7 +76,9 @@ async def attach_store(
     writer wins); it runs at the claimant only, gets ``(key, a, b)`` (copies, ``a`` the later write)
     and returns one of them, possibly with another value (``dataclasses.replace(a, value=...)``). An
     answer that raises or that no replica can hold is refused: last writer wins decides that key,
-    logged at ERROR and counted (``statistics().resolver_errors``).
+    logged at ERROR and counted (``statistics().resolver_errors``). A resolver that also has
+    ``merged(versions)`` (:class:`~.state_merge.MergeHook`) may keep, under new keys, what it did
+    not choose (docs/elected-stores.md).
     ``candidate=False``: a replica that never becomes master and stays out of the election (it
     follows, reads locally, writes, and confirms writes for durability). ``tombstone_ttl``: the
     master forgets an erased key's tombstone this many seconds after the erase (None: never; it

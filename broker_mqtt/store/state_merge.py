@@ -9,21 +9,40 @@ A custom resolver is the application's code, run at the claimant only: its answe
 (:func:`resolved`), and one that raises or answers something no replica could hold is replaced by
 last writer wins for that key and reported, so that a bug in it neither stops the merge nor lets
 the master hold what its followers would decode differently.
+
+A resolver may also keep what it did not choose: one with a ``merged(versions)`` method (a
+:class:`MergeHook`, e.g. a work queue's, :mod:`broker_mqtt.queue.split_merge`) gets every merged
+``(key, version)`` once each two histories are merged and returns them with its additions (under
+other keys, each stamped as a version it was given). What it returns is checked as the resolver's
+answers are (:func:`_checked_additions`); a hook that raises or answers anything else adds nothing,
+and is reported.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import peer_repr
 from .errors import BackendError
 from .history import Conflict, Epoch, Resolver, Version, fork_seq, last_writer_wins
-from .packing import detached
+from .packing import detached, pack
 from .versioned import VersionedState
 from .writer_table import _Applied
 
-__all__ = ["merge", "merge_histories", "resolved"]
+__all__ = ["merge", "merge_histories", "resolved", "MergeHook"]
+
+
+@runtime_checkable
+class MergeHook(Protocol):
+    """A resolver that also sees the whole merge (see the module docstring)."""
+
+    def __call__(self, key: Any, a: Version, b: Version) -> Version: ...
+
+    def merged(self, versions: list[tuple[Any, Version]]) -> list[tuple[Any, Version]]:
+        """``versions`` (every key's merged version) with this hook's additions; a key that is in
+        ``versions`` already must not be added again."""
+        ...
 
 
 def _stamp(v: Version) -> tuple[int, str, int]:
@@ -98,6 +117,8 @@ def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_wri
         out.append((ia[0], chosen))
         if conflict and not _same(va, vb):
             conflicts.append(Conflict(ia[0], chosen, other))
+    if isinstance(resolver, MergeHook):
+        out = _with_additions(resolver, out, max(a.last_seq, b.last_seq), refused)
     applied: dict[str, _Applied] = {}
     for side in (a.applied, b.applied):
         for w, entry in side.items():
@@ -107,6 +128,45 @@ def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_wri
             else:
                 mine.results = {**entry.results, **mine.results}
     return out, applied, conflicts
+
+
+def _with_additions(hook: MergeHook, out: list[tuple[Any, Version]], last_seq: int,
+                    refused: list[str] | None) -> list[tuple[Any, Version]]:
+    """``out`` and what ``hook.merged`` adds to it, checked; ``out`` alone if the hook failed (why:
+    to ``refused``)."""
+    try:
+        answer = hook.merged(list(out))
+        additions = _checked_additions(answer, out, last_seq)
+    except Exception as exc:  # the application's code (or ours, for a queue): any failure is its own
+        if refused is not None:
+            refused.append(f"the resolver's merged() failed, nothing added: {type(exc).__name__}: {exc}")
+        return out
+    return [*out, *additions]
+
+
+def _checked_additions(answer: Any, out: list[tuple[Any, Version]], last_seq: int) -> list[tuple[Any, Version]]:
+    """What ``answer`` adds to ``out``: it must hold every item of ``out`` first, as given, then new
+    keys, each a live version of a data-model value stamped with a seq of these histories. Raises
+    ValueError (or BackendError for a value no replica can hold) otherwise."""
+    if not isinstance(answer, list) or len(answer) < len(out) or any(
+            x is not y for x, y in zip(answer, out, strict=False)):
+        raise ValueError("merged() must return the versions it was given, in order, and then its additions")
+    keys = {pack(k) for k, _ in out}
+    additions: list[tuple[Any, Version]] = []
+    for item in answer[len(out):]:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], Version)):
+            raise ValueError(f"an addition is not a (key, Version) pair: {peer_repr(item, 60)}")
+        key, v = item
+        k = pack(key)
+        if k in keys:
+            raise ValueError(f"key {peer_repr(key, 60)} is added twice (or was merged already)")
+        keys.add(k)
+        if (v.deleted or type(v.hlc) is not int or type(v.origin) is not str or type(v.seq) is not int
+                or not 0 < v.seq <= last_seq or v.expiry is not None):
+            raise ValueError(f"the addition under {peer_repr(key, 60)} is not a live version stamped as one "
+                             f"of these histories' writes")
+        additions.append((detached(key), Version(detached(v.value), v.hlc, v.origin, v.seq, False, None)))
+    return additions
 
 
 def merge_histories(states: list[VersionedState], epoch: Epoch, *, resolver: Resolver = last_writer_wins,

@@ -21,6 +21,7 @@ from queue_procs import QueueProc, wait_for
 from broker_mqtt import Endpoint
 from broker_mqtt.queue import AlreadySettled, MessageState, NotHeld, attach_queue
 from broker_mqtt.queue.commands import Acquire, ReleaseOwner, Settle
+from broker_mqtt.queue.split_merge import QueueResolver
 from broker_mqtt.store.errors import StoreProtocolError
 from broker_mqtt.transport.embedded import EmbeddedBroker
 
@@ -49,6 +50,8 @@ async def test_in_process_api(broker: EmbeddedBroker, namespace: str, tmp_path: 
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
         qa = await attach_queue(a, "jobs", backend="sqlite", path=db, election=ELECTION, max_deliveries=2)
         qb = await attach_queue(b, "jobs", election=ELECTION, candidate=False)
+        for q in (qa, qb):  # a healed split keeps both of two messages given one id (test_queue_split.py)
+            assert q.store is not None and isinstance(q.store.replica.resolver, QueueResolver)
         with anyio.fail_after(30):
             assert await qa.await_master() and await qb.await_master()
             assert await qb.publish({"job": 0}) == 1

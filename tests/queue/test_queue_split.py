@@ -5,6 +5,8 @@ the split; the healed histories are merged key by key. Whatever the merge keeps,
 must not write over a message either side published: the master's next id lies above every id,
 message or tombstone, and every log reader's pointer; and the master's chores write the counter
 back up (``Sweep``), so that log readers, which read up to it, see every message without a publish.
+With the queue's resolver (what ``attach_queue`` gives its store), the merge keeps both of two
+different messages under one id, the other under a new id.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker_mqtt.queue.commands import MAX_ERASES, Publish, Sweep
-from broker_mqtt.queue.model import ID_LIMIT, NEXT_ID, index_for, reader_key
+from broker_mqtt.queue.commands import MAX_ERASES, Acquire, Publish, Settle, Sweep
+from broker_mqtt.queue.model import ID_LIMIT, NEXT_ID, MessageRecord, MessageState, index_for, reader_key
+from broker_mqtt.queue.split_merge import QueueResolver
 from broker_mqtt.store.commands import Erase, Put
+from broker_mqtt.store.history import Version
 from broker_mqtt.store.log_ops import compute_op
 from broker_mqtt.store.state_merge import merge_histories
 from broker_mqtt.store.versioned import Record, VersionedState
@@ -35,10 +39,10 @@ def _messages(state: VersionedState) -> dict[int, Any]:
     return {k: v["data"] for k, v in state.items() if isinstance(k, int)}
 
 
-def _split(net: SimNet, ab: list[str], cd: list[str]) -> None:
+def _split(net: SimNet, ab: list[str], cd: list[str], between: Any = None) -> None:
     """One master ``a`` for a common history, then a split with ``c`` master of the other side; ``b``
-    publishes ``ab`` on its side, then ``d`` publishes ``cd`` on its own (later, so its counter wins
-    the merge of ``next-id``); then the heal, with ``c`` the one master."""
+    publishes ``ab`` on its side, then (after ``between()``) ``d`` publishes ``cd`` on its own
+    (later, so its counter wins the merge of ``next-id``); then the heal, with ``c`` the one master."""
     net.tag("a")
     first = net.write("a", Publish(["common"]))
     net.run(1.0)
@@ -52,6 +56,9 @@ def _split(net: SimNet, ab: list[str], cd: list[str]) -> None:
         net.write("b", Publish([data]))
         net.run(0.02)
     net.run(0.2)
+    if between is not None:  # (before c/d's publishes: these are later)
+        between()
+        net.run(0.2)
     for data in cd:
         net.write("d", Publish([data]))
         net.run(0.02)
@@ -169,3 +176,108 @@ def test_the_largest_erased_int_takes_no_bound_the_encoding_cannot_order() -> No
     for below in (23, (1 << 64) + 1):
         with pytest.raises(ValueError, match="below must be"):
             VersionedState().largest_erased_int(below)
+
+
+def test_the_queues_resolver_keeps_both_of_two_messages_given_one_id() -> None:
+    """Ids 2-4 went to a/b's ab0-ab2 and to c/d's cd0-cd2: last writer wins kept c/d's only; the
+    queue's resolver keeps a/b's under new ids above every id in use (12-14), ready again though
+    one was acquired on its side (its consumer, on the other side, cannot settle the new id)."""
+    net = SimNet(["a", "b", "c", "d"], seed=11, resolver=QueueResolver())
+    ab = [f"ab{i}" for i in range(10)]
+    cd = [f"cd{i}" for i in range(3)]
+
+    def acquire_on_the_ab_side() -> None:
+        n = net.write("b", Acquire("b.0", 2, 30.0))
+        net.run(0.5)
+        assert net.nodes["b"].done[n] == [[1, "common", 1], [2, "ab0", 1]]
+
+    _split(net, ab, cd, acquire_on_the_ab_side)
+    state = net.nodes["c"].replica.state
+    merged = _messages(state)
+    assert sorted(merged.values()) == sorted(["common", *ab, *cd])  # nothing lost
+    assert [merged[i] for i in (2, 3, 4)] == cd and [merged[i] for i in (12, 13, 14)] == ab[:3]
+    moved = MessageRecord.from_wire(state.value(12))
+    assert moved is not None and (moved.state, moved.owner, moved.count) == (MessageState.READY, None, 1)
+    for name in "abd":
+        assert _messages(net.nodes[name].replica.state) == merged, name
+    assert sorted(c.key for c in net.nodes["a"].conflicts if c.key != NEXT_ID) == [2, 3, 4]  # still reported
+    n = net.write("b", Publish(["after"]))
+    net.run(1.0)
+    assert net.nodes["b"].done[n] == 15
+    got = net.write("a", Acquire("a.0", 20, 30.0))
+    net.run(1.0)
+    assert sorted(data for _, data, _ in net.nodes["a"].done[got]) == sorted(
+        [*ab, *cd, "after"])  # every message ready (but "common", which b.0 holds), ab0 again under 12
+
+
+def test_the_queues_resolver_keeps_one_message_both_sides_changed() -> None:
+    """A message published before the split and acquired on each side is one message: kept once."""
+    net = SimNet(["a", "b", "c", "d"], seed=11, resolver=QueueResolver())
+
+    def acquire_on_both_sides() -> None:
+        for node in ("b", "d"):
+            n = net.write(node, Acquire(f"{node}.0", 1, 30.0))
+            net.run(0.5)
+            assert net.nodes[node].done[n] == [[1, "common", 1]]
+
+    _split(net, [], [], acquire_on_both_sides)
+    state = net.nodes["c"].replica.state
+    assert _messages(state) == {1: "common"}
+    assert MessageRecord.from_wire(state.value(1)).owner == "d.0"  # type: ignore[union-attr]  # (the later)
+
+
+def test_the_queues_resolver_keeps_a_message_against_the_erase_of_its_id() -> None:
+    """c/d accepted its cd0 (id 2: erased); a/b's ab0, published under the same id, is kept."""
+    net = SimNet(["a", "b", "c", "d"], seed=11, resolver=QueueResolver())
+
+    def accept_on_the_cd_side() -> None:
+        net.write("d", Publish(["cd0"]))
+        net.run(0.5)
+        n = net.write("d", Acquire("d.0", 5, 30.0))
+        net.run(0.5)
+        got = net.nodes["d"].done[n]
+        assert [i for i, _, _ in got] == [1, 2]
+        n = net.write("d", Settle("d.0", [[2, "accept", None]]))
+        net.run(0.5)
+        assert net.nodes["d"].done[n] == [None]
+
+    _split(net, ["ab0"], [], accept_on_the_cd_side)
+    state = net.nodes["c"].replica.state
+    assert _messages(state)[2] == "ab0"
+
+
+class _Hook(QueueResolver):
+    def __init__(self, answer: Any) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def merged(self, versions: list[tuple[Any, Version]]) -> list[tuple[Any, Version]]:
+        out = super().merged(versions)
+        return self.answer(versions, out)
+
+
+def _bad_hooks() -> list[Any]:
+    return [
+        lambda given, out: 1 / 0,  # raises
+        lambda given, out: out[len(given):],  # drops what it was given
+        lambda given, out: [*out, out[-1]],  # adds a key twice
+        lambda given, out: [*out, (99, Version({"data": 1}, 1, "x", 10**9, False, None))],  # a seq of no history
+        lambda given, out: [*out, (99, Version(object(), 1, "x", 1, False, None))],  # outside the data model
+        lambda given, out: [*out, (99, "not a version")],
+    ]
+
+
+def test_a_merge_hook_that_fails_adds_nothing_and_is_reported() -> None:
+    for answer in _bad_hooks():
+        base = VersionedState()
+        _run(base, Publish(["common"]), (1, "m"), 1)
+        a, b = _copy(base), _copy(base)
+        _run(a, Publish(["a0"]), (2, "a"), 100)
+        _run(b, Publish(["b0"]), (2, "b"), 10)
+        refused: list[str] = []
+        parts, conflicts = merge_histories([a, b], (3, "a"), resolver=_Hook(answer), refused=refused)
+        merged = VersionedState()
+        merged.replace(**parts)
+        assert _messages(merged) == {1: "common", 2: "a0"}, answer  # last writer wins, nothing added
+        assert len(refused) == 1 and "merged() failed" in refused[0]
+        assert [c.key for c in conflicts] == [2]

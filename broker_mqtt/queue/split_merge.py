@@ -1,0 +1,80 @@
+"""How a work queue's store merges the histories of a healed network split (``docs/queues.md`` § 4).
+
+Each side of a split can elect a master, and each master hands out message ids from the counter it
+held at the split: two different messages can get the same id. The store merges the healed
+histories key by key, last writer wins, and would keep one of the two. :class:`QueueResolver` is the
+queue's resolver (:mod:`broker_mqtt.store.state_merge`): for an id that both sides wrote since the
+split it keeps
+
+* the later version, as last writer wins does, when both are the same message (the same data: a
+  message's data never changes); the other side's change of it (an acquire, a release) is dropped,
+  and the message stays delivered at least once;
+* both, when they are different messages (different data): the later one under the id, the other
+  under a new id above every id in use (:meth:`QueueResolver.merged`), ready to be delivered (one
+  that was acquired: its consumer was on the other side and cannot settle it under the new id), or
+  ``done`` or ``dead`` as it was;
+* the message, when the other side erased the id (accepted its message): it is delivered again if
+  it was the same message, rather than lost if it was not.
+
+Two different messages with equal data under one id cannot be told apart: one of them is lost, and
+reported (``ConflictResolved``), as with last writer wins. Nothing here does I/O; the resolver runs
+at the replica that merges, and what it keeps reaches every replica with the merged state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..store.history import Version
+from .model import ID_LIMIT, NEXT_ID, MessageRecord, MessageState, is_message_key
+
+__all__ = ["QueueResolver"]
+
+
+def _record(v: Version) -> MessageRecord | None:
+    return None if v.deleted else MessageRecord.from_wire(v.value)
+
+
+class QueueResolver:
+    """A work queue's resolver of a healed split (see the module docstring); one per replica. The
+    store calls it for each key both sides wrote since the split, then :meth:`merged` once."""
+
+    def __init__(self) -> None:
+        self._displaced: list[tuple[int, Version]] = []  # (id, version) of the messages to move
+
+    def __call__(self, key: Any, a: Version, b: Version) -> Version:
+        """``a`` (the later write) or ``b``; a different message in ``b`` is kept for :meth:`merged`."""
+        if not is_message_key(key) or not 0 < key < ID_LIMIT:
+            return a
+        later, other = _record(a), _record(b)
+        if other is None:
+            return a
+        if later is None:
+            return b if a.deleted else a  # (a tombstone against a message: the message)
+        if type(later.data) is type(other.data) and later.data == other.data:
+            return a  # the same message
+        self._displaced.append((key, b))
+        return a
+
+    def merged(self, versions: list[tuple[Any, Version]]) -> list[tuple[Any, Version]]:
+        """``versions`` with each different message the resolver did not choose under a new id: above
+        every id in use (a message's, an erased message's, and the counter's), in the order of the
+        ids they had."""
+        displaced, self._displaced = sorted(self._displaced, key=lambda item: item[0]), []
+        if not displaced:
+            return versions
+        highest = 0
+        for key, v in versions:
+            if is_message_key(key) and highest < key < ID_LIMIT:
+                highest = key
+            elif key == NEXT_ID and not v.deleted and is_message_key(v.value) and highest < v.value - 1 < ID_LIMIT:
+                highest = v.value - 1
+        out = list(versions)
+        for _old_id, v in displaced:
+            rec = _record(v)
+            assert rec is not None
+            if rec.state is MessageState.ACQUIRED:
+                rec = MessageRecord(rec.data, MessageState.READY, None, rec.count, rec.max, None)
+            highest += 1
+            out.append((highest, Version(rec.to_wire(), v.hlc, v.origin, v.seq, False, None)))
+        return out
