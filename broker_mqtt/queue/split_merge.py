@@ -17,8 +17,13 @@ split it keeps
   it was the same message, rather than lost if it was not.
 
 Two different messages with equal data under one id cannot be told apart: one of them is lost, and
-reported (``ConflictResolved``), as with last writer wins. Nothing here does I/O; the resolver runs
-at the replica that merges, and what it keeps reaches every replica with the merged state.
+if both were never changed after their publish their records are equal and no conflict is even
+reported. A moved message is reported as the ``other`` of its ``ConflictResolved``, as if dropped.
+With three or more diverged histories (merged two at a time against their common fork) a message
+written on two of them since the first split can be moved twice, and so delivered twice; and the
+new ids depend on the order the histories are merged in (the claimant's result reaches every
+replica, so they agree). Nothing here does I/O; the resolver runs at the replica that merges, one
+merge at a time, and what it keeps reaches every replica with the merged state.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..store.history import Version
-from .model import ID_LIMIT, NEXT_ID, MessageRecord, MessageState, is_message_key
+from .model import ID_LIMIT, NEXT_ID, READER_PREFIX, MessageRecord, MessageState, is_message_key, is_pointer
 
 __all__ = ["QueueResolver"]
 
@@ -58,8 +63,8 @@ class QueueResolver:
 
     def merged(self, versions: list[tuple[Any, Version]]) -> list[tuple[Any, Version]]:
         """``versions`` with each different message the resolver did not choose under a new id: above
-        every id in use (a message's, an erased message's, and the counter's), in the order of the
-        ids they had."""
+        every id in use (a message's, an erased message's, the counter's, a log reader's pointer), in
+        the order of the ids they had."""
         displaced, self._displaced = sorted(self._displaced, key=lambda item: item[0]), []
         if not displaced:
             return versions
@@ -69,6 +74,9 @@ class QueueResolver:
                 highest = key
             elif key == NEXT_ID and not v.deleted and is_message_key(v.value) and highest < v.value - 1 < ID_LIMIT:
                 highest = v.value - 1
+            elif (isinstance(key, str) and key.startswith(READER_PREFIX) and not v.deleted and is_pointer(v.value)
+                  and highest < v.value < ID_LIMIT):  # (a log reader reads only past its pointer)
+                highest = v.value
         out = list(versions)
         for _old_id, v in displaced:
             rec = _record(v)

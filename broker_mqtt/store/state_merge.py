@@ -13,8 +13,8 @@ the master hold what its followers would decode differently.
 A resolver may also keep what it did not choose: one with a ``merged(versions)`` method (a
 :class:`MergeHook`, e.g. a work queue's, :mod:`broker_mqtt.queue.split_merge`) gets every merged
 ``(key, version)`` once each two histories are merged and returns them with its additions (under
-other keys, each stamped as a version it was given). What it returns is checked as the resolver's
-answers are (:func:`_checked_additions`); a hook that raises or answers anything else adds nothing,
+other keys, each stamped as a version of these histories). What it returns is checked
+(:func:`_checked_additions`); a hook that raises or answers anything else adds nothing,
 and is reported.
 """
 
@@ -146,7 +146,8 @@ def _with_additions(hook: MergeHook, out: list[tuple[Any, Version]], last_seq: i
 
 def _checked_additions(answer: Any, out: list[tuple[Any, Version]], last_seq: int) -> list[tuple[Any, Version]]:
     """What ``answer`` adds to ``out``: it must hold every item of ``out`` first, as given, then new
-    keys, each a live version of a data-model value stamped with a seq of these histories. Raises
+    keys, each a live version of a data-model value stamped with a seq of these histories (its hlc
+    and origin are not checked: the hook's own code answers for them). Raises
     ValueError (or BackendError for a value no replica can hold) otherwise."""
     if not isinstance(answer, list) or len(answer) < len(out) or any(
             x is not y for x, y in zip(answer, out, strict=False)):
@@ -163,8 +164,8 @@ def _checked_additions(answer: Any, out: list[tuple[Any, Version]], last_seq: in
         keys.add(k)
         if (v.deleted or type(v.hlc) is not int or type(v.origin) is not str or type(v.seq) is not int
                 or not 0 < v.seq <= last_seq or v.expiry is not None):
-            raise ValueError(f"the addition under {peer_repr(key, 60)} is not a live version stamped as one "
-                             f"of these histories' writes")
+            raise ValueError(f"the addition under {peer_repr(key, 60)} is not a live version stamped with a "
+                             f"seq of these histories")
         additions.append((detached(key), Version(detached(v.value), v.hlc, v.origin, v.seq, False, None)))
     return additions
 

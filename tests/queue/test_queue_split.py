@@ -281,3 +281,17 @@ def test_a_merge_hook_that_fails_adds_nothing_and_is_reported() -> None:
         assert _messages(merged) == {1: "common", 2: "a0"}, answer  # last writer wins, nothing added
         assert len(refused) == 1 and "merged() failed" in refused[0]
         assert [c.key for c in conflicts] == [2]
+
+
+def test_a_moved_message_lands_above_every_log_readers_pointer() -> None:
+    """A reader reads only past its pointer: a message moved below it would never be read."""
+    base = VersionedState()
+    _run(base, Publish(["common"]), (1, "m"), 1)
+    a, b = _copy(base), _copy(base)
+    _run(b, Publish(["b0"]), (2, "b"), 10)  # id 2
+    _run(b, Put(reader_key("r"), 20), (2, "b"), 11)  # (a pointer past every id: a peer wrote it)
+    _run(a, Publish(["a0"]), (2, "a"), 100)  # id 2, later
+    parts, _ = merge_histories([a, b], (3, "a"), resolver=QueueResolver())
+    merged = VersionedState()
+    merged.replace(**parts)
+    assert _messages(merged) == {1: "common", 2: "a0", 21: "b0"}
