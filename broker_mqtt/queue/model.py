@@ -34,7 +34,7 @@ from typing import Any
 from ..store.versioned import VersionedState
 
 __all__ = ["MessageState", "MessageRecord", "QueueIndex", "index_for", "NEXT_ID", "ID_LIMIT", "lease_key",
-           "reader_key", "is_message_key"]
+           "reader_key", "is_message_key", "id_in_use"]
 
 NEXT_ID = "next-id"
 ID_LIMIT = 1 << 63  #: message ids (and delivery counts) a settlement may name; the master counts from 1
@@ -57,6 +57,26 @@ def is_pointer(value: Any) -> bool:
 
 def is_message_key(key: Any) -> bool:
     return isinstance(key, int) and not isinstance(key, bool)
+
+
+def id_in_use(key: Any, value: Any) -> int:
+    """The highest message id that ``key``, holding ``value`` (None: erased), puts in use; 0 for none.
+
+    A message key is its id, erased or not (its tombstone still names it); the counter ``next-id``
+    has used every id below it; a log reader's pointer is the last id it read (it reads only past
+    it). Ids at or past :data:`ID_LIMIT`, which no settlement can name, are a peer's doing and not
+    counted. New ids (the master's next id after a merge, a message moved by a split's merge) go
+    above every id in use, so that none writes over a message or lands where a reader never reads.
+    """
+    if is_message_key(key):
+        held = key
+    elif key == NEXT_ID and is_message_key(value):
+        held = value - 1
+    elif isinstance(key, str) and key.startswith(READER_PREFIX) and is_pointer(value):
+        held = value
+    else:
+        return 0
+    return held if 0 < held < ID_LIMIT else 0
 
 
 class MessageState(enum.Enum):
@@ -135,17 +155,15 @@ class QueueIndex:
     @classmethod
     def build(cls, state: VersionedState) -> QueueIndex:
         idx = cls()
-        highest = 0  # the highest id in use: a message's, an erased message's, a reader's pointer
+        highest = 0
         for key, value in state.items():
             idx.note(key, value)
-            if is_message_key(key) and highest < key < ID_LIMIT:
-                highest = key
-        erased = state.largest_erased_int(ID_LIMIT)
-        pointers = [p for p in idx.readers.values() if p < ID_LIMIT]
+            highest = max(highest, id_in_use(key, value))
         # A healed split merges the counter as any key (last writer wins), so it can lie below ids the
         # other side handed out: a publish must not write over one of those, nor go behind a reader.
-        # (Ids past ID_LIMIT, which no settlement can name, are a peer's doing: not counted.)
-        idx.next_id = max(idx.next_id, highest + 1, (erased or 0) + 1, max(pointers, default=0) + 1)
+        # (An erased message's id counts while its tombstone is kept.)
+        erased = state.largest_erased_int(ID_LIMIT) or 0
+        idx.next_id = max(idx.next_id, highest + 1, erased + 1)
         idx.seq, idx.generation = state.last_seq, state.generation
         return idx
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..store.history import Version
-from .model import ID_LIMIT, NEXT_ID, READER_PREFIX, MessageRecord, MessageState, is_message_key, is_pointer
+from .model import ID_LIMIT, MessageRecord, MessageState, id_in_use, is_message_key
 
 __all__ = ["QueueResolver"]
 
@@ -68,15 +68,7 @@ class QueueResolver:
         displaced, self._displaced = sorted(self._displaced, key=lambda item: item[0]), []
         if not displaced:
             return versions
-        highest = 0
-        for key, v in versions:
-            if is_message_key(key) and highest < key < ID_LIMIT:
-                highest = key
-            elif key == NEXT_ID and not v.deleted and is_message_key(v.value) and highest < v.value - 1 < ID_LIMIT:
-                highest = v.value - 1
-            elif (isinstance(key, str) and key.startswith(READER_PREFIX) and not v.deleted and is_pointer(v.value)
-                  and highest < v.value < ID_LIMIT):  # (a log reader reads only past its pointer)
-                highest = v.value
+        highest = max((id_in_use(key, None if v.deleted else v.value) for key, v in versions), default=0)
         out = list(versions)
         for _old_id, v in displaced:
             rec = _record(v)

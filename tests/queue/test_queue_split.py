@@ -20,7 +20,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker_mqtt.queue.commands import MAX_ERASES, Acquire, Publish, Settle, Sweep
-from broker_mqtt.queue.model import ID_LIMIT, NEXT_ID, MessageRecord, MessageState, index_for, reader_key
+from broker_mqtt.queue.model import (
+    ID_LIMIT,
+    NEXT_ID,
+    MessageRecord,
+    MessageState,
+    id_in_use,
+    index_for,
+    lease_key,
+    reader_key,
+)
 from broker_mqtt.queue.split_merge import QueueResolver
 from broker_mqtt.store.commands import Erase, Put
 from broker_mqtt.store.history import Version
@@ -156,6 +165,19 @@ def test_ids_no_settlement_can_name_are_not_counted_as_in_use() -> None:
         _run(state, cmd, (1, "m"), state.last_seq + 1)
     assert index_for(state).next_id == 3
     assert _run(state, Publish(["z"]), (1, "m"), state.last_seq + 1) == 3
+
+
+@pytest.mark.parametrize(("key", "value", "held"), [
+    (7, {"data": 1}, 7), (7, None, 7),  # a message, live or erased (its tombstone names it)
+    (NEXT_ID, 12, 11), (NEXT_ID, 1, 0), (NEXT_ID, None, 0), (NEXT_ID, True, 0),  # ids below the counter
+    (reader_key("r"), 9, 9), (reader_key("r"), None, 0), (reader_key("r"), -1, 0), (reader_key("r"), "x", 0),
+    (lease_key("c"), 99.0, 0), ("other", 5, 0), (True, {"data": 1}, 0), (-3, {"data": 1}, 0),
+    (ID_LIMIT - 1, None, ID_LIMIT - 1), (ID_LIMIT, None, 0), (NEXT_ID, ID_LIMIT + 1, 0),
+    (reader_key("r"), ID_LIMIT, 0),  # no settlement names these: a peer's doing, not counted
+])
+def test_the_id_a_key_puts_in_use(key: Any, value: Any, held: int) -> None:
+    """One rule for the master's next id and the resolver's new ids: what a key holds in use."""
+    assert id_in_use(key, value) == held
 
 
 @given(st.sets(st.integers(min_value=-(1 << 70), max_value=1 << 70), max_size=40),
