@@ -19,10 +19,9 @@ split it keeps
 Two different messages with equal data under one id cannot be told apart: one of them is lost, and
 if both were never changed after their publish their records are equal and no conflict is even
 reported. A moved message is reported as the ``other`` of its ``ConflictResolved``, as if dropped.
-With three or more diverged histories (merged two at a time against their common fork) a message
-written on two of them since the first split can be moved twice, and so delivered twice; and the
-new ids depend on the order the histories are merged in (the claimant's result reaches every
-replica, so they agree). Nothing here does I/O; the resolver runs at the replica that merges, one
+With three or more diverged histories the store merges them two at a time, those that parted last
+first, each pair against where its own histories part (:func:`~broker_mqtt.store.state_merge.merge_histories`):
+a message two sides share since an earlier split is one message, moved once at most. Nothing here does I/O; the resolver runs at the replica that merges, one
 merge at a time, and what it keeps reaches every replica with the merged state.
 """
 

@@ -84,12 +84,15 @@ def _same(a: Version, b: Version) -> bool:
 
 
 def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_writer_wins,
-          refused: list[str] | None = None) -> tuple[list[tuple[Any, Version]], dict[str, _Applied], list[Conflict]]:
+          refused: list[str] | None = None,
+          fork: int | None = None) -> tuple[list[tuple[Any, Version]], dict[str, _Applied], list[Conflict]]:
     """Merge two diverged states: ``(versions, applied, conflicts)``. Deterministic (if ``resolver``
     is): the result does not depend on which state is ``a``. A conflict is a key both sides wrote
-    after their fork. Each key whose resolver answer :func:`resolved` refused (last writer wins
+    after their fork: the last seq up to which their histories are one (``fork``; by default found
+    from their lineages). Each key whose resolver answer :func:`resolved` refused (last writer wins
     instead) adds why to ``refused``."""
-    fork = fork_seq(a.lineage, a.last_seq, b.lineage, b.last_seq)
+    if fork is None:
+        fork = fork_seq(a.lineage, a.last_seq, b.lineage, b.last_seq)
     keyed_a = a._keyed()
     keyed_b = b._keyed()
     out: list[tuple[Any, Version]] = []
@@ -175,21 +178,37 @@ def merge_histories(states: list[VersionedState], epoch: Epoch, *, resolver: Res
     """Merge diverged histories into a new line of ``epoch``: ``(replace() arguments, conflicts)``;
     ``refused`` as :func:`merge`'s.
 
+    Histories part as a tree (a split, then a split of one side): they are merged two at a time,
+    those that parted last first, each pair judged against the seq where its own histories part, so
+    that a write two sides share since an earlier split is one write, never a conflict with itself,
+    and a write since the split is never taken for a shared one. (A merged pair's seqs are those of
+    its two lineages, which agree up to where they part: one lineage cannot stand for both, so the
+    seq where two groups of histories part is found from the histories themselves.) The order of
+    ``states`` changes nothing.
+
     The new lineage is the histories' common prefix followed by ``epoch`` from the fork on; its last
     seq lies past every input's, so no input's position is contained in it (followers take a snapshot).
     """
+    states = sorted(states, key=lambda s: (s.lineage, s.last_seq))  # (equal keys: the same history)
+    parted = {(i, j): fork_seq(a.lineage, a.last_seq, b.lineage, b.last_seq)
+              for i, a in enumerate(states) for j, b in enumerate(states) if i < j}
     first = states[0]
-    fork = min([fork_seq(first.lineage, first.last_seq, s.lineage, s.last_seq) for s in states[1:]]
-               or [first.last_seq])
-    merged, conflicts = first, []
-    for other in states[1:]:
-        versions, applied, found = merge(merged, other, resolver=resolver, refused=refused)
+    fork = min(parted.values(), default=first.last_seq)
+    groups = [(s, [i]) for i, s in enumerate(states)]  # (merged state, the histories in it)
+    conflicts: list[Conflict] = []
+    while len(groups) > 1:
+        pairs = [((x, y), max(parted[min(i, j), max(i, j)] for i in groups[x][1] for j in groups[y][1]))
+                 for x in range(len(groups)) for y in range(x + 1, len(groups))]
+        (x, y), at = max(pairs, key=lambda pair: pair[1])  # (the first of equals: states are sorted)
+        (a, in_a), (b, in_b) = groups[x], groups[y]
+        versions, applied, found = merge(a, b, resolver=resolver, refused=refused, fork=at)
         conflicts.extend(found)
         step = VersionedState()
-        step.replace(versions, last_seq=max(merged.last_seq, other.last_seq),
-                     lineage=[(e, s) for e, s in merged.lineage if s <= fork],
-                     applied=applied, max_hlc=max(merged.max_hlc, other.max_hlc))
-        merged = step
+        step.replace(versions, last_seq=max(a.last_seq, b.last_seq), lineage=[(e, s) for e, s in a.lineage if s <= at],
+                     applied=applied, max_hlc=max(a.max_hlc, b.max_hlc))
+        groups[x] = (step, in_a + in_b)
+        del groups[y]
+    merged = groups[0][0]
     lineage = [*((e, s) for e, s in first.lineage if s <= fork), (epoch, fork + 1)]
     parts = {"versions": list(merged.versions()), "last_seq": max(s.last_seq for s in states) + 1,
              "lineage": lineage, "applied": merged.applied, "max_hlc": merged.max_hlc}

@@ -11,6 +11,7 @@ different messages under one id, the other under a new id.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 from typing import Any
@@ -317,3 +318,56 @@ def test_a_moved_message_lands_above_every_log_readers_pointer() -> None:
     merged = VersionedState()
     merged.replace(**parts)
     assert _messages(merged) == {1: "common", 2: "a0", 21: "b0"}
+
+
+def _nested_split(c_hlc: int) -> list[VersionedState]:
+    """a/b and c part after "common" (c's master a new epoch); a/b publish m0 (id 2), then a and b
+    part: a (the old master, its epoch going on) acquires m0, b (a new epoch) publishes b0 (id 3).
+    c publishes c0 under id 2 too, at ``c_hlc`` (before or after a/b's writes)."""
+    old = (1, "m")
+    base = VersionedState()
+    _run(base, Publish(["common"]), old, 1)
+    c = _copy(base)
+    _run(c, Publish(["c0"]), (2, "c"), c_hlc)
+    ab = _copy(base)
+    _run(ab, Publish(["m0"]), old, 10)
+    a, b = _copy(ab), _copy(ab)
+    _run(a, Acquire("x.0", 5, 30.0), old, 20)
+    _run(b, Publish(["b0"]), (3, "b"), 30)
+    return [a, b, c]
+
+
+def _one_split_three_ways(c_hlc: int) -> list[VersionedState]:
+    """a, b and c part at once, after "common": c's side keeps the old master (its epoch goes on
+    past where a and b left it), a and b elect their own; each publishes under id 2."""
+    old = (1, "m")
+    base = VersionedState()
+    _run(base, Publish(["common"]), old, 1)
+    a, b, c = _copy(base), _copy(base), _copy(base)
+    _run(a, Publish(["a0"]), (2, "a"), 10)
+    _run(b, Publish(["b0"]), (3, "b"), 20)
+    _run(c, Publish(["c0"]), old, c_hlc)
+    _run(c, Publish(["c1"]), old, c_hlc + 1)
+    return [a, b, c]
+
+
+@pytest.mark.parametrize("histories", [_nested_split, _one_split_three_ways])
+@pytest.mark.parametrize("c_hlc", [5, 50])
+def test_three_diverged_histories_merge_to_one_result_in_any_order(histories: Any, c_hlc: int) -> None:
+    """Histories that parted as a tree are merged those that parted last first, each pair against the
+    seq where its own histories part: a message two sides share since the first split is one message
+    (m0: not moved twice, so not delivered twice), and a message written since a split is never
+    taken for a shared one (c0 against b0 under one new id: was lost in some orders). The order of
+    the histories changes nothing."""
+    results = []
+    for order in itertools.permutations(range(3)):
+        states = histories(c_hlc)
+        parts, conflicts = merge_histories([states[i] for i in order], (9, "z"), resolver=QueueResolver())
+        merged = VersionedState()
+        merged.replace(**parts)
+        messages = _messages(merged)
+        assert len(messages) == len(set(messages.values())), (order, messages)  # none twice
+        results.append((messages, sorted(c.key for c in conflicts if c.key != NEXT_ID)))
+    everything = {"common", "c0", "b0", *(["m0"] if histories is _nested_split else ["a0", "c1"])}
+    assert set(results[0][0].values()) == everything  # none lost
+    assert all(r == results[0] for r in results), results
