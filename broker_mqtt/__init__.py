@@ -23,7 +23,7 @@ from .endpoint.events import (
     StatusEvent,
 )
 from .endpoint.statistics import EndpointStatistics
-from .endpoint.subscription import RawMessage, RawSubscription, Subscription
+from .endpoint.subscription import Overflow, RawMessage, RawSubscription, Subscription
 from .errors import (
     BrokerMQTTError,
     BrokerUnavailable,
@@ -80,6 +80,7 @@ __all__ = [
     "Port",
     "PortProtocol",
     "PublishQueueFull",
+    "Overflow",
     "RawMessage",
     "RawSubscription",
     "StatusEvent",

@@ -78,6 +78,8 @@ ENDPOINT_COUNTERS: dict[str, tuple[str, str]] = {
     "reconnects": ("broker_mqtt_endpoint_reconnects", "Connections to the broker re-established."),
     "status_dropped": ("broker_mqtt_endpoint_status_events_dropped",
                        "Status events a full status stream could not take."),
+    "subscriber_dropped": ("broker_mqtt_endpoint_subscriber_messages_dropped",
+                           "Messages full subscriptions dropped by their overflow policy (drop_oldest, drop_newest)."),
 }
 
 #: ``ReplicaStatistics`` field -> (metric name without ``_total``, help)

@@ -274,3 +274,28 @@ async def test_publish_encoded_refuses_bad_input_and_queues_nothing(broker: Embe
             await a.publish_encoded("/a/+", [cbor2.dumps(1)])
         await a.publish_encoded("/ok", [])
         assert a.statistics().published == published
+
+
+async def test_a_stuck_subscription_that_drops_holds_up_no_other(broker: EmbeddedBroker, namespace: str) -> None:
+    """Two subscriptions of one endpoint on one topic: one never read (drop_oldest, room for one
+    PUBLISH), one read. The read one gets everything (a waiting policy would stall it behind the
+    stuck one); the stuck one holds the newest PUBLISH, and counts and reports what it dropped."""
+    async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b:
+        async with b.status() as events, b.subscribe("/flood", buffer=1, overflow="drop_oldest") as stuck, \
+                b.subscribe("/flood") as reader:
+            for round_ in range(3):  # three rounds, each flushed: at least three PUBLISHes
+                for i in range(100):
+                    await a.publish("/flood", round_ * 100 + i)
+                assert await a.flush(30)
+            assert [m.data for m in await take(reader, 300)] == list(range(300))
+            held = [(await stuck.get()).data]
+            while stuck.buffered:
+                held.append((await stuck.get()).data)
+            assert held[-1] == 299 and held == list(range(300 - len(held), 300))  # the newest PUBLISH
+            assert stuck.dropped == 300 - len(held) > 0
+            assert b.statistics().subscriber_dropped == stuck.dropped and reader.dropped == 0
+            with anyio.fail_after(30):
+                async for event in events:
+                    if isinstance(event, ErrorEvent) and event.code is ErrorCode.SUBSCRIBER_OVERFLOW:
+                        assert "/flood" in event.message and "drop oldest" in event.message
+                        break

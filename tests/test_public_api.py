@@ -46,7 +46,7 @@ def test_public_api_is_pinned() -> None:
             "ConnectionRestored", "Count", "DecodeError", "EmbeddedBroker", "EncodeError", "Endpoint",
             "EndpointStatistics", "EnumValue", "ErrorCode", "ErrorEvent", "Kind", "Message", "MessagesMissed", "MosquittoNotFound",
             "PayloadTooLarge", "PeerAdded", "PeerInfo", "PeerLost", "PeerRemoved", "Port", "PortProtocol",
-            "PublishQueueFull", "RawMessage", "RawSubscription", "StatusEvent", "Subscription",
+            "PublishQueueFull", "Overflow", "RawMessage", "RawSubscription", "StatusEvent", "Subscription",
             "TLSOptions", "TopicError", "TransportError", "UsageError", "decode", "encode",
             "ForgedMessage", "SignatureError", "TrustStore", "KeyRecord", "generate_private_key",
             "load_private_key", "load_trust_file",

@@ -1,4 +1,5 @@
-"""Subscription streams without a broker: batch decoding of a PUBLISH's messages, malformed payloads."""
+"""Subscription streams without a broker: batch decoding of a PUBLISH's messages, malformed payloads,
+overflow policies."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import anyio
 import pytest
 
 from broker_mqtt.endpoint.events import ErrorCode, ErrorEvent, Message
-from broker_mqtt.endpoint.subscription import Subscription
+from broker_mqtt.endpoint.subscription import RawMessage, RawSubscription, Subscription
+from broker_mqtt.errors import UsageError
 from broker_mqtt.wire import codec
 from broker_mqtt.wire.message import Kind
 
@@ -28,7 +30,13 @@ class FakeEndpoint:
     def _report(self, event: Any) -> None:
         self.reports.append(event)
 
+    def _count_dropped(self, n: int) -> None:
+        self.dropped = getattr(self, "dropped", 0) + n
+
     async def _add_subscriber(self, sub: Any) -> None:
+        pass
+
+    async def _add_raw_subscriber(self, sub: Any) -> None:
         pass
 
     async def _remove_subscriber(self, sub: Any) -> None:
@@ -112,3 +120,68 @@ async def test_chunks_across_publishes_keep_order_and_errors() -> None:
         got = await _take(sub, 200 - len(bad))
     assert [m.data for m in got] == [i for i in range(200) if i not in bad]
     assert len(ep.reports) == len(bad)
+
+
+def _batches(n: int, size: int = 2) -> list[list[Message]]:
+    """``n`` PUBLISH batches of ``size`` messages each: 0, 1, ... in order."""
+    return [[_msg(codec.encode(i * size + j)) for j in range(size)] for i in range(n)]
+
+
+def _overflows(ep: FakeEndpoint) -> list[ErrorEvent]:
+    return [e for e in ep.reports if isinstance(e, ErrorEvent) and e.code is ErrorCode.SUBSCRIBER_OVERFLOW]
+
+
+@pytest.mark.parametrize(("overflow", "kept"), [("drop_newest", [0, 1, 2, 3]), ("drop_oldest", [6, 7, 8, 9])])
+async def test_a_full_subscription_drops_per_its_policy_never_waits_and_reports_once(
+        overflow: Any, kept: list[int]) -> None:
+    ep = FakeEndpoint()
+    async with Subscription(ep, ("/t",), local=False, buffer=2, overflow=overflow) as sub:  # type: ignore[arg-type]
+        for batch in _batches(5):
+            assert sub._deliver_nowait(batch)  # never "full": the receiver does not wait for it
+        assert (sub.dropped, ep.dropped) == (6, 6)  # three batches of two messages
+        assert [m.data for m in await _take(sub, 4)] == kept
+        assert len(_overflows(ep)) == 1 and overflow.replace("_", " ") in _overflows(ep)[0].message
+        assert "/t" in _overflows(ep)[0].message
+        for batch in _batches(3):  # it has taken everything: a new overflow, reported again
+            sub._deliver_nowait(batch)
+        await _take(sub, 4)
+        assert sub.dropped == 8 and len(_overflows(ep)) == 2
+
+
+async def test_a_slow_subscription_that_catches_up_in_part_stays_in_one_overflow() -> None:
+    ep = FakeEndpoint()
+    async with Subscription(ep, ("/t",), local=False, buffer=2, overflow="drop_oldest") as sub:  # type: ignore[arg-type]
+        batches = _batches(8, size=1)
+        for batch in batches[:3]:
+            sub._deliver_nowait(batch)
+        assert (await sub.get()).data == 1  # took one of the two it holds
+        for batch in batches[3:]:
+            sub._deliver_nowait(batch)
+        assert [m.data for m in await _take(sub, 2)] == [6, 7]
+        assert sub.dropped == 5 and len(_overflows(ep)) == 1
+
+
+async def test_waiting_is_the_default_and_own_messages_follow_a_drop_policy() -> None:
+    ep = FakeEndpoint()
+    async with Subscription(ep, ("/t",), local=False, buffer=1) as waits, \
+            Subscription(ep, ("/t",), local=True, buffer=1, overflow="drop_newest") as drops:  # type: ignore[arg-type]
+        assert waits.overflow == "wait"
+        first, second = _batches(2)
+        assert waits._deliver_nowait(first) and not waits._deliver_nowait(second)  # full: the receiver waits
+        assert waits.dropped == 0 and not _overflows(ep)
+        drops._deliver_own(first)
+        drops._deliver_own(second)  # not held beyond the buffer (that list is unbounded): dropped
+        assert not drops._own and drops.dropped == 2
+        assert [m.data for m in await _take(drops, 2)] == [0, 1]
+
+
+async def test_raw_subscriptions_take_the_policies_too_and_bad_ones_are_refused() -> None:
+    ep = FakeEndpoint()
+    async with RawSubscription(ep, ("a/#",), buffer=1, overflow="drop_oldest") as raw:  # type: ignore[arg-type]
+        for i in range(3):
+            assert raw._deliver_nowait([RawMessage("a/x", bytes([i]), False)])
+        assert raw.dropped == 2 and (await raw.__anext__()).payload == b"\x02"
+    with pytest.raises(UsageError, match="overflow takes one of"):
+        Subscription(ep, ("/t",), local=False, buffer=1, overflow="drop")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="at least one"):
+        RawSubscription(ep, (), buffer=1)  # type: ignore[arg-type]

@@ -69,7 +69,7 @@ from .presence import PeerTable, announced_prefixes, presence_payload
 from .receive import PRESENCE_SID, UNICAST_SID, Receiver
 from .send import PUBLISH_OVERHEAD, Sender, Signal
 from .statistics import EndpointStatistics
-from .subscription import RawMessage, RawSubscription, Subscription, _Stream, deliver_own, local_prefixes
+from .subscription import Overflow, RawMessage, RawSubscription, Subscription, _Stream, deliver_own
 
 __all__ = ["Endpoint", "Subscription", "RawSubscription", "RawMessage", "EndpointStatistics"]
 
@@ -501,6 +501,7 @@ class Endpoint:
         local: bool | Iterable[str] = False,
         buffer: int | None = None,
         kind: Kind = Kind.DATA,
+        overflow: Overflow = "wait",
     ) -> Subscription:
         """Subscribe to topic prefixes; use as ``async with ep.subscribe("/a", "/b") as sub``.
 
@@ -510,23 +511,22 @@ class Endpoint:
         those only. They are handed over in-process when sent, not echoed by the broker: own messages keep their
         send order, but relative to other endpoints' messages they may come earlier than the
         broker would have delivered them. Publishing never waits for a full local subscriber
-        (its own messages are held beyond ``buffer``). ``buffer`` bounds the
-        PUBLISH batches held for this subscriber (default ``subscriber_buffer``). ``kind``
-        selects which node messages it gets (data by default; stores use command).
+        (its own messages are held beyond ``buffer``). ``buffer`` bounds the PUBLISH batches held
+        for this subscriber (default ``subscriber_buffer``); ``overflow`` says what a full one does:
+        ``"wait"`` (the endpoint's receiver waits: nothing is lost, but every subscriber of the
+        endpoint waits), ``"drop_oldest"`` or ``"drop_newest"`` (the receiver never waits for it;
+        drops are counted and reported: :class:`Subscription`). ``kind`` selects which node
+        messages it gets (data by default; stores use command).
         Raises :class:`TopicError` at once for prefixes MQTT cannot carry.
         """
-        if not prefixes:
-            raise UsageError("subscribe needs at least one topic prefix")
-        for p in prefixes:
-            validate_prefix(p)
-        return Subscription(self, prefixes, local=local_prefixes(local, prefixes),
-                            buffer=buffer or self._subscriber_buffer, kind=kind)
+        return Subscription(self, prefixes, local=local, buffer=buffer or self._subscriber_buffer, kind=kind,
+                            overflow=overflow)
 
-    def subscribe_raw(self, *mqtt_filters: str, buffer: int | None = None) -> RawSubscription:
-        """Receive bare PUBLISHes on MQTT filters outside the data layout (own messages included)."""
-        if not mqtt_filters:
-            raise UsageError("subscribe_raw needs at least one MQTT filter")
-        return RawSubscription(self, mqtt_filters, buffer=buffer or self._subscriber_buffer)
+    def subscribe_raw(self, *mqtt_filters: str, buffer: int | None = None,
+                      overflow: Overflow = "wait") -> RawSubscription:
+        """Receive bare PUBLISHes on MQTT filters outside the data layout (own messages included);
+        ``buffer`` and ``overflow`` as :meth:`subscribe`'s."""
+        return RawSubscription(self, mqtt_filters, buffer=buffer or self._subscriber_buffer, overflow=overflow)
 
     async def _add_subscriber(self, sub: Subscription) -> None:
         levels = minimal_prefixes(validate_prefix(p) for p in sub.prefixes)
@@ -569,6 +569,9 @@ class Endpoint:
         for stream in self._status_streams:
             if not stream._put(event):
                 self._stats.status_dropped += 1
+
+    def _count_dropped(self, n: int) -> None:
+        self._stats.subscriber_dropped += n
 
     def peers(self) -> list[PeerInfo]:
         """The peers currently known (announced and not lost or removed)."""

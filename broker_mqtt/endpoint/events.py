@@ -145,6 +145,7 @@ class ErrorCode(enum.Enum):
     BAD_SIGNATURE = "bad_signature"  #: a PUBLISH not sealed by its sender's trusted key, or a replay (dropped)
     PUBLISH_REJECTED = "publish_rejected"  #: the broker refused a PUBLISH (e.g. ACL)
     EVENTS_DROPPED = "events_dropped"  #: a status consumer fell too far behind
+    SUBSCRIBER_OVERFLOW = "subscriber_overflow"  #: a full subscription began dropping (its overflow policy)
 
 
 @dataclass(frozen=True, slots=True)

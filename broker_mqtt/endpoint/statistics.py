@@ -26,4 +26,5 @@ class EndpointStatistics:
     late: int = 0  #: numbered messages delivered after being reported missed
     reconnects: int = 0
     status_dropped: int = 0  #: status events a full status stream could not take
+    subscriber_dropped: int = 0  #: messages full subscriptions dropped (their overflow policy: drop_oldest/newest)
     pending: int = 0  #: messages queued or in flight now

@@ -2,9 +2,15 @@
 
 Each is an async context manager and an async iterator over a bounded memory stream whose
 items are *lists* (one per PUBLISH), consumed one element at a time: the endpoint's receiver
-pays the stream's cost once per PUBLISH, not once per message. When a stream is full the
-receiver waits (subscriptions) or the event is dropped and counted (status streams), as
-docs/guarantees.md states. A data subscription decodes payloads in its own task, a few
+pays the stream's cost once per PUBLISH, not once per message. When a subscription's stream is
+full, its ``overflow`` policy decides (Zeek Broker's, for local subscribers): ``"wait"`` (the
+default: the receiver waits, nothing is lost, and every other subscriber of the endpoint waits
+too), ``"drop_oldest"`` or ``"drop_newest"`` (the PUBLISH batch held longest, or the one that came,
+is dropped: the receiver never waits for this subscriber, and its memory stays bounded). Drops are
+counted (the subscription's ``dropped``, the endpoint's ``statistics().subscriber_dropped``) and
+reported once per overflow, an ``ErrorEvent`` (``SUBSCRIBER_OVERFLOW``) on the status streams; an
+overflow lasts until the subscriber has taken everything held. Status streams drop the newest
+event and count it (docs/guarantees.md). A data subscription decodes payloads in its own task, a few
 consecutive messages at a time (``codec.decode_many``: one C call instead of one per message);
 a malformed payload is reported when the iteration reaches it, as before.
 
@@ -22,7 +28,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any, Protocol, Self
+from typing import Any, Literal, Protocol, Self, get_args
 
 import anyio
 
@@ -46,7 +52,13 @@ class Hub(Protocol):
 
     def _report(self, event: StatusEvent) -> None: ...
 
-__all__ = ["Subscription", "RawSubscription", "RawMessage"]
+    def _count_dropped(self, n: int) -> None: ...
+
+__all__ = ["Subscription", "RawSubscription", "RawMessage", "Overflow"]
+
+#: what a full subscription does with a PUBLISH batch that comes (see the module docstring)
+Overflow = Literal["wait", "drop_oldest", "drop_newest"]
+OVERFLOW_POLICIES: tuple[str, ...] = get_args(Overflow)
 
 #: Messages whose data a subscription decodes in one call (codec.decode_many). Larger chunks
 #: save little more per message and leave the values out of the CPU cache by the time they are used.
@@ -66,8 +78,13 @@ class RawMessage:
 class _Stream:
     """Common part of subscriptions: a bounded stream of batches, consumed one item at a time."""
 
-    def __init__(self, endpoint: Hub, buffer: int) -> None:
+    def __init__(self, endpoint: Hub, buffer: int, overflow: Overflow = "wait") -> None:
+        if overflow not in OVERFLOW_POLICIES:
+            raise UsageError(f"overflow takes one of {', '.join(map(repr, OVERFLOW_POLICIES))}, not {overflow!r}")
         self._endpoint = endpoint
+        self.overflow: Overflow = overflow
+        self.dropped = 0  #: messages (raw: PUBLISHes) this subscriber lost to its overflow policy
+        self._overflowing = False  # dropping since the stream was last emptied (reported once)
         self._send, self._receive = anyio.create_memory_object_stream[list[Any]](buffer)
         self._items: deque[Any] = deque()
         self._own: deque[list[Any]] = deque()  # own batches that did not fit (after the stream's)
@@ -79,10 +96,32 @@ class _Stream:
         try:
             self._send.send_nowait(items)
         except anyio.WouldBlock:
-            return False
+            if self.overflow == "wait":
+                return False
+            self._drop(items)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass  # the subscriber is leaving; nothing to deliver to
         return True
+
+    def _drop(self, items: list[Any]) -> None:
+        """The stream is full: drop per the overflow policy, count, and report the first drop of
+        an overflow."""
+        lost = items
+        if self.overflow == "drop_oldest":
+            try:
+                lost = self._receive.receive_nowait()
+                self._send.send_nowait(items)
+            except anyio.WouldBlock:  # (a buffer of 0: nothing is held, so the new batch goes)
+                lost = items
+        n = len(lost)
+        self.dropped += n
+        self._endpoint._count_dropped(n)
+        if not self._overflowing:
+            self._overflowing = True
+            self._endpoint._report(ErrorEvent(
+                ErrorCode.SUBSCRIBER_OVERFLOW,
+                f"{self!r} is full ({self._send.statistics().max_buffer_size} PUBLISH batches held): "
+                f"{self.overflow.replace('_', ' ')} messages until it has taken what it holds"))
 
     async def _deliver(self, items: list[Any]) -> None:
         while self._own:
@@ -119,6 +158,8 @@ class _Stream:
                             self._own_drained()
                 else:
                     batch = await self._receive.receive()
+                    if self._overflowing and not self._receive.statistics().current_buffer_used:
+                        self._overflowing = False  # everything held is taken: a new overflow is reported
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 raise StopAsyncIteration from None
             self._items.extend(batch)
@@ -153,10 +194,11 @@ class Subscription(_Stream):
     Entering blocks until the broker confirmed the subscriptions (when connected). Messages
     arrive in order per publisher and topic, each once, with ``data`` already decoded;
     messages whose payload does not decode are skipped and reported as an ErrorEvent. When the
-    buffer is full the endpoint's receiver waits for this subscriber (nothing is dropped). On the
+    buffer is full its ``overflow`` policy decides (see the module docstring): by default the
+    endpoint's receiver waits for this subscriber (nothing is dropped). On the
     prefixes in ``local`` (all of them for ``subscribe(..., local=True)``) the endpoint's own
     messages are handed over when sent, in send order, and never make the publisher wait (beyond
-    the buffer they are held in an unbounded list).
+    the buffer they are held in an unbounded list, or dropped per a drop policy).
     """
 
     def __init__(
@@ -164,15 +206,23 @@ class Subscription(_Stream):
         endpoint: Hub,
         prefixes: tuple[str, ...],
         *,
-        local: bool | tuple[str, ...],
+        local: bool | Iterable[str],
         buffer: int,
         kind: Kind = Kind.DATA,
+        overflow: Overflow = "wait",
     ) -> None:
-        super().__init__(endpoint, buffer)
-        self.prefixes = prefixes
+        if not prefixes:
+            raise UsageError("subscribe needs at least one topic prefix")
+        for p in prefixes:
+            validate_prefix(p)
         #: the prefixes on which the endpoint's own messages are delivered (empty: none)
-        self.local: tuple[str, ...] = (prefixes if local else ()) if isinstance(local, bool) else local
+        self.local: tuple[str, ...] = local_prefixes(local, prefixes)
+        super().__init__(endpoint, buffer, overflow)
+        self.prefixes = prefixes
         self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"<Subscription {' '.join(self.prefixes)}>"
 
     async def __aenter__(self) -> Self:
         try:
@@ -208,9 +258,14 @@ class Subscription(_Stream):
 class RawSubscription(_Stream):
     """PUBLISHes on raw MQTT filters, own ones included, each exactly once (by subscription id)."""
 
-    def __init__(self, endpoint: Hub, filters: tuple[str, ...], *, buffer: int) -> None:
-        super().__init__(endpoint, buffer)
+    def __init__(self, endpoint: Hub, filters: tuple[str, ...], *, buffer: int, overflow: Overflow = "wait") -> None:
+        if not filters:
+            raise UsageError("subscribe_raw needs at least one MQTT filter")
+        super().__init__(endpoint, buffer, overflow)
         self.filters = filters
+
+    def __repr__(self) -> str:
+        return f"<RawSubscription {' '.join(self.filters)}>"
 
     async def __aenter__(self) -> Self:
         try:
