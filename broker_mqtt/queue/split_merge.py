@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store.history import Version
+from ..store.history import Conflict, Version
 from .model import ID_LIMIT, MessageRecord, MessageState, id_in_use, is_message_key
 
 __all__ = ["QueueResolver"]
@@ -39,39 +39,39 @@ def _record(v: Version) -> MessageRecord | None:
     return None if v.deleted else MessageRecord.from_wire(v.value)
 
 
-class QueueResolver:
-    """A work queue's resolver of a healed split (see the module docstring); one per replica. The
-    store calls it for each key both sides wrote since the split, then :meth:`merged` once."""
+def _different(a: MessageRecord, b: MessageRecord) -> bool:
+    """Two messages, not one (a message's data never changes)."""
+    return type(a.data) is not type(b.data) or a.data != b.data
 
-    def __init__(self) -> None:
-        self._displaced: list[tuple[int, Version]] = []  # (id, version) of the messages to move
+
+class QueueResolver:
+    """A work queue's resolver of a healed split (see the module docstring). The store calls it
+    for each key both sides wrote since the split, then :meth:`merged` once; it keeps no state
+    between the calls."""
 
     def __call__(self, key: Any, a: Version, b: Version) -> Version:
-        """``a`` (the later write) or ``b``; a different message in ``b`` is kept for :meth:`merged`."""
+        """``a`` (the later write) or ``b`` (a message against the erase of its id); a different
+        message in ``b`` is kept by :meth:`merged`."""
         if not is_message_key(key) or not 0 < key < ID_LIMIT:
             return a
-        later, other = _record(a), _record(b)
-        if other is None:
-            return a
-        if later is None:
+        if _record(b) is not None and _record(a) is None:
             return b if a.deleted else a  # (a tombstone against a message: the message)
-        if type(later.data) is type(other.data) and later.data == other.data:
-            return a  # the same message
-        self._displaced.append((key, b))
         return a
 
-    def merged(self, versions: list[tuple[Any, Version]]) -> list[tuple[Any, Version]]:
-        """``versions`` with each different message the resolver did not choose under a new id: above
-        every id in use (a message's, an erased message's, the counter's, a log reader's pointer), in
-        the order of the ids they had."""
-        displaced, self._displaced = sorted(self._displaced, key=lambda item: item[0]), []
+    def merged(self, versions: list[tuple[Any, Version]], conflicts: list[Conflict]) -> list[tuple[Any, Version]]:
+        """``versions`` with each message a conflict did not choose, different from the one it
+        chose, under a new id: above every id in use (a message's, an erased message's, the
+        counter's, a log reader's pointer), in the order of the ids they had."""
+        displaced = []
+        for c in sorted((c for c in conflicts if is_message_key(c.key) and 0 < c.key < ID_LIMIT), key=lambda c: c.key):
+            chosen, other = _record(c.chosen), _record(c.other)
+            if chosen is not None and other is not None and _different(chosen, other):
+                displaced.append((other, c.other))
         if not displaced:
             return versions
         highest = max((id_in_use(key, None if v.deleted else v.value) for key, v in versions), default=0)
         out = list(versions)
-        for _old_id, v in displaced:
-            rec = _record(v)
-            assert rec is not None
+        for rec, v in displaced:
             if rec.state is MessageState.ACQUIRED:
                 rec = MessageRecord(rec.data, MessageState.READY, None, rec.count, rec.max, None)
             highest += 1

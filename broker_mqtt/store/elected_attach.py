@@ -77,7 +77,7 @@ async def attach_store(
     and returns one of them, possibly with another value (``dataclasses.replace(a, value=...)``). An
     answer that raises or that no replica can hold is refused: last writer wins decides that key,
     logged at ERROR and counted (``statistics().resolver_errors``). A resolver that also has
-    ``merged(versions)`` (:class:`~.state_merge.MergeHook`) may keep, under new keys, what it did
+    ``merged(versions, conflicts)`` (:class:`~.state_merge.MergeHook`) may keep, under new keys, what it did
     not choose (docs/elected-stores.md).
     ``candidate=False``: a replica that never becomes master and stays out of the election (it
     follows, reads locally, writes, and confirms writes for durability). ``tombstone_ttl``: the

@@ -10,10 +10,11 @@ A custom resolver is the application's code, run at the claimant only: its answe
 last writer wins for that key and reported, so that a bug in it neither stops the merge nor lets
 the master hold what its followers would decode differently.
 
-A resolver may also keep what it did not choose: one with a ``merged(versions)`` method (a
-:class:`MergeHook`, e.g. a work queue's, :mod:`broker_mqtt.queue.split_merge`) gets every merged
-``(key, version)`` once each two histories are merged and returns them with its additions (under
-other keys, each stamped as a version of these histories). What it returns is checked
+A resolver may also keep what it did not choose: one with a ``merged(versions, conflicts)``
+method (a :class:`MergeHook`, e.g. a work queue's, :mod:`broker_mqtt.queue.split_merge`) gets every
+merged ``(key, version)`` and the conflicts of that merge (each key's chosen and other version)
+once each two histories are merged, and returns the versions with its additions (under other
+keys, each stamped as a version of these histories). What it returns is checked
 (:func:`_checked_additions`); a hook that raises or answers anything else adds nothing,
 and is reported.
 """
@@ -39,9 +40,10 @@ class MergeHook(Protocol):
 
     def __call__(self, key: Any, a: Version, b: Version) -> Version: ...
 
-    def merged(self, versions: list[tuple[Any, Version]]) -> list[tuple[Any, Version]]:
+    def merged(self, versions: list[tuple[Any, Version]], conflicts: list[Conflict]) -> list[tuple[Any, Version]]:
         """``versions`` (every key's merged version) with this hook's additions; a key that is in
-        ``versions`` already must not be added again."""
+        ``versions`` already must not be added again. ``conflicts``: the keys of this merge that
+        both sides wrote with different results, each with the version chosen and the other."""
         ...
 
 
@@ -121,7 +123,7 @@ def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_wri
         if conflict and not _same(va, vb):
             conflicts.append(Conflict(ia[0], chosen, other))
     if isinstance(resolver, MergeHook):
-        out = _with_additions(resolver, out, max(a.last_seq, b.last_seq), refused)
+        out = _with_additions(resolver, out, conflicts, max(a.last_seq, b.last_seq), refused)
     applied: dict[str, _Applied] = {}
     for side in (a.applied, b.applied):
         for w, entry in side.items():
@@ -133,12 +135,12 @@ def merge(a: VersionedState, b: VersionedState, *, resolver: Resolver = last_wri
     return out, applied, conflicts
 
 
-def _with_additions(hook: MergeHook, out: list[tuple[Any, Version]], last_seq: int,
+def _with_additions(hook: MergeHook, out: list[tuple[Any, Version]], conflicts: list[Conflict], last_seq: int,
                     refused: list[str] | None) -> list[tuple[Any, Version]]:
     """``out`` and what ``hook.merged`` adds to it, checked; ``out`` alone if the hook failed (why:
     to ``refused``)."""
     try:
-        answer = hook.merged(list(out))
+        answer = hook.merged(list(out), list(conflicts))
         additions = _checked_additions(answer, out, last_seq)
     except Exception as exc:  # the application's code (or ours, for a queue): any failure is its own
         if refused is not None:

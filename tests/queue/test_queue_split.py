@@ -33,7 +33,7 @@ from broker_mqtt.queue.model import (
 )
 from broker_mqtt.queue.split_merge import QueueResolver
 from broker_mqtt.store.commands import Erase, Put
-from broker_mqtt.store.history import Version
+from broker_mqtt.store.history import Conflict, Version
 from broker_mqtt.store.log_ops import compute_op
 from broker_mqtt.store.state_merge import merge_histories
 from broker_mqtt.store.versioned import Record, VersionedState
@@ -274,8 +274,8 @@ class _Hook(QueueResolver):
         super().__init__()
         self.answer = answer
 
-    def merged(self, versions: list[tuple[Any, Version]]) -> list[tuple[Any, Version]]:
-        out = super().merged(versions)
+    def merged(self, versions: list[tuple[Any, Version]], conflicts: list[Conflict]) -> list[tuple[Any, Version]]:
+        out = super().merged(versions, conflicts)
         return self.answer(versions, out)
 
 
@@ -371,3 +371,22 @@ def test_three_diverged_histories_merge_to_one_result_in_any_order(histories: An
     everything = {"common", "c0", "b0", *(["m0"] if histories is _nested_split else ["a0", "c1"])}
     assert set(results[0][0].values()) == everything  # none lost
     assert all(r == results[0] for r in results), results
+
+
+def test_the_queues_resolver_keeps_no_state_between_merges() -> None:
+    """A merge whose merged() never ran (it failed before, say) leaves nothing for the next one: the
+    resolver decides what to move from the merge's conflicts alone."""
+    base = VersionedState()
+    _run(base, Publish(["common"]), (1, "m"), 1)
+    a, b = _copy(base), _copy(base)
+    _run(a, Publish(["a0"]), (2, "a"), 100)
+    _run(b, Publish(["b0"]), (2, "b"), 10)
+    used = QueueResolver()
+    used(2, a.version(2), b.version(2))  # type: ignore[arg-type]  # (called, then its merge failed)
+    results = []
+    for resolver in (used, QueueResolver()):
+        parts, _ = merge_histories([_copy(a), _copy(b)], (3, "a"), resolver=resolver)
+        merged = VersionedState()
+        merged.replace(**parts)
+        results.append(_messages(merged))
+    assert results[0] == results[1] == {1: "common", 2: "a0", 3: "b0"}
