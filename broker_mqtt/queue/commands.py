@@ -156,9 +156,9 @@ def _many(ops: list[tuple[Any, ...]]) -> tuple[Any, ...]:
 
 #: bytes a message adds to records beyond its data (keys, state, owner, counts, ids; the answer's
 #: text for a settlement refused, or a dead message's reason, less MAX_REASON): upper bounds
-PUBLISHED_OVERHEAD = 72
-ACQUIRED_OVERHEAD = 80
-SETTLED_OVERHEAD = 200
+PUBLISHED_OVERHEAD = 84
+ACQUIRED_OVERHEAD = 112
+SETTLED_OVERHEAD = 212
 ERASED_COST = 24  # an accepted message's erase, and its answer
 
 
@@ -201,14 +201,15 @@ def _back(rec: MessageRecord, reason: str) -> MessageRecord:
     """A released message: ready again, or dead once it was delivered ``max`` times."""
     if rec.max is not None and rec.count >= rec.max:
         return MessageRecord(rec.data, MessageState.DEAD, None, rec.count, rec.max,
-                             f"delivered {rec.count} times (max_deliveries {rec.max}); last: {reason}")
-    return MessageRecord(rec.data, MessageState.READY, None, rec.count, rec.max, None)
+                             f"delivered {rec.count} times (max_deliveries {rec.max}); last: {reason}", rec.published)
+    return MessageRecord(rec.data, MessageState.READY, None, rec.count, rec.max, None, rec.published)
 
 
 @register_command(CommandKind.QUEUE_PUBLISH, _items, _max)
 @dataclass(frozen=True, slots=True)
 class Publish(ComputedCommand):
-    """Append ``items`` (message bodies) in order; answer the first id (the rest follow, consecutive)."""
+    """Append ``items`` (message bodies) in order; answer the first id (the rest follow, consecutive).
+    Each record is marked with ``wall`` (the master's clock: :attr:`.model.MessageRecord.published`)."""
 
     items: list[Any]
     max_deliveries: int | None = None
@@ -216,7 +217,7 @@ class Publish(ComputedCommand):
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         first = index_for(state).next_id
         m = self.max_deliveries
-        ops: list[tuple[Any, ...]] = [("put", first + i, published_wire(data, m), None)
+        ops: list[tuple[Any, ...]] = [("put", first + i, published_wire(data, m, wall), None)
                                       for i, data in enumerate(self.items)]
         ops.append(("put", NEXT_ID, first + len(self.items), None))
         return _finish(state, ops, first)
@@ -261,13 +262,18 @@ class Acquire(ComputedCommand):
                 # no acquire can ever carry it (a peer published it unchecked): dead, not a poison record
                 ops.append(("put", msg_id, MessageRecord(data, MessageState.DEAD, None, int(wire["count"]), wire["max"],
                                                          f"too large to deliver: an acquire's record of {cost} "
-                                                         f"bytes, the broker carries {limit}").to_wire(), None))
+                                                         f"bytes, the broker carries {limit}", wire.get("p")).to_wire(),
+                            None))
                 break  # (one a record: each carries its data)
             taken += cost
             # the acquired record, built directly (what MessageRecord(...).to_wire() gives)
             count = int(wire["count"]) + 1
-            ops.append(("put", msg_id, {"data": data, "state": "acquired", "owner": owner, "count": count,
-                                        "max": wire["max"], "reason": None}, None))
+            acquired = {"data": data, "state": "acquired", "owner": owner, "count": count, "max": wire["max"],
+                        "reason": None}
+            marker = wire.get("p")
+            if marker is not None:
+                acquired["p"] = marker
+            ops.append(("put", msg_id, acquired, None))
             got.append([msg_id, data, count])
         if got:
             ops.append(("put", lease_key(self.owner), wall + self.lease, None))
@@ -320,15 +326,15 @@ class Settle(ComputedCommand):
             self._check_room(taken)
             if action == "accept":
                 ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.DONE, None, rec.count,
-                                                         rec.max).to_wire(), None))
+                                                         rec.max, None, rec.published).to_wire(), None))
             elif action == "release":
                 ops.append(("put", msg_id, _back(rec, reason or "released").to_wire(), None))
             elif action == "return":
                 ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.READY, None, max(0, rec.count - 1),
-                                                         rec.max).to_wire(), None))
+                                                         rec.max, None, rec.published).to_wire(), None))
             else:
                 ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.DEAD, None, rec.count, rec.max,
-                                                         reason or "rejected").to_wire(), None))
+                                                         reason or "rejected", rec.published).to_wire(), None))
         return _finish(state, ops, answers)
 
     def _check_room(self, taken: int) -> None:

@@ -5,7 +5,8 @@ Theory of operation (``docs/queues.md``):
 * A queue is an elected store. Message ``id`` (an int, assigned by the master from the counter key
   ``"next-id"``, so identical on every replica; after a healed split, whose merge can leave the
   counter below ids in use, from above them: :meth:`QueueIndex.build`) is key ``id``; its value is a :class:`MessageRecord`
-  in wire form ``{"data", "state", "owner", "count", "max", "reason"}``. A consumer's lease is key
+  in wire form ``{"data", "state", "owner", "count", "max", "reason", "p"}`` (``"p"``: the publish
+  marker, absent from records of earlier versions). A consumer's lease is key
   ``"lease/<owner>"`` (wall-clock expiry, seconds). A log reader's read pointer is key
   ``"reader/<name>"``: the last id it committed (an int >= 0). Nothing else lives in a queue's store.
 * States: ``ready`` → (acquire) ``acquired`` → (accept) erased, or ``done`` while a log reader has not
@@ -89,7 +90,11 @@ class MessageState(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class MessageRecord:
     """One message as stored. ``count``: how often it was acquired; ``max``: ``max_deliveries`` (None:
-    unlimited); ``owner``: the consumer holding it (acquired only); ``reason``: why it is dead."""
+    unlimited); ``owner``: the consumer holding it (acquired only); ``reason``: why it is dead;
+    ``published``: the publish marker, the publishing master's wall clock when it computed the
+    publish, kept through every change of the record (None: a record of an earlier version). Two
+    records under one id with different markers are two messages: a healed split's merge keeps
+    both (:mod:`.split_merge`), also when their data are equal."""
 
     data: Any
     state: MessageState = MessageState.READY
@@ -97,24 +102,30 @@ class MessageRecord:
     count: int = 0
     max: int | None = None
     reason: str | None = None
+    published: Any = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"data": self.data, "state": self.state.value, "owner": self.owner, "count": self.count,
+        wire = {"data": self.data, "state": self.state.value, "owner": self.owner, "count": self.count,
                 "max": self.max, "reason": self.reason}
+        if self.published is not None:
+            wire["p"] = self.published
+        return wire
 
     @classmethod
     def from_wire(cls, wire: Any) -> MessageRecord | None:
         """The record, or None if ``wire`` is not one (a foreign value written into the store)."""
         try:
             return cls(wire["data"], _STATES[wire["state"]], wire["owner"], int(wire["count"]), wire["max"],
-                       wire["reason"])
-        except (TypeError, KeyError, ValueError, OverflowError):  # (int() of an infinite count)
+                       wire["reason"], wire.get("p"))
+        except (AttributeError, TypeError, KeyError, ValueError, OverflowError):  # (int() of an infinite count)
             return None
 
 
-def published_wire(data: Any, max_deliveries: int | None) -> dict[str, Any]:
-    """``MessageRecord(data, max=max_deliveries).to_wire()``, built directly (once per published message)."""
-    return {"data": data, "state": "ready", "owner": None, "count": 0, "max": max_deliveries, "reason": None}
+def published_wire(data: Any, max_deliveries: int | None, marker: float) -> dict[str, Any]:
+    """``MessageRecord(data, max=max_deliveries, published=marker).to_wire()``, built directly (once
+    per published message)."""
+    return {"data": data, "state": "ready", "owner": None, "count": 0, "max": max_deliveries, "reason": None,
+            "p": marker}
 
 
 _STATES = {s.value: s for s in MessageState}  # a dict look-up: cheaper than MessageState(value)

@@ -6,19 +6,20 @@ histories key by key, last writer wins, and would keep one of the two. :class:`Q
 queue's resolver (:mod:`broker_mqtt.store.state_merge`): for an id that both sides wrote since the
 split it keeps
 
-* the later version, as last writer wins does, when both are the same message (the same data: a
-  message's data never changes); the other side's change of it (an acquire, a release) is dropped,
-  and the message stays delivered at least once;
-* both, when they are different messages (different data): the later one under the id, the other
+* the later version, as last writer wins does, when both are the same message (the same publish
+  marker, :attr:`.model.MessageRecord.published`, and the same data: a message's data never
+  changes); the other side's change of it (an acquire, a release) is dropped, and the message stays
+  delivered at least once;
+* both, when they are different messages (different markers, or different data): the later one under the id, the other
   under a new id above every id in use (:meth:`QueueResolver.merged`), ready to be delivered (one
   that was acquired: its consumer was on the other side and cannot settle it under the new id), or
   ``done`` or ``dead`` as it was;
 * the message, when the other side erased the id (accepted its message): it is delivered again if
   it was the same message, rather than lost if it was not.
 
-Two different messages with equal data under one id cannot be told apart: one of them is lost, and
-if both were never changed after their publish their records are equal and no conflict is even
-reported. A moved message is reported as the ``other`` of its ``ConflictResolved``, as if dropped.
+Two records without a marker (written by an earlier version) with equal data cannot be told apart:
+one of them is lost, and if both were never changed after their publish their records are equal
+and no conflict is even reported. A moved message is reported as the ``other`` of its ``ConflictResolved``, as if dropped.
 With three or more diverged histories the store merges them two at a time, those that parted last
 first, each pair against where its own histories part (:func:`~broker_mqtt.store.state_merge.merge_histories`):
 a message two sides share since an earlier split is one message, moved once at most. Nothing here does I/O; the resolver runs at the replica that merges, one
@@ -40,7 +41,11 @@ def _record(v: Version) -> MessageRecord | None:
 
 
 def _different(a: MessageRecord, b: MessageRecord) -> bool:
-    """Two messages, not one (a message's data never changes)."""
+    """Two messages, not one: different publish markers, or (a marker missing: a record of an
+    earlier version) different data (a message's data never changes)."""
+    if a.published is not None and b.published is not None and (
+            type(a.published) is not type(b.published) or a.published != b.published):
+        return True
     return type(a.data) is not type(b.data) or a.data != b.data
 
 
@@ -73,7 +78,7 @@ class QueueResolver:
         out = list(versions)
         for rec, v in displaced:
             if rec.state is MessageState.ACQUIRED:
-                rec = MessageRecord(rec.data, MessageState.READY, None, rec.count, rec.max, None)
+                rec = MessageRecord(rec.data, MessageState.READY, None, rec.count, rec.max, None, rec.published)
             highest += 1
             out.append((highest, Version(rec.to_wire(), v.hlc, v.origin, v.seq, False, None)))
         return out

@@ -603,7 +603,7 @@ def test_a_published_record_is_built_as_to_wire_builds_it() -> None:
     from broker_mqtt.queue.model import published_wire
 
     for data, m in ((["t", 1], 10), ({"job": 7}, None)):
-        assert published_wire(data, m) == MessageRecord(data, max=m).to_wire()
+        assert published_wire(data, m, 5.5) == MessageRecord(data, max=m, published=5.5).to_wire()
 
 
 def test_an_id_of_an_int_subclass_is_that_message_in_the_masters_index() -> None:
@@ -635,3 +635,45 @@ def test_a_record_a_peer_wrote_with_an_owner_no_consumer_has_stops_nothing(owner
     assert QueueIndex.build(state).owners_of_endpoint("c") == ["c1"]
     assert run(state, ReleaseOwner("c1", "gone")) is not None
     assert run(state, Acquire("c2", 5, 60.0)) == [[2, "b", 2]]
+
+
+def test_every_change_of_a_record_keeps_its_publish_marker() -> None:
+    """The publish marker (the master's wall clock at the publish) tells two messages given one id
+    in a split apart: it must survive acquire, release, return, reject, death by max_deliveries,
+    and accept while a log reader keeps the message."""
+    state = VersionedState()
+    first = run(state, Publish(["a", "b", "c", "d", "e"], max_deliveries=1), 123.25)
+    run(state, RegisterReader("r", 0), 124.0)
+    run(state, Acquire("o", 5, 30.0), 125.0)
+    run(state, Settle("o", [[first, "accept", None], [first + 1, "release", None], [first + 2, "return", None],
+                            [first + 3, "reject", "bad"]]), 126.0)
+    kept = records(state)
+    assert [kept[first + i].state for i in range(5)] == [
+        MessageState.DONE, MessageState.DEAD, MessageState.READY, MessageState.DEAD, MessageState.ACQUIRED]
+    assert all(rec.published == 123.25 for rec in kept.values())
+    assert "p" not in MessageRecord("x").to_wire()  # (a record of an earlier version has none)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.recursive(st.none() | st.booleans() | st.integers(-(1 << 63), (1 << 64) - 1) | st.floats()
+                         | st.text(max_size=20) | st.binary(max_size=20),
+                         lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                     max_size=4), max_leaves=12),
+       owner_len=st.integers(1, MAX_OWNER), reason=st.text(max_size=MAX_REASON), wall=st.floats(0, 1e12))
+def test_the_size_bounds_of_a_message_in_records_hold(data: Any, owner_len: int, reason: str, wall: float) -> None:
+    """What the records' size checks count for a message (published_cost, acquired_cost,
+    settled_cost) bounds what its ops encode to, with the largest ids, counts and markers."""
+    from broker_mqtt.queue.commands import published_cost
+    from broker_mqtt.queue.model import ID_LIMIT, published_wire
+    from broker_mqtt.wire import codec
+    from broker_mqtt.wire.codec import size_bound
+
+    big = ID_LIMIT - 1
+    owner = "o" * owner_len
+    published = codec.encode(["put", big, published_wire(data, big, wall), None])
+    assert len(published) <= published_cost(size_bound(data))
+    acquired = MessageRecord(data, MessageState.ACQUIRED, owner, big, big, None, wall).to_wire()
+    op_and_answer = codec.encode([["put", big, acquired, None], [big, data, big]])
+    assert len(op_and_answer) <= acquired_cost(data, owner)
+    dead = MessageRecord(data, MessageState.DEAD, None, big, big, reason, wall).to_wire()
+    assert len(codec.encode([["put", big, dead, None], None])) <= settled_cost(data, reason)

@@ -390,3 +390,31 @@ def test_the_queues_resolver_keeps_no_state_between_merges() -> None:
         merged.replace(**parts)
         results.append(_messages(merged))
     assert results[0] == results[1] == {1: "common", 2: "a0", 3: "b0"}
+
+
+def test_the_queues_resolver_keeps_both_of_two_messages_with_equal_data_given_one_id() -> None:
+    """Each side published the same job three times (ids 2-4 on both): six messages, told apart by
+    their publish markers, not one message three times (the records were even equal but for the
+    marker: no conflict was reported, and three jobs were lost silently)."""
+    net = SimNet(["a", "b", "c", "d"], seed=11, resolver=QueueResolver())
+    _split(net, ["job"] * 3, ["job"] * 3)
+    state = net.nodes["c"].replica.state
+    assert sorted(_messages(state).values()) == ["common", *["job"] * 6]
+    assert sorted(c.key for c in net.nodes["a"].conflicts if c.key != NEXT_ID) == [2, 3, 4]
+    for name in "abd":
+        assert _messages(net.nodes[name].replica.state) == _messages(state), name
+
+
+def test_records_of_an_earlier_version_are_told_apart_by_their_data() -> None:
+    """A record without a publish marker (written by an earlier version) is one message with any
+    record of equal data, as before markers: not moved."""
+    base = VersionedState()
+    _run(base, Publish(["common"]), (1, "m"), 1)
+    a, b = _copy(base), _copy(base)
+    _run(a, Put(2, MessageRecord("job").to_wire()), (2, "a"), 100)  # (an earlier version's publish)
+    _run(a, Put(NEXT_ID, 3), (2, "a"), 101)
+    _run(b, Publish(["job"]), (2, "b"), 10)
+    parts, _ = merge_histories([a, b], (3, "a"), resolver=QueueResolver())
+    merged = VersionedState()
+    merged.replace(**parts)
+    assert _messages(merged) == {1: "common", 2: "job"}
