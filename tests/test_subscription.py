@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from broker_mqtt.endpoint.events import ErrorCode, ErrorEvent, Message
+from broker_mqtt.endpoint.statistics import EndpointStatistics
 from broker_mqtt.endpoint.subscription import RawMessage, RawSubscription, Subscription
 from broker_mqtt.errors import UsageError
 from broker_mqtt.wire import codec
@@ -26,12 +27,11 @@ class FakeEndpoint:
 
     def __init__(self) -> None:
         self.reports: list[Any] = []
+        self._stats = EndpointStatistics()
 
     def _report(self, event: Any) -> None:
         self.reports.append(event)
 
-    def _count_dropped(self, n: int) -> None:
-        self.dropped = getattr(self, "dropped", 0) + n
 
     async def _add_subscriber(self, sub: Any) -> None:
         pass
@@ -131,34 +131,46 @@ def _overflows(ep: FakeEndpoint) -> list[ErrorEvent]:
     return [e for e in ep.reports if isinstance(e, ErrorEvent) and e.code is ErrorCode.SUBSCRIBER_OVERFLOW]
 
 
+class _Clock:
+    """The subscription's clock, moved by the test."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 1000.0
+        monkeypatch.setattr("broker_mqtt.endpoint.subscription.current_time", lambda: self.now)
+
+
 @pytest.mark.parametrize(("overflow", "kept"), [("drop_newest", [0, 1, 2, 3]), ("drop_oldest", [6, 7, 8, 9])])
-async def test_a_full_subscription_drops_per_its_policy_never_waits_and_reports_once(
-        overflow: Any, kept: list[int]) -> None:
+async def test_a_full_subscription_drops_per_its_policy_never_waits_and_reports(
+        overflow: Any, kept: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     ep = FakeEndpoint()
+    _Clock(monkeypatch)
     async with Subscription(ep, ("/t",), local=False, buffer=2, overflow=overflow) as sub:  # type: ignore[arg-type]
         for batch in _batches(5):
             assert sub._deliver_nowait(batch)  # never "full": the receiver does not wait for it
-        assert (sub.dropped, ep.dropped) == (6, 6)  # three batches of two messages
+        # three batches of two messages dropped, not counted as delivered (the dispatcher counted them)
+        assert (sub.dropped, ep._stats.subscriber_dropped, ep._stats.delivered) == (6, 6, -6)
         assert [m.data for m in await _take(sub, 4)] == kept
-        assert len(_overflows(ep)) == 1 and overflow.replace("_", " ") in _overflows(ep)[0].message
-        assert "/t" in _overflows(ep)[0].message
-        for batch in _batches(3):  # it has taken everything: a new overflow, reported again
-            sub._deliver_nowait(batch)
-        await _take(sub, 4)
-        assert sub.dropped == 8 and len(_overflows(ep)) == 2
+        reports = _overflows(ep)
+        assert len(reports) == 1 and "2 messages dropped" in reports[0].message  # the first drop, at once
+        assert overflow.replace("_", " ") in reports[0].message and "/t" in reports[0].message
 
 
-async def test_a_slow_subscription_that_catches_up_in_part_stays_in_one_overflow() -> None:
-    ep = FakeEndpoint()
-    async with Subscription(ep, ("/t",), local=False, buffer=2, overflow="drop_oldest") as sub:  # type: ignore[arg-type]
-        batches = _batches(8, size=1)
-        for batch in batches[:3]:
-            sub._deliver_nowait(batch)
-        assert (await sub.get()).data == 1  # took one of the two it holds
-        for batch in batches[3:]:
-            sub._deliver_nowait(batch)
-        assert [m.data for m in await _take(sub, 2)] == [6, 7]
-        assert sub.dropped == 5 and len(_overflows(ep)) == 1
+async def test_overflow_reports_come_at_most_once_a_second_with_the_count_since_the_last(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ep, clock = FakeEndpoint(), _Clock(monkeypatch)
+    async with Subscription(ep, ("/t",), local=False, buffer=1, overflow="drop_oldest") as sub:  # type: ignore[arg-type]
+        batches = iter(_batches(100, size=1))
+        for _ in range(10):  # a subscriber that reads one of every three: every read empties it
+            for _ in range(3):
+                sub._deliver_nowait(next(batches))
+            await sub.get()
+            clock.now += 0.25
+        assert sub.dropped == 20  # two a round; 3 of them not reported yet
+        assert [r.message.split(", ")[-1] for r in _overflows(ep)] == [
+            "1 messages dropped since the last report",  # at 1000.0
+            "8 messages dropped since the last report",  # at 1001.0: the 2 of each read since
+            "8 messages dropped since the last report",  # at 1002.0
+        ]
 
 
 async def test_waiting_is_the_default_and_own_messages_follow_a_drop_policy() -> None:

@@ -516,8 +516,8 @@ class Endpoint:
         ``"wait"`` (the endpoint's receiver waits: nothing is lost, but every subscriber of the
         endpoint waits), ``"drop_oldest"`` or ``"drop_newest"`` (the receiver never waits for it;
         drops are counted and reported: :class:`Subscription`). ``kind`` selects which node
-        messages it gets (data by default; stores use command).
-        Raises :class:`TopicError` at once for prefixes MQTT cannot carry.
+        messages it gets (data by default; stores use command). Raises :class:`TopicError` at once
+        for prefixes MQTT cannot carry.
         """
         return Subscription(self, prefixes, local=local, buffer=buffer or self._subscriber_buffer, kind=kind,
                             overflow=overflow)
@@ -569,9 +569,6 @@ class Endpoint:
         for stream in self._status_streams:
             if not stream._put(event):
                 self._stats.status_dropped += 1
-
-    def _count_dropped(self, n: int) -> None:
-        self._stats.subscriber_dropped += n
 
     def peers(self) -> list[PeerInfo]:
         """The peers currently known (announced and not lost or removed)."""

@@ -7,10 +7,11 @@ full, its ``overflow`` policy decides (Zeek Broker's, for local subscribers): ``
 default: the receiver waits, nothing is lost, and every other subscriber of the endpoint waits
 too), ``"drop_oldest"`` or ``"drop_newest"`` (the PUBLISH batch held longest, or the one that came,
 is dropped: the receiver never waits for this subscriber, and its memory stays bounded). Drops are
-counted (the subscription's ``dropped``, the endpoint's ``statistics().subscriber_dropped``) and
-reported once per overflow, an ``ErrorEvent`` (``SUBSCRIBER_OVERFLOW``) on the status streams; an
-overflow lasts until the subscriber has taken everything held. Status streams drop the newest
-event and count it (docs/guarantees.md). A data subscription decodes payloads in its own task, a few
+counted (the subscription's ``dropped``, the endpoint's ``statistics().subscriber_dropped``; they
+are not counted as ``delivered``) and reported as an ``ErrorEvent`` (``SUBSCRIBER_OVERFLOW``) on the
+status streams: the first drop at once, then at most one report a second per subscription, each
+with the number dropped since the last. Status streams drop the newest event and count it
+(docs/guarantees.md). A data subscription decodes payloads in its own task, a few
 consecutive messages at a time (``codec.decode_many``: one C call instead of one per message);
 a malformed payload is reported when the iteration reaches it, as before.
 
@@ -24,6 +25,7 @@ in arrival order.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,12 +33,14 @@ from itertools import islice
 from typing import Any, Literal, Protocol, Self, get_args
 
 import anyio
+from anyio import current_time
 
 from ..errors import UsageError
 from ..wire import codec
 from ..wire.message import Kind
 from ..wire.topics import covers, prefix_matches, validate_prefix
 from .events import _MISSING, ErrorCode, ErrorEvent, Message, StatusEvent, _decode_all
+from .statistics import EndpointStatistics
 
 
 class Hub(Protocol):
@@ -52,13 +56,14 @@ class Hub(Protocol):
 
     def _report(self, event: StatusEvent) -> None: ...
 
-    def _count_dropped(self, n: int) -> None: ...
+    _stats: EndpointStatistics  #: its counters (a drop counts in ``subscriber_dropped``)
 
 __all__ = ["Subscription", "RawSubscription", "RawMessage", "Overflow"]
 
 #: what a full subscription does with a PUBLISH batch that comes (see the module docstring)
 Overflow = Literal["wait", "drop_oldest", "drop_newest"]
 OVERFLOW_POLICIES: tuple[str, ...] = get_args(Overflow)
+OVERFLOW_REPORT_INTERVAL = 1.0  #: seconds between two overflow reports of one subscription, at least
 
 #: Messages whose data a subscription decodes in one call (codec.decode_many). Larger chunks
 #: save little more per message and leave the values out of the CPU cache by the time they are used.
@@ -84,7 +89,8 @@ class _Stream:
         self._endpoint = endpoint
         self.overflow: Overflow = overflow
         self.dropped = 0  #: messages (raw: PUBLISHes) this subscriber lost to its overflow policy
-        self._overflowing = False  # dropping since the stream was last emptied (reported once)
+        self._unreported = 0  # of those, dropped since the last report
+        self._reported_at = -math.inf  # when that was (the event loop's clock)
         self._send, self._receive = anyio.create_memory_object_stream[list[Any]](buffer)
         self._items: deque[Any] = deque()
         self._own: deque[list[Any]] = deque()  # own batches that did not fit (after the stream's)
@@ -103,9 +109,12 @@ class _Stream:
             pass  # the subscriber is leaving; nothing to deliver to
         return True
 
+    #: whether the messages handed to this stream were counted as ``delivered`` (a drop takes them back)
+    _counts_delivered = False
+
     def _drop(self, items: list[Any]) -> None:
-        """The stream is full: drop per the overflow policy, count, and report the first drop of
-        an overflow."""
+        """The stream is full: drop per the overflow policy, count, and report (at most one report
+        every OVERFLOW_REPORT_INTERVAL)."""
         lost = items
         if self.overflow == "drop_oldest":
             try:
@@ -115,13 +124,19 @@ class _Stream:
                 lost = items
         n = len(lost)
         self.dropped += n
-        self._endpoint._count_dropped(n)
-        if not self._overflowing:
-            self._overflowing = True
+        self._unreported += n
+        stats = self._endpoint._stats
+        stats.subscriber_dropped += n
+        if self._counts_delivered:
+            stats.delivered -= n
+        now = current_time()
+        if now - self._reported_at >= OVERFLOW_REPORT_INTERVAL:
+            self._reported_at = now
             self._endpoint._report(ErrorEvent(
                 ErrorCode.SUBSCRIBER_OVERFLOW,
                 f"{self!r} is full ({self._send.statistics().max_buffer_size} PUBLISH batches held): "
-                f"{self.overflow.replace('_', ' ')} messages until it has taken what it holds"))
+                f"{self.overflow.replace('_', ' ')}, {self._unreported} messages dropped since the last report"))
+            self._unreported = 0
 
     async def _deliver(self, items: list[Any]) -> None:
         while self._own:
@@ -158,8 +173,6 @@ class _Stream:
                             self._own_drained()
                 else:
                     batch = await self._receive.receive()
-                    if self._overflowing and not self._receive.statistics().current_buffer_used:
-                        self._overflowing = False  # everything held is taken: a new overflow is reported
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 raise StopAsyncIteration from None
             self._items.extend(batch)
@@ -200,6 +213,8 @@ class Subscription(_Stream):
     messages are handed over when sent, in send order, and never make the publisher wait (beyond
     the buffer they are held in an unbounded list, or dropped per a drop policy).
     """
+
+    _counts_delivered = True
 
     def __init__(
         self,
