@@ -157,7 +157,7 @@ def _many(ops: list[tuple[Any, ...]]) -> tuple[Any, ...]:
 #: bytes a message adds to records beyond its data (keys, state, owner, counts, ids; the answer's
 #: text for a settlement refused, or a dead message's reason, less MAX_REASON): upper bounds
 PUBLISHED_OVERHEAD = 84
-ACQUIRED_OVERHEAD = 112
+ACQUIRED_OVERHEAD = 122
 SETTLED_OVERHEAD = 212
 ERASED_COST = 24  # an accepted message's erase, and its answer
 

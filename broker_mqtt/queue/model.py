@@ -92,7 +92,8 @@ class MessageRecord:
     """One message as stored. ``count``: how often it was acquired; ``max``: ``max_deliveries`` (None:
     unlimited); ``owner``: the consumer holding it (acquired only); ``reason``: why it is dead;
     ``published``: the publish marker, the publishing master's wall clock when it computed the
-    publish, kept through every change of the record (None: a record of an earlier version). Two
+    publish, kept through every change of the record (None: a record of an earlier version;
+    ``[marker, id]`` once a split's merge moved it from the id it was published under). Two
     records under one id with different markers are two messages: a healed split's merge keeps
     both (:mod:`.split_merge`), also when their data are equal."""
 

@@ -17,6 +17,9 @@ split it keeps
 * the message, when the other side erased the id (accepted its message): it is delivered again if
   it was the same message, rather than lost if it was not.
 
+A moved message keeps who it is: its marker becomes ``[marker, the id it was published under]``, so
+that a later merge (a heal in stages: a replica that answered a claim late is merged at its next
+heartbeat) finds it held already and does not move it again.
 Two records without a marker (written by an earlier version) with equal data cannot be told apart:
 one of them is lost, and if both were never changed after their publish their records are equal
 and no conflict is even reported. A moved message is reported as the ``other`` of its ``ConflictResolved``, as if dropped.
@@ -40,13 +43,30 @@ def _record(v: Version) -> MessageRecord | None:
     return None if v.deleted else MessageRecord.from_wire(v.value)
 
 
+def _identity(key: int, rec: MessageRecord) -> tuple[float, int] | None:
+    """Who a message is across merges: its publish marker and the id it was published under (a
+    moved message's marker is ``[marker, that id]``); None without a marker (an earlier version's
+    record, or a peer's of another form)."""
+    p = rec.published
+    if type(p) is float or type(p) is int:
+        return p, key
+    if (type(p) is list and len(p) == 2 and (type(p[0]) is float or type(p[0]) is int)
+            and is_message_key(p[1])):
+        return p[0], p[1]
+    return None
+
+
+def _same_data(a: MessageRecord, b: MessageRecord) -> bool:
+    return type(a.data) is type(b.data) and a.data == b.data
+
+
 def _different(a: MessageRecord, b: MessageRecord) -> bool:
     """Two messages, not one: different publish markers, or (a marker missing: a record of an
     earlier version) different data (a message's data never changes)."""
     if a.published is not None and b.published is not None and (
             type(a.published) is not type(b.published) or a.published != b.published):
         return True
-    return type(a.data) is not type(b.data) or a.data != b.data
+    return not _same_data(a, b)
 
 
 class QueueResolver:
@@ -66,19 +86,42 @@ class QueueResolver:
     def merged(self, versions: list[tuple[Any, Version]], conflicts: list[Conflict]) -> list[tuple[Any, Version]]:
         """``versions`` with each message a conflict did not choose, different from the one it
         chose, under a new id: above every id in use (a message's, an erased message's, the
-        counter's, a log reader's pointer), in the order of the ids they had."""
+        counter's, a log reader's pointer), in the order of the ids they had; its marker becomes
+        ``[marker, the id it was published under]``. A message already held under another id (one
+        moved by an earlier merge that this history did not see: a heal in stages) is not moved
+        again."""
         displaced = []
         for c in sorted((c for c in conflicts if is_message_key(c.key) and 0 < c.key < ID_LIMIT), key=lambda c: c.key):
             chosen, other = _record(c.chosen), _record(c.other)
             if chosen is not None and other is not None and _different(chosen, other):
-                displaced.append((other, c.other))
+                displaced.append((c.key, other, c.other))
         if not displaced:
             return versions
+        held: dict[tuple[float, int], list[MessageRecord]] = {}  # the messages merged, by identity
+        for key, v in versions:
+            rec = _record(v) if is_message_key(key) else None
+            who = None if rec is None else _identity(key, rec)
+            if rec is not None and who is not None:
+                held.setdefault(who, []).append(rec)
+        moving: list[tuple[int, MessageRecord, Version]] = []
+        for old_id, rec, v in displaced:
+            who = _identity(old_id, rec)
+            if who is not None and any(_same_data(rec, same) for same in held.get(who, ())):
+                continue  # held already: moved by an earlier merge (the same marker, id and data)
+            twin = next((i for i, (o, r, _) in enumerate(moving) if who is not None and _identity(o, r) == who
+                         and _same_data(rec, r)), None)
+            if twin is None:
+                moving.append((old_id, rec, v))
+            elif (v.hlc, v.origin) > (moving[twin][2].hlc, moving[twin][2].origin):
+                moving[twin] = (old_id, rec, v)  # the same message displaced twice: its later version
         highest = max((id_in_use(key, None if v.deleted else v.value) for key, v in versions), default=0)
         out = list(versions)
-        for rec, v in displaced:
-            if rec.state is MessageState.ACQUIRED:
-                rec = MessageRecord(rec.data, MessageState.READY, None, rec.count, rec.max, None, rec.published)
+        for old_id, rec, v in moving:
+            who = _identity(old_id, rec)
+            marker = rec.published if who is None else [who[0], who[1]]
+            state = MessageState.READY if rec.state is MessageState.ACQUIRED else rec.state
+            owner = None if rec.state is MessageState.ACQUIRED else rec.owner
+            rec = MessageRecord(rec.data, state, owner, rec.count, rec.max, rec.reason, marker)
             highest += 1
             out.append((highest, Version(rec.to_wire(), v.hlc, v.origin, v.seq, False, None)))
         return out

@@ -672,8 +672,9 @@ def test_the_size_bounds_of_a_message_in_records_hold(data: Any, owner_len: int,
     owner = "o" * owner_len
     published = codec.encode(["put", big, published_wire(data, big, wall), None])
     assert len(published) <= published_cost(size_bound(data))
-    acquired = MessageRecord(data, MessageState.ACQUIRED, owner, big, big, None, wall).to_wire()
+    moved = [wall, big]  # (the marker of a message a split's merge moved: the largest)
+    acquired = MessageRecord(data, MessageState.ACQUIRED, owner, big, big, None, moved).to_wire()
     op_and_answer = codec.encode([["put", big, acquired, None], [big, data, big]])
     assert len(op_and_answer) <= acquired_cost(data, owner)
-    dead = MessageRecord(data, MessageState.DEAD, None, big, big, reason, wall).to_wire()
+    dead = MessageRecord(data, MessageState.DEAD, None, big, big, reason, moved).to_wire()
     assert len(codec.encode([["put", big, dead, None], None])) <= settled_cost(data, reason)

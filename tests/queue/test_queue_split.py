@@ -100,8 +100,8 @@ def test_publishing_after_a_healed_split_writes_over_no_message_of_either_side()
         assert _messages(net.nodes[name].replica.state) == after, name
 
 
-def _run(state: VersionedState, cmd: Any, epoch: tuple[int, str], hlc: int) -> Any:
-    op, answer = compute_op(state, cmd, WALL)
+def _run(state: VersionedState, cmd: Any, epoch: tuple[int, str], hlc: int, wall: float = WALL) -> Any:
+    op, answer = compute_op(state, cmd, wall)
     state.apply(Record(state.last_seq + 1, epoch, hlc, epoch[1], "w" + epoch[1], state.last_seq + 1, op, answer))
     return answer
 
@@ -418,3 +418,33 @@ def test_records_of_an_earlier_version_are_told_apart_by_their_data() -> None:
     merged = VersionedState()
     merged.replace(**parts)
     assert _messages(merged) == {1: "common", 2: "job"}
+
+
+def test_a_heal_in_stages_moves_a_message_once() -> None:
+    """a and b share m0 (id 2) since the first split; c gave id 2 to c0. A claim merges a with c
+    (m0 moved to a new id, marked with the id it was published under), and a later one merges
+    that with b, which answered late: b's m0 is the message moved already, not moved again
+    (it was: delivered twice; a review's find). The same in one claim of all three."""
+    old = (1, "m")
+    base = VersionedState()
+    _run(base, Publish(["common"]), old, 1)
+    c = _copy(base)
+    _run(c, Publish(["c0"]), (2, "c"), 50, wall=2000.0)
+    ab = _copy(base)
+    _run(ab, Publish(["m0"]), old, 10, wall=1001.0)
+    a, b = _copy(ab), _copy(ab)
+    _run(b, Publish(["b0"]), (3, "b"), 30, wall=1002.0)
+
+    def merged(states: list[VersionedState], epoch: tuple[int, str]) -> VersionedState:
+        parts, _ = merge_histories(states, epoch, resolver=QueueResolver())
+        out = VersionedState()
+        out.replace(**parts)
+        return out
+
+    first = merged([a, c], (4, "a"))
+    assert _messages(first) == {1: "common", 2: "c0", 3: "m0"}
+    assert MessageRecord.from_wire(first.value(3)).published == [1001.0, 2]  # type: ignore[union-attr]
+    staged = merged([first, b], (5, "a"))
+    assert _messages(staged) == {1: "common", 2: "c0", 3: "b0", 4: "m0"}  # (b0 was later than moved m0)
+    assert MessageRecord.from_wire(staged.value(4)).published == [1001.0, 2]  # type: ignore[union-attr]
+    assert sorted(_messages(merged([a, b, c], (9, "z"))).values()) == ["b0", "c0", "common", "m0"]
