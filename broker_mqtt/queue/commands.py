@@ -39,6 +39,7 @@ from .model import (
     index_for,
     is_message_key,
     lease_key,
+    marker,
     published_wire,
     reader_key,
     record_state,
@@ -262,7 +263,7 @@ class Acquire(ComputedCommand):
                 # no acquire can ever carry it (a peer published it unchecked): dead, not a poison record
                 ops.append(("put", msg_id, MessageRecord(data, MessageState.DEAD, None, int(wire["count"]), wire["max"],
                                                          f"too large to deliver: an acquire's record of {cost} "
-                                                         f"bytes, the broker carries {limit}", wire.get("p")).to_wire(),
+                                                         f"bytes, the broker carries {limit}", marker(wire.get("p"))).to_wire(),
                             None))
                 break  # (one a record: each carries its data)
             taken += cost
@@ -270,9 +271,9 @@ class Acquire(ComputedCommand):
             count = int(wire["count"]) + 1
             acquired = {"data": data, "state": "acquired", "owner": owner, "count": count, "max": wire["max"],
                         "reason": None}
-            marker = wire.get("p")
-            if marker is not None:
-                acquired["p"] = marker
+            mark = marker(wire.get("p"))
+            if mark is not None:
+                acquired["p"] = mark
             ops.append(("put", msg_id, acquired, None))
             got.append([msg_id, data, count])
         if got:

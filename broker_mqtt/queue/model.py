@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import math
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -117,9 +118,21 @@ class MessageRecord:
         """The record, or None if ``wire`` is not one (a foreign value written into the store)."""
         try:
             return cls(wire["data"], _STATES[wire["state"]], wire["owner"], int(wire["count"]), wire["max"],
-                       wire["reason"], wire.get("p"))
+                       wire["reason"], marker(wire.get("p")))
         except (AttributeError, TypeError, KeyError, ValueError, OverflowError):  # (int() of an infinite count)
             return None
+
+
+def marker(p: Any) -> Any:
+    """``p`` if it is a publish marker (a finite number, or ``[number, message id]`` for a moved
+    message), else None: a peer's value of another form is not carried along (a large one would
+    make every record that carries the message too large for the broker)."""
+    if (type(p) is float or type(p) is int) and math.isfinite(p):
+        return p
+    if (type(p) is list and len(p) == 2 and (type(p[0]) is float or type(p[0]) is int) and math.isfinite(p[0])
+            and is_message_key(p[1]) and 0 < p[1] < ID_LIMIT):
+        return p
+    return None
 
 
 def published_wire(data: Any, max_deliveries: int | None, marker: float) -> dict[str, Any]:

@@ -678,3 +678,18 @@ def test_the_size_bounds_of_a_message_in_records_hold(data: Any, owner_len: int,
     assert len(op_and_answer) <= acquired_cost(data, owner)
     dead = MessageRecord(data, MessageState.DEAD, None, big, big, reason, moved).to_wire()
     assert len(codec.encode([["put", big, dead, None], None])) <= settled_cost(data, reason)
+
+
+@pytest.mark.parametrize("hostile", [["x" * 300_000], float("nan"), float("inf"), True, "p", [1.0, -1], [1.0, 2, 3],
+                                     {"a": 1}])
+def test_a_marker_of_another_form_is_not_carried_along(hostile: Any) -> None:
+    """A peer's record with a "p" that is no publish marker (a large one would make every record
+    that carries the message too large for the broker: a poison record) loses it on its next change."""
+    state = VersionedState()
+    run(state, Put(1, {**MessageRecord("x").to_wire(), "p": hostile}))
+    run(state, Put("next-id", 2))
+    assert MessageRecord.from_wire(state.value(1)).published is None  # type: ignore[union-attr]
+    assert [m[0] for m in run(state, Acquire("o", 5, 30.0))] == [1]
+    assert "p" not in state.value(1)
+    run(state, Settle("o", [[1, "release", None]]))
+    assert "p" not in state.value(1)
