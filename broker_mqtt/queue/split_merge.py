@@ -50,14 +50,11 @@ def _record(v: Version) -> MessageRecord | None:
 def _identity(key: int, rec: MessageRecord) -> tuple[float, int] | None:
     """Who a message is across merges: its publish marker and the id it was published under (a
     moved message's marker is ``[marker, that id]``); None without a marker (an earlier version's
-    record, or a peer's of another form)."""
+    record, or a peer's of another form: :func:`.model.marker` left it out when the record was read)."""
     p = rec.published
-    if type(p) is float or type(p) is int:
-        return p, key
-    if (type(p) is list and len(p) == 2 and (type(p[0]) is float or type(p[0]) is int)
-            and is_message_key(p[1])):
-        return p[0], p[1]
-    return None
+    if p is None:
+        return None
+    return (p[0], p[1]) if type(p) is list else (p, key)
 
 
 def _same_data(a: MessageRecord, b: MessageRecord) -> bool:
@@ -107,21 +104,20 @@ class QueueResolver:
             who = None if rec is None else _identity(key, rec)
             if rec is not None and who is not None:
                 held.setdefault(who, []).append(rec)
-        moving: list[tuple[int, MessageRecord, Version]] = []
+        moving: list[tuple[tuple[float, int] | None, MessageRecord, Version]] = []  # (identity, record, version)
         for old_id, rec, v in displaced:
             who = _identity(old_id, rec)
             if who is not None and any(_same_data(rec, same) for same in held.get(who, ())):
                 continue  # held already: moved by an earlier merge (the same marker, id and data)
-            twin = next((i for i, (o, r, _) in enumerate(moving) if who is not None and _identity(o, r) == who
+            twin = next((i for i, (w, r, _) in enumerate(moving) if who is not None and w == who
                          and _same_data(rec, r)), None)
             if twin is None:
-                moving.append((old_id, rec, v))
+                moving.append((who, rec, v))
             elif (v.hlc, v.origin) > (moving[twin][2].hlc, moving[twin][2].origin):
-                moving[twin] = (old_id, rec, v)  # the same message displaced twice: its later version
+                moving[twin] = (who, rec, v)  # the same message displaced twice: its later version
         highest = max((id_in_use(key, None if v.deleted else v.value) for key, v in versions), default=0)
         out = list(versions)
-        for old_id, rec, v in moving:
-            who = _identity(old_id, rec)
+        for who, rec, v in moving:
             marker = rec.published if who is None else [who[0], who[1]]
             state = MessageState.READY if rec.state is MessageState.ACQUIRED else rec.state
             owner = None if rec.state is MessageState.ACQUIRED else rec.owner
