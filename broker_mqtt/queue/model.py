@@ -124,15 +124,22 @@ class MessageRecord:
 
 
 def marker(p: Any) -> Any:
-    """``p`` if it is a publish marker (a finite number, or ``[number, message id]`` for a moved
-    message), else None: a peer's value of another form is not carried along (a large one would
-    make every record that carries the message too large for the broker)."""
-    if (type(p) is float or type(p) is int) and math.isfinite(p):
+    """``p`` if it is a publish marker (a finite float or an int of at most 64 bits, or ``[that,
+    message id]`` for a moved message), else None: a peer's value of another form is not carried
+    along (a large one, a bignum too, would make every record that carries the message too large
+    for the broker)."""
+    if _stamp(p):
         return p
-    if (type(p) is list and len(p) == 2 and (type(p[0]) is float or type(p[0]) is int) and math.isfinite(p[0])
-            and is_message_key(p[1]) and 0 < p[1] < ID_LIMIT):
+    if type(p) is list and len(p) == 2 and _stamp(p[0]) and is_message_key(p[1]) and 0 < p[1] < ID_LIMIT:
         return p
     return None
+
+
+def _stamp(p: Any) -> bool:
+    """A marker's number: a finite float, or an int CBOR holds without a bignum (9 bytes at most)."""
+    if type(p) is float:
+        return math.isfinite(p)
+    return type(p) is int and -(1 << 64) <= p < 1 << 64
 
 
 def published_wire(data: Any, max_deliveries: int | None, marker: float) -> dict[str, Any]:

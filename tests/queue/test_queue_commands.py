@@ -681,10 +681,11 @@ def test_the_size_bounds_of_a_message_in_records_hold(data: Any, owner_len: int,
 
 
 @pytest.mark.parametrize("hostile", [["x" * 300_000], float("nan"), float("inf"), True, "p", [1.0, -1], [1.0, 2, 3],
-                                     {"a": 1}])
+                                     {"a": 1}, 1 << 64, -(1 << 64) - 1, 10 ** 400, [10 ** 400, 2], [1 << 64, 2]])
 def test_a_marker_of_another_form_is_not_carried_along(hostile: Any) -> None:
     """A peer's record with a "p" that is no publish marker (a large one would make every record
-    that carries the message too large for the broker: a poison record) loses it on its next change."""
+    that carries the message too large for the broker: a poison record; an int too large for a
+    float made the whole record unreadable) loses it on its next change."""
     state = VersionedState()
     run(state, Put(1, {**MessageRecord("x").to_wire(), "p": hostile}))
     run(state, Put("next-id", 2))
