@@ -21,7 +21,7 @@ record, the ``done`` messages every remaining reader has now passed. Trouble tha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from ..errors import peer_repr
 from ..store.commands import CommandKind, ComputedCommand, register_command
@@ -31,6 +31,7 @@ from ..store.versioned import VersionedState
 from ..wire.codec import size_bound
 from .model import (
     ID_LIMIT,
+    MARKER_LIMIT,
     NEXT_ID,
     MessageRecord,
     MessageState,
@@ -104,6 +105,12 @@ def _owner(value: Any) -> str:
 def _reason(value: Any) -> str:
     if not isinstance(value, str) or len(value) > MAX_REASON:
         raise StoreDecodeError(f"a reason is a string of at most {MAX_REASON} characters, got {peer_repr(value, 60)}")
+    return value
+
+
+def _marker(value: Any) -> int | None:
+    if value is not None and (type(value) is not int or not 0 <= value < MARKER_LIMIT):
+        raise StoreDecodeError(f"a publish marker is None or an integer in [0, 2**64), got {peer_repr(value, 60)}")
     return value
 
 
@@ -206,19 +213,31 @@ def _back(rec: MessageRecord, reason: str) -> MessageRecord:
     return MessageRecord(rec.data, MessageState.READY, None, rec.count, rec.max, None, rec.published)
 
 
-@register_command(CommandKind.QUEUE_PUBLISH, _items, _max)
+@register_command(CommandKind.QUEUE_PUBLISH, _items, _max, _marker)
 @dataclass(frozen=True, slots=True)
 class Publish(ComputedCommand):
     """Append ``items`` (message bodies) in order; answer the first id (the rest follow, consecutive).
-    Each record is marked with ``wall`` (the master's clock: :attr:`.model.MessageRecord.published`)."""
+    Each record is marked with ``marker`` (:attr:`.model.MessageRecord.published`): the publisher's
+    :func:`.model.new_marker`, which the queue's publishes always carry; without one (a publish of an
+    earlier version), ``wall``, the master's clock."""
 
     items: list[Any]
     max_deliveries: int | None = None
+    marker: int | None = None
+
+    _OPTIONAL: ClassVar[int] = 1  # (the marker: an earlier version's publish has none)
+
+    def to_wire(self) -> list[Any]:
+        wire = [CommandKind.QUEUE_PUBLISH.value, self.items, self.max_deliveries]
+        if self.marker is not None:
+            wire.append(self.marker)
+        return wire
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         first = index_for(state).next_id
         m = self.max_deliveries
-        ops: list[tuple[Any, ...]] = [("put", first + i, published_wire(data, m, wall), None)
+        mark = wall if self.marker is None else self.marker
+        ops: list[tuple[Any, ...]] = [("put", first + i, published_wire(data, m, mark), None)
                                       for i, data in enumerate(self.items)]
         ops.append(("put", NEXT_ID, first + len(self.items), None))
         return _finish(state, ops, first)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import heapq
 import math
+import os
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,9 +37,10 @@ from typing import Any
 from ..store.versioned import VersionedState
 
 __all__ = ["MessageState", "MessageRecord", "QueueIndex", "index_for", "NEXT_ID", "ID_LIMIT", "lease_key",
-           "reader_key", "is_message_key", "id_in_use"]
+           "reader_key", "is_message_key", "id_in_use", "new_marker", "MARKER_LIMIT"]
 
 NEXT_ID = "next-id"
+MARKER_LIMIT = 1 << 64  #: publish markers are ints below it (:func:`new_marker`)
 ID_LIMIT = 1 << 63  #: message ids (and delivery counts) a settlement may name; the master counts from 1
 LEASE_PREFIX = "lease/"
 READER_PREFIX = "reader/"
@@ -92,11 +94,12 @@ class MessageState(enum.Enum):
 class MessageRecord:
     """One message as stored. ``count``: how often it was acquired; ``max``: ``max_deliveries`` (None:
     unlimited); ``owner``: the consumer holding it (acquired only); ``reason``: why it is dead;
-    ``published``: the publish marker, the publishing master's wall clock when it computed the
-    publish, kept through every change of the record (None: a record of an earlier version;
-    ``[marker, id]`` once a split's merge moved it from the id it was published under). Two
-    records under one id with different markers are two messages: a healed split's merge keeps
-    both (:mod:`.split_merge`), also when their data are equal."""
+    ``published``: the publish marker, kept through every change of the record: the random
+    number of the publish that wrote it (:func:`new_marker`; a float, the master's wall clock, for a
+    publish of an earlier version that sent none), None in a record of an earlier version, and
+    ``[marker, id]`` once a split's merge moved it from the id it was published under. Two records
+    under one id with different markers are two messages: a healed split's merge keeps both
+    (:mod:`.split_merge`), also when their data are equal."""
 
     data: Any
     state: MessageState = MessageState.READY
@@ -123,6 +126,14 @@ class MessageRecord:
             return None
 
 
+def new_marker() -> int:
+    """A new publish's marker: 64 random bits, from the operating system's generator (a publish
+    command carries it, so a re-sent publish keeps it). Random, not a clock: two masters on the two
+    sides of a split, whose clocks both lag behind the old master's stamps, count their stamps up
+    alike, and markers from them made two equal messages published under one id one message."""
+    return int.from_bytes(os.urandom(8), "big")
+
+
 def marker(p: Any) -> Any:
     """``p`` if it is a publish marker (a finite float or an int of at most 64 bits, or ``[that,
     message id]`` for a moved message), else None: a peer's value of another form is not carried
@@ -142,7 +153,7 @@ def _stamp(p: Any) -> bool:
     return type(p) is int and -(1 << 64) <= p < 1 << 64
 
 
-def published_wire(data: Any, max_deliveries: int | None, marker: float) -> dict[str, Any]:
+def published_wire(data: Any, max_deliveries: int | None, marker: float | int) -> dict[str, Any]:
     """``MessageRecord(data, max=max_deliveries, published=marker).to_wire()``, built directly (once
     per published message)."""
     return {"data": data, "state": "ready", "owner": None, "count": 0, "max": max_deliveries, "reason": None,

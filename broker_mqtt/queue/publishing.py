@@ -21,6 +21,7 @@ from ..store.writer_core import RECORD_SLACK
 from .batching import GroupCommit
 from .commands import PUBLISHED_OVERHEAD, Publish, largest_acquire
 from .errors import MessageTooLarge
+from .model import new_marker
 
 __all__ = ["Publisher"]
 
@@ -55,7 +56,7 @@ class Publisher:
             raise next(iter(bad.values()))
         assert size is not None
         self._check(size + PUBLISHED_OVERHEAD * len(items) + RECORD_SLACK)
-        first: int = await self._write(Publish(list(items), self.max_deliveries))
+        first: int = await self._write(Publish(list(items), self.max_deliveries, new_marker()))
         return list(range(first, first + len(items)))
 
     def _check_items(self, items: list[Any]) -> tuple[dict[int, Exception], int | None]:
@@ -108,7 +109,7 @@ class Publisher:
             if size is None:
                 size = checked_size(items)
             self._check(size + PUBLISHED_OVERHEAD * len(items) + RECORD_SLACK)
-            first: int = await self._write(Publish(items, self.max_deliveries))
+            first: int = await self._write(Publish(items, self.max_deliveries, new_marker()))
         except PayloadTooLarge:  # together too large for one record
             if len(items) == 1:
                 raise

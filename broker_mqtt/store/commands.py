@@ -181,6 +181,9 @@ class _Wire:
     __slots__ = ()
     KIND: ClassVar[CommandKind]
     _CHECKS: ClassVar[tuple[Callable[[Any], Any], ...]]
+    #: trailing fields a wire form may leave out (their defaults then): fields added to a command
+    #: later, so that what an earlier version sends still decodes
+    _OPTIONAL: ClassVar[int] = 0
 
     if TYPE_CHECKING:  # what every subclass is: a dataclass whose fields are its wire fields, in order
         __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
@@ -449,6 +452,8 @@ def _decode(wire: Any, table: Mapping[str, type[_Wire]], *, stamped: bool = Fals
     if len(wire) != len(checks) + 1:
         if stamped and cls in _STAMPED and len(wire) == len(checks) + 2:
             checks = (*checks, _publisher)
+        elif len(checks) - cls._OPTIONAL < len(wire) <= len(checks):
+            checks = checks[:len(wire) - 1]
         else:
             raise StoreDecodeError(f"{head} has {len(checks) + 1} elements, got {len(wire)}")
     return cls(*[check(v) for check, v in zip(checks, wire[1:], strict=True)])

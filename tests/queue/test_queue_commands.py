@@ -36,7 +36,8 @@ from broker_mqtt.queue.commands import (
     acquired_cost,
     settled_cost,
 )
-from broker_mqtt.queue.model import MessageRecord, QueueIndex, index_for
+from broker_mqtt.queue.model import MARKER_LIMIT, MessageRecord, QueueIndex, index_for, new_marker
+from broker_mqtt.queue.publishing import Publisher
 from broker_mqtt.store.commands import CommandKind, ComputedCommand, Put, decode_command, register_command
 from broker_mqtt.store.errors import StoreDecodeError
 from broker_mqtt.store.log_ops import compute_op
@@ -659,7 +660,8 @@ def test_every_change_of_a_record_keeps_its_publish_marker() -> None:
                          | st.text(max_size=20) | st.binary(max_size=20),
                          lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,
                                                                                      max_size=4), max_leaves=12),
-       owner_len=st.integers(1, MAX_OWNER), reason=st.text(max_size=MAX_REASON), wall=st.floats(0, 1e12))
+       owner_len=st.integers(1, MAX_OWNER), reason=st.text(max_size=MAX_REASON),
+       wall=st.floats(0, 1e12) | st.integers(0, (1 << 64) - 1))  # (a clock's marker, or new_marker()'s)
 def test_the_size_bounds_of_a_message_in_records_hold(data: Any, owner_len: int, reason: str, wall: float) -> None:
     """What the records' size checks count for a message (published_cost, acquired_cost,
     settled_cost) bounds what its ops encode to, with the largest ids, counts and markers."""
@@ -694,3 +696,38 @@ def test_a_marker_of_another_form_is_not_carried_along(hostile: Any) -> None:
     assert "p" not in state.value(1)
     run(state, Settle("o", [[1, "release", None]]))
     assert "p" not in state.value(1)
+
+
+def test_a_publish_carries_its_marker_and_one_of_an_earlier_version_decodes_without() -> None:
+    """The marker travels in the publish (its last field, left out when None: what an earlier
+    version sends), and becomes each message's "p"; without one, the master's clock is the marker."""
+    mark = new_marker()
+    assert 0 <= mark < MARKER_LIMIT and new_marker() != mark
+    cmd = Publish(["a", "b"], 3, mark)
+    assert decode_command(cmd.to_wire()) == cmd
+    earlier = ["queue_publish", ["a"], None]
+    assert Publish(["a"]).to_wire() == earlier and decode_command(earlier) == Publish(["a"])
+    for bad in (-1, MARKER_LIMIT, 1.5, True, "m", [1]):
+        with pytest.raises(StoreDecodeError, match="marker"):
+            decode_command(["queue_publish", ["a"], None, bad])
+    with pytest.raises(StoreDecodeError, match="elements"):
+        decode_command(["queue_publish", ["a"], None, mark, 0])
+    state = VersionedState()
+    run(state, Publish(["a", "b"], None, mark))
+    run(state, Publish(["c"]))
+    assert [MessageRecord.from_wire(state.value(i)).published for i in (1, 2)] == [mark, mark]  # type: ignore[union-attr]
+    assert MessageRecord.from_wire(state.value(3)).published == WALL  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_the_queues_publishes_each_carry_a_new_marker() -> None:
+    sent: list[Any] = []
+
+    async def write(cmd: Any) -> int:
+        sent.append(cmd)
+        return 1
+
+    publisher = Publisher(write, lambda size: None, None)
+    await publisher.publish_many(["x"])
+    await publisher.publish_many(["x"])
+    assert all(isinstance(c.marker, int) for c in sent) and sent[0].marker != sent[1].marker

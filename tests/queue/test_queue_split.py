@@ -29,6 +29,7 @@ from broker_mqtt.queue.model import (
     id_in_use,
     index_for,
     lease_key,
+    new_marker,
     reader_key,
 )
 from broker_mqtt.queue.split_merge import QueueResolver
@@ -448,3 +449,28 @@ def test_a_heal_in_stages_moves_a_message_once() -> None:
     assert _messages(staged) == {1: "common", 2: "c0", 3: "b0", 4: "m0"}  # (b0 was later than moved m0)
     assert MessageRecord.from_wire(staged.value(4)).published == [1001.0, 2]  # type: ignore[union-attr]
     assert sorted(_messages(merged([a, b, c], (9, "z"))).values()) == ["b0", "c0", "common", "m0"]
+
+
+def test_two_masters_whose_clocks_agree_keep_both_of_two_equal_messages() -> None:
+    """Both sides' masters stamped their publishes alike (clocks behind the old master's stamps
+    both count up from the last one: equal stamps, equal walls) and gave one id to the same job:
+    two messages, told apart by the publishers' random markers (markers from the masters' clocks
+    were equal: one job lost, unreported). The same publish applied on both sides under one id (a
+    writer re-sent it to the other side's master) is one message."""
+    base = VersionedState()
+    _run(base, Publish(["common"]), (1, "m"), 1)
+    a, b = _copy(base), _copy(base)
+    _run(a, Publish(["job"], None, new_marker()), (2, "a"), 100, wall=1001.0)
+    _run(b, Publish(["job"], None, new_marker()), (2, "b"), 100, wall=1001.0)
+    parts, _ = merge_histories([a, b], (3, "a"), resolver=QueueResolver())
+    merged = VersionedState()
+    merged.replace(**parts)
+    assert sorted(_messages(merged).values()) == ["common", "job", "job"]
+
+    same = Publish(["job"], None, new_marker())
+    a, b = _copy(base), _copy(base)
+    _run(a, same, (2, "a"), 100, wall=1001.0)
+    _run(b, same, (2, "b"), 120, wall=1003.0)
+    parts, _ = merge_histories([a, b], (3, "a"), resolver=QueueResolver())
+    merged.replace(**parts)
+    assert _messages(merged) == {1: "common", 2: "job"}
