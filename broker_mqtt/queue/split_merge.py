@@ -22,8 +22,8 @@ that a later merge (a heal in stages: a replica that answered a claim late is me
 heartbeat) finds it held already and does not move it again when it meets it displaced. A heal in
 stages can still deliver a message twice: when the late side changed the message after the first
 stage chose another at its id (it wins there, and the moved copy stays), or when two stages each
-moved it. Markers are random (:func:`.model.new_marker`); a publish of an earlier version, which
-sends none, is marked with the master's clock, and equal clocks on two sides (both behind the old
+moved it. Markers are random (:func:`.model.new_marker`); a publish without one (an earlier
+version's, or a ``Publish`` written directly) is marked with the master's clock, and equal clocks on two sides (both behind the old
 master's stamps) make two such messages with equal data one.
 Two records without a marker (written by an earlier version) with equal data cannot be told apart:
 one of them is lost, and if both were never changed after their publish their records are equal

@@ -639,9 +639,10 @@ def test_a_record_a_peer_wrote_with_an_owner_no_consumer_has_stops_nothing(owner
 
 
 def test_every_change_of_a_record_keeps_its_publish_marker() -> None:
-    """The publish marker (the master's wall clock at the publish) tells two messages given one id
-    in a split apart: it must survive acquire, release, return, reject, death by max_deliveries,
-    and accept while a log reader keeps the message."""
+    """The publish marker (the publisher's random number; here, for a publish without one, the
+    master's clock) tells two messages given one id in a split apart: it must survive acquire,
+    release, return, reject, death by max_deliveries, and accept while a log reader keeps the
+    message."""
     state = VersionedState()
     first = run(state, Publish(["a", "b", "c", "d", "e"], max_deliveries=1), 123.25)
     run(state, RegisterReader("r", 0), 124.0)
