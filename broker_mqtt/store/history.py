@@ -16,6 +16,7 @@ The state built from these is :mod:`.versioned`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -162,19 +163,31 @@ class Stamps:
 _OPS = {"put": 4, "erase": 2, "expire": 2, "clear": 1, "noop": 1, "many": 2, "forget": 2, "push": 4, "pop": 3}
 
 
+def _expiry_ok(op: Any) -> bool:
+    """The op's expiry (a ``put``'s, ``push``'s or ``pop``'s last field) is None or a finite number
+    (a peer's string there stopped the master's expiry timer, later, with a TypeError)."""
+    kind = op[0]
+    if kind != "put" and kind != "push" and kind != "pop":
+        return True
+    e = op[-1]
+    return e is None or (type(e) is float and math.isfinite(e)) or type(e) is int
+
+
 def _op_from_wire(op: Any) -> tuple[Any, ...] | None:
     """A received op as :attr:`Record.op` holds it (tuples), or None if malformed: a known kind with
-    its number of fields; a ``many`` holds a list of the others. Checked and converted in one pass."""
+    its number of fields, an expiry that is None or a finite number; a ``many`` holds a list of the
+    others. Checked and converted in one pass."""
     if not (isinstance(op, (list, tuple)) and op and _OPS.get(op[0]) == len(op)):
         return None
     if op[0] != "many":
-        return tuple(op)
+        return tuple(op) if _expiry_ok(op) else None
     ops = op[1]
     if not isinstance(ops, (list, tuple)):
         return None
     out = []
     for one in ops:
-        if not (isinstance(one, (list, tuple)) and one and _OPS.get(one[0]) == len(one)) or one[0] == "many":
+        if not (isinstance(one, (list, tuple)) and one and _OPS.get(one[0]) == len(one)) or one[0] == "many" \
+                or not _expiry_ok(one):
             return None
         out.append(tuple(one))
     return ("many", out)

@@ -293,8 +293,8 @@ class FollowerSide(MasterSide):
 
     def _on_resign(self, msg: Resign, now: float) -> None:
         epoch = msg.epoch
-        if epoch == self.epoch and self.master == epoch[1]:
-            self._set_master(None, "master resigned")
+        if epoch == self.epoch and self.master == epoch[1] and epoch[1] != self.id:
+            self._set_master(None, "master resigned")  # (not this node's: a master resigns by itself)
 
     def _apply_records(self, records: list[Record]) -> None:
         report = self.wants_data()

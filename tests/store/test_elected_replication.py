@@ -1346,3 +1346,33 @@ def test_writes_whose_answers_and_repeats_were_lost_are_sent_again_not_answered_
     assert not [n for n in range(1, 1201) if n in answers and answers[n] is None]
     assert all(n not in answers for n in range(201, 1201)) and writer.answers_lost == 1000
     assert [answers[n] for n in range(1201, 1205)] == [None] * 4
+
+
+@pytest.mark.parametrize("op", [("put", "g", 0, "x"), ("put", "g", 0, [None]), ("put", "g", 0, float("nan")),
+                                ("push", "g", 0, "x"), ("pop", "g", {}), ("many", [("put", "g", 0, "x")])])
+def test_a_log_record_whose_expiry_is_no_number_is_malformed(op: Any) -> None:
+    """A follower took a peer's record with the expiry "x" and held it: merged into the next
+    master's state, it stopped that master's expiry timer with a TypeError (a fuzzer's find)."""
+    net = SimNet(["a", "b", "c"], seed=3)
+    net.tag("a")
+    net.run(1.0)
+    b = net.nodes["b"].replica
+    before = (b.state.last_seq, net.contents("b"))
+    log = ["log", list(b.epoch), [[b.state.last_seq + 1, list(b.epoch), 10**15, "a", "a.0", 99, list(op), None]]]
+    with pytest.raises(StoreDecodeError, match="bad log record"):
+        b.handle(log, net.now)
+    assert (b.state.last_seq, net.contents("b")) == before
+
+
+def test_a_resign_in_the_name_of_the_master_itself_is_ignored_by_it() -> None:
+    """A master handed a resign of its own epoch (a peer's, or an echo) went on as master with no
+    master known: stale, and its own writes were never answered (a fuzzer's find)."""
+    net = SimNet(["a", "b", "c"], seed=3)
+    net.tag("a")
+    net.run(1.0)
+    a = net.nodes["a"].replica
+    a.handle(["resign", list(a.epoch), [a.state.last_seq, list(a.epoch)]], net.now)
+    assert a.is_master and a.master == a.id and not a.stale
+    n = net.write("a", Put("k", 1))
+    net.run(1.0)
+    assert net.nodes["a"].done[n] is None
