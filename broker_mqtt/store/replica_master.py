@@ -2,8 +2,8 @@
 
 The master applies each writer's writes once, in ``n`` order (holding those that arrive early),
 appends a :class:`~.versioned.Record` to its log per write, and answers a writer with ``wack`` once the
-write is durable per ``durability``, counted from the members' ``ack``s. It serves ``fetch`` requests
-with a tail of its log or a snapshot, and expires keys by appending ``expire`` records. This node's own
+write is durable per ``durability``, counted from the members' ``ack``s. It expires keys by appending
+``expire`` records; :mod:`.replica_serving` serves ``fetch`` requests with a tail of its log or a snapshot. This node's own
 writes go through its :class:`~.writer_core.WriterCore` like anyone's.
 """
 
@@ -18,11 +18,10 @@ from .errors import AnswerForgotten, StoreError, StoreProtocolError
 from .log_ops import compute_op, forget_ops
 from .packing import detached
 from .replica_base import MAX_ORIGINS, _Member
-from .replica_claim import ClaimSide
 from .replica_events import Durability, Role, WriteDone, WriteFailed
-from .replica_messages import Ack, Fetch, SnapChunk, SnapFetch, Tail, Write, WriteAck, Writes, group_writes
-from .snapshot_stream import READ_AHEAD_DELAY, ReadAhead, SnapshotReader, chunk_budget, touched_keys
-from .versioned import RESULTS_KEPT, Epoch, Position, Record
+from .replica_messages import Ack, Write, WriteAck, Writes, group_writes
+from .replica_serving import ServingSide
+from .versioned import RESULTS_KEPT, Record
 from .writer_core import NoMaster
 
 __all__ = ["MasterSide"]
@@ -39,9 +38,6 @@ MAX_ROUNDS = 1024  #: log messages per writer whose ends the master notes to ans
 #: writers a master keeps its marks of (last answered, first applied, ...) for; past it, those of the
 #: 10 % heard first with nothing to answer are forgotten (a Spark job names a writer per task and batch)
 MAX_WRITERS_MARKED = 100_000
-MAX_WINDOW = 64  #: snapshot chunks one ``sfetch`` gets at most
-CHUNK_HEADROOM = 1024  #: bytes of a chunk message left for its fields beside the entries (and its two keys)
-MAX_READ_AHEAD = 4  #: requesters whose next window of snapshot chunks is read ahead at a time (ReadAhead)
 
 
 def _answers_none(cmd: Any) -> bool:
@@ -60,148 +56,9 @@ def _forgotten(writer: str, n: int) -> list[Any]:
                                       f"(neither the last {RESULTS_KEPT} answers kept nor the log hold it)").to_wire()]
 
 
-class MasterSide(ClaimSide):
-    """Writes (``write``, ``ack``), durability (``wack``), ``fetch`` answers, expiry, own writes."""
-
-    def _on_fetch(self, msg: Fetch, now: float) -> None:
-        epoch, requester, pos = msg.epoch, msg.requester, msg.from_pos
-        assert epoch is not None  # decode() takes no fetch without one
-        if msg.source != self.id or requester == self.id:
-            return
-        if pos is None:
-            self._serve_snapshot(epoch, requester, None, None, self.config.snapshot_window)
-            return
-        if self.role is Role.MASTER and not self._holds(pos):
-            self._start_claim(now)  # its history diverged and was never merged: merge it first
-            return
-        seq = pos[0]
-        if self.state.contains(pos) and (seq == self.state.last_seq or self._log.covers(seq, self.state.last_seq)):
-            for chunk in self._log.after(seq):
-                self._send(Tail(epoch, requester, chunk, self.state.last_seq, self.id))
-        else:
-            self._serve_snapshot(epoch, requester, None, None, self.config.snapshot_window)
-
-    def _on_sfetch(self, msg: SnapFetch, now: float) -> None:
-        if msg.source != self.id or msg.requester == self.id:
-            return
-        self._serve_snapshot(msg.epoch, msg.requester, msg.after, msg.since, max(1, min(msg.window, MAX_WINDOW)))
-
-    def _serve_snapshot(self, epoch: Epoch, to: str, after: bytes | None, since: Position | None, window: int,
-                        *, taken: bool = False) -> None:
-        """Up to ``window`` chunks of the state for ``to`` (:mod:`.snapshot_stream`): the entries after key
-        ``after`` written after ``since``, or, when the log tells what changed since ``since`` and that
-        is little, the final burst that completes the snapshot at this node's position. A pass that
-        needs a key order of more keys than one step sorts waits for it (:meth:`_take_order`; ``taken``:
-        the order it waited for is there)."""
-        if self._now - self._snap_served_at >= 2 * self.config.fetch_timeout:
-            self._snap_paused_at = self._now  # no tombstone is forgotten from now, for a while (_expire)
-        self._snap_served_at = self._now
-        reader = self._reader
-        if reader is None or reader.state is not self.state:
-            reader = self._reader = SnapshotReader(self.state)
-            self._snap_waiting.clear()
-            self._read_ahead.clear()
-        ahead = self._read_ahead.pop(to, None)  # used below if it read this very window
-        budget = max(1, self.config.snapshot_chunk - CHUNK_HEADROOM)
-        last = self.state.last_seq
-        if since is not None:
-            if not self.state.contains(since):  # merged away, or another history: start over
-                self._send(SnapChunk(epoch, to, self.id, after, since, None, [], None))
-                return
-            if after is None and (since[0] == last or self._log.covers(since[0], last)):
-                keys = touched_keys(self._log, since[0]) if since[0] < last else set()
-                if keys is not None and len(keys) * 64 <= window * budget:
-                    burst = reader.final(sorted(keys), budget)
-                    pos = self.state.position
-                    for i, (entries, applied) in enumerate(burst):
-                        header = reader.header() if i == len(burst) - 1 else None
-                        self._send(SnapChunk(epoch, to, self.id, after, since, pos, entries, None, True, applied, header))
-                    return
-        if since is not None and self.state.forgot_seq > since[0]:
-            # a key erased after the pass began, and its tombstone forgotten since: the requester may
-            # hold it live from an earlier pass, and a pass of changes cannot name it, so it starts
-            # over (a review saw a joiner keep keys erased and forgotten during its join)
-            self._send(SnapChunk(epoch, to, self.id, after, since, None, [], None))
-            return
-        if not taken and not reader.ready(after is None):
-            self._snap_waiting[to] = (epoch, after, since, window)  # answered once the order is taken
-            return
-        read = [] if ahead is None else ahead.take(epoch, after, since, self.state.generation)
-        if not read:  # nothing read ahead: the first chunk at once, the rest of the window as read
-            read = [reader.chunk(after, 0 if since is None else since[0], chunk_budget(budget, after))]
-        for entries, nxt, pos in read[:window]:
-            self._send(SnapChunk(epoch, to, self.id, after, since, pos, entries, nxt))
-            if nxt is None:
-                return
-            after = nxt
-        assert after is not None
-        owed = max(0, window - len(read))
-        if owed or self._reading_ahead_for() < MAX_READ_AHEAD:  # the pass goes on: read on meanwhile
-            start = self._now if owed else self._now + READ_AHEAD_DELAY
-            # (at most our own window read ahead: up to 4 requesters' 64-chunk windows held was 64 MB)
-            self._read_ahead[to] = ReadAhead(epoch, since, after, min(window, self.config.snapshot_window), budget,
-                                             self.state.generation, start, self._now + self.config.fetch_timeout,
-                                             owed=owed)
-
-    @property
-    def _taking_order(self) -> bool:
-        """The snapshot reader is taking a key order, a slice per :meth:`_take_order`."""
-        return self._reader is not None and self._reader.taking
-
-    @property
-    def _read_ahead_at(self) -> float:
-        """When the next chunk owed or read ahead is due (:meth:`_step_read_ahead`), or when the first
-        window read ahead and not asked for is dropped."""
-        return min(ahead.next_step for ahead in self._read_ahead.values())
-
-    def _reading_ahead_for(self) -> int:
-        """Requesters whose next window is read ahead (not owed chunks of the last)."""
-        return sum(1 for ahead in self._read_ahead.values() if not ahead.owed)
-
-    def _step_read_ahead(self) -> None:
-        """Read the next chunk of a window read ahead (:class:`~.snapshot_stream.ReadAhead`; the timers
-        run a step at a time while one is unread); drop those not asked for in time, or read from a
-        state since replaced."""
-        now, generation = self._now, self.state.generation
-        for to in [to for to, a in self._read_ahead.items() if now >= a.due or a.generation != generation]:
-            del self._read_ahead[to]
-        reader = self._reader
-        if reader is None or reader.state is not self.state:
-            self._read_ahead.clear()
-            return
-        # an owed chunk first (its requester waits for it), else one to read ahead
-        due = [(to, a) for to, a in self._read_ahead.items() if now >= a.start and (a.owed or not a.done)]
-        if not due:
-            return
-        to, ahead = next(((to, a) for to, a in due if a.owed), due[0])
-        if not ahead.owed:
-            ahead.step(reader)
-            return
-        after, (entries, nxt, pos) = ahead.pay(reader)
-        self._send(SnapChunk(ahead.epoch, to, self.id, after, ahead.since, pos, entries, nxt))
-        del self._read_ahead[to]
-        if nxt is None:
-            return  # the pass is complete
-        # back in at the end: the requesters owed chunks take turns, and one that is being paid is
-        # not dropped as gone (a 64-chunk window owed behind other requesters' outlasted fetch_timeout)
-        self._read_ahead[to] = ahead
-        ahead.due = now + self.config.fetch_timeout
-        if not ahead.owed:  # the window is out: read the next one ahead meanwhile, if room
-            if self._reading_ahead_for() > MAX_READ_AHEAD:  # (this one counted)
-                del self._read_ahead[to]
-            else:
-                ahead.start, ahead.due = now + READ_AHEAD_DELAY, now + self.config.fetch_timeout
-
-    def _take_order(self) -> None:
-        """A step of the key order the snapshot reader is taking (the timers run it while one is: a
-        large state's order is taken a slice at a time, not in one stall); once it is taken, the
-        passes waiting for it are served."""
-        reader = self._reader
-        if reader is None or not reader.step():
-            return
-        waiting, self._snap_waiting = self._snap_waiting, {}
-        for to, (epoch, after, since, window) in waiting.items():
-            self._serve_snapshot(epoch, to, after, since, window, taken=True)
+class MasterSide(ServingSide):
+    """Writes (``write``, ``ack``), durability (``wack``), expiry, own writes (``fetch`` answers:
+    :class:`~.replica_serving.ServingSide`)."""
 
     def _on_ack(self, msg: Ack, now: float) -> None:
         epoch, node, seq = msg.epoch, msg.node, msg.seq

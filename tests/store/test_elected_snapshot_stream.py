@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from _elected_sim import SimNet, record_sends
 
-from broker_mqtt.store import replica_master, snapshot_stream, versioned
+from broker_mqtt.store import replica_serving, snapshot_stream, versioned
 from broker_mqtt.store.commands import Erase, Put
 from broker_mqtt.store.errors import StoreDecodeError
 from broker_mqtt.store.history import Record
@@ -584,7 +584,7 @@ def test_chunks_owed_to_one_joiner_go_on_while_the_key_order_is_taken_for_anothe
     """A review's case: the source's timers took a new key order (another joiner's fresh pass) or
     read ahead, not both, so a joiner owed chunks got none until the order was taken (with a large
     state, longer than fetch_timeout: its owed window was dropped, a chunk per fetch_timeout)."""
-    monkeypatch.setattr(replica_master, "MAX_READ_AHEAD", 0)  # nothing read ahead: all but a window's first chunk owed
+    monkeypatch.setattr(replica_serving, "MAX_READ_AHEAD", 0)  # nothing read ahead: all but a window's first chunk owed
     with filled(1200) as net:
         a = net.nodes["a"].replica
         sent = record_sends(a)
