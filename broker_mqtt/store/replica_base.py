@@ -138,6 +138,7 @@ class ReplicaBase:
         self._held_back: dict[str, tuple[float, int]] = {}
         self._origins: dict[str, str] = {}  # writer -> the endpoint its writes came from (for its answers)
         self._out_log: list[Record] = []
+        self._out_writes: list[int] = []  # the writes each record of _out_log applies (a batch's: several)
         # writer side
         self._writer = WriterCore(node_id, self.origin, now, write_timeout=self.config.write_timeout,
                                   retry_interval=self.config.retry_interval)

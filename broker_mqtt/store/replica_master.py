@@ -1,9 +1,10 @@
 """The master side of an elected-store replica: applying writes, durability, expiry (``docs/elected-stores.md``).
 
 The master applies each writer's writes once, in ``n`` order (holding those that arrive early),
-appends a :class:`~.versioned.Record` to its log per write, and answers a writer with ``wack`` once the
-write is durable per ``durability``, counted from the members' ``ack``s. It expires keys by appending
-``expire`` records; :mod:`.replica_serving` serves ``fetch`` requests with a tail of its log or a snapshot. This node's own
+appends a :class:`~.versioned.Record` to its log per write (consecutive small puts of a writer: one
+record, :mod:`.put_batch`), and answers a writer with ``wack`` once the write is durable per
+``durability``, counted from the members' ``ack``s. It expires keys by appending ``expire``
+records; :mod:`.replica_serving` serves ``fetch`` requests with a tail of its log or a snapshot. This node's own
 writes go through its :class:`~.writer_core.WriterCore` like anyone's.
 """
 
@@ -17,6 +18,7 @@ from .commands import Clear, ComputedCommand, Erase, Put, decode_command
 from .errors import AnswerForgotten, StoreError, StoreProtocolError
 from .log_ops import compute_op, forget_ops
 from .packing import detached
+from .put_batch import batch_length
 from .replica_base import MAX_ORIGINS, _Member
 from .replica_events import Durability, Role, WriteDone, WriteFailed
 from .replica_messages import Ack, Write, WriteAck, Writes, group_writes
@@ -118,9 +120,22 @@ class MasterSide(ServingSide):
     def _on_writes_msg(self, msg: Writes, now: float) -> None:
         if msg.writer == self.id or msg.epoch is None or msg.epoch != self.epoch:
             return  # own writes, or writes for another mastership (as for one write)
-        for n, command in msg.writes:
-            self._on_write(msg.writer, n, msg.origin, command, now, advance=False)
+        self._on_writes(msg.writer, msg.origin, msg.writes, now, advance=False)
         self._advance_durable()  # once for the message: repeats answered together, not one wack each
+
+    def _on_writes(self, writer: str, origin: str, writes: list[tuple[int, Any]], now: float, *, advance: bool) -> None:
+        """Writes of ``writer`` placed together, in n order: consecutive small puts applied as one
+        record (:mod:`.put_batch`), the others one by one (:meth:`_on_write`, ``advance`` its)."""
+        i = 0
+        while i < len(writes):
+            count = 0 if writer in self._held else batch_length(writes, i, self.state.applied_n(writer) + 1)
+            if count > 1:
+                self._apply_puts(writer, origin, writes[i:i + count])
+                i += count
+                continue
+            n, command = writes[i]
+            self._on_write(writer, n, origin, command, now, advance=advance)
+            i += 1
 
     def _note_repeat(self, writer: str, n: int, cmd: Any) -> None:
         """A repeat of applied write ``n`` (command ``cmd``, as on the wire): take its answer now, for
@@ -304,11 +319,31 @@ class MasterSide(ServingSide):
             if len(unanswered) > MAX_UNANSWERED:
                 del unanswered[next(iter(unanswered))]  # the oldest: answered from the state's, if it has it
 
-    def _append(self, record: Record) -> None:
+    def _apply_puts(self, writer: str, origin: str, writes: list[tuple[int, Any]]) -> None:
+        """Apply consecutive small puts of ``writer``, the next it has (:func:`.put_batch.batch_length`),
+        as one record."""
+        first = writes[0][0]
+        if self._origins.get(writer) != origin:
+            self._origins.pop(writer, None)
+            self._origins[writer] = origin
+            if len(self._origins) > MAX_ORIGINS:
+                del self._origins[next(iter(self._origins))]
+        ops = [("put", command[1], command[2], None) for _, command in writes]
+        self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), origin, writer,  # type: ignore[arg-type]  # epoch: set while master
+                            writes[-1][0], ("many", ops)), len(writes))
+        if writer not in self._applied_from:  # as _apply_write
+            self._applied_from[writer] = first
+            self._acked_n.setdefault(writer, first - 1)
+            if len(self._acked_n) > MAX_WRITERS_MARKED:
+                self._forget_marks()
+        self._unacked[writer] = None
+
+    def _append(self, record: Record, writes: int = 1) -> None:
         changes = self.state.apply(record, report=self.wants_data())
         self.stats.records_applied += 1
         self._log.append(record)
         self._out_log.append(record)
+        self._out_writes.append(writes)
         if changes:
             self._data_changed(changes)
 
@@ -433,8 +468,8 @@ class MasterSide(ServingSide):
         """Route this node's own writes: applied here when master, else sent to the master."""
         writes = self._writer.messages()
         if self.role is Role.MASTER:
-            for msg in writes:
-                self._on_write(self.id, msg.n, msg.origin, msg.command, now)
+            if writes:
+                self._on_writes(self.id, writes[0].origin, [(msg.n, msg.command) for msg in writes], now, advance=True)
         elif self.role is Role.FOLLOWER and self.master is not None:
             for grouped in group_writes(writes):  # the writes placed together travel together
                 self._send(grouped)

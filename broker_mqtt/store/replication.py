@@ -14,10 +14,10 @@ Theory of operation (``docs/elected-stores.md``; the anyio layer is :mod:`.elect
   already caught up fetches nothing: the handover is an epoch change. When the histories diverged (a
   healed split) it fetches every divergent head and merges (:func:`~.state_merge.merge`).
   Then it broadcasts ``active`` and accepts writes. Losing the tag stops it accepting writes at once.
-* **Writes.** Every replica is also a writer: write ``n`` of writer ``w`` goes to the master (applied at
-  once when this node is the master). The master applies a writer's writes in ``n`` order, exactly once
-  (``applied[w]`` travels with the state, so the next master knows it too), appends a :class:`Record`
-  to its log and broadcasts it. Replicas apply records in sequence order, make them durable, and
+* **Writes.** Every replica is also a writer: write ``n`` of writer ``w`` goes to the master (applied
+  here at :meth:`to_send` when this node is the master). The master applies a writer's writes in ``n``
+  order, exactly once (``applied[w]`` travels with the state, so the next master knows it too), appends a :class:`Record`
+  to its log (one for consecutive small puts of a writer: :mod:`.put_batch`) and broadcasts it. Replicas apply records in sequence order, make them durable, and
   ``ack``. The master answers ``wack(w, upto)`` once the write is durable per ``durability``:
   ``"master"`` (applied by the master), ``"one"`` (and by at least one other live replica: a store
   with no other replica cannot acknowledge such writes), ``"all"`` (by every live replica, at least
@@ -186,7 +186,7 @@ class Replica(FollowerSide):
         acknowledgement, nothing else queued."""
         self.untagged(now)
         out = [msg for msg in self._outbox if msg[0] == "resign"]
-        self._outbox, self._out_log = [], []
+        self._outbox, self._out_log, self._out_writes = [], [], []
         self._events = []
         return out
 
@@ -210,10 +210,7 @@ class Replica(FollowerSide):
         if not isinstance(command, WriteCommand):
             raise TypeError(f"not a store write command: {command!r}")
         self._clock(now)
-        n = self._writer.write(command, now, check_size=check_size)
-        if self.role is Role.MASTER:
-            self._pump_writer(now)  # applied at once; a follower's go to the master together, at to_send
-        return n
+        return self._writer.write(command, now, check_size=check_size)  # (applied or sent at to_send: together)
 
     # -- inputs: messages ------------------------------------------------------------------------------
 
@@ -265,11 +262,15 @@ class Replica(FollowerSide):
         self._pump_writer(self._now)
         self.state.commit()
         if self._out_log:
-            for i in range(0, len(self._out_log), LOG_GROUP):
-                records = self._out_log[i:i + LOG_GROUP]
-                self._note_rounds(records)  # an ack of this message answers its writes
-                self._send(Log(self.epoch or (0, ""), records))
-            self._out_log = []
+            start, writes = 0, 0
+            for i, count in enumerate(self._out_writes):
+                writes += count
+                if writes >= LOG_GROUP or i + 1 - start >= LOG_GROUP or i + 1 == len(self._out_log):
+                    records = self._out_log[start:i + 1]
+                    self._note_rounds(records)  # an ack of this message answers its writes
+                    self._send(Log(self.epoch or (0, ""), records))
+                    start, writes = i + 1, 0
+            self._out_log, self._out_writes = [], []
             self._advance_durable()
         if self._ack_due and self.epoch is not None and self.master not in (None, self.id):
             self._send(Ack(self.epoch, self.id, self.state.last_seq))

@@ -44,7 +44,8 @@ def test_a_stopped_replica_sends_its_resignation_and_nothing_it_did_not_commit()
         net.run(1.0)
         assert net.masters() == ["a"]
         a, b = net.nodes["a"].replica, net.nodes["b"].replica
-        a.write(Put("k", 1, None), net.now)  # applied at the master: a record to log, not yet sent
+        a.write(Put("k", 1, None), net.now)
+        a.tick(net.now, 1_000_000 + net.now)  # applied at the master (as at to_send): a record to log, not yet sent
         assert a.state.exists("k")
         out = a.stop(net.now)
         assert [msg[0] for msg in out] == ["resign"]

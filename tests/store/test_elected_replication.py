@@ -30,6 +30,7 @@ from broker_mqtt.store.errors import (
     error_from_wire,
 )
 from broker_mqtt.store.history import Version
+from broker_mqtt.store.put_batch import BATCH_BYTES
 from broker_mqtt.store.record_log import RecordLog, op_count
 from broker_mqtt.store.replica_messages import LOG_GROUP
 from broker_mqtt.store.replication import NoMaster, Replica, ReplicaConfig, StaleChanged, WriteDone
@@ -881,7 +882,7 @@ async def test_a_put_unique_whose_answer_was_forgotten_raises_rather_than_answer
 @pytest.mark.parametrize("writer", ["a", "b"])
 def test_each_log_message_is_answered_once_acknowledged_not_when_the_last_is(writer: str) -> None:
     """150 writes of one writer, applied together, leave the master in log messages of LOG_GROUP
-    records. An ack of the first message answers that message's writes at once, while the rest wait
+    writes. An ack of the first message answers that message's writes at once, while the rest wait
     for theirs: rounds in flight are answered one by one, so the writer's next writes overlap the
     followers' work instead of waiting for the last write of every round before."""
     net = SimNet(["a", "b"], seed=15)
@@ -896,7 +897,9 @@ def test_each_log_message_is_answered_once_acknowledged_not_when_the_last_is(wri
             if msg[0] in ("write", "writes"):
                 master.handle(msg, net.now)
     logs = [m for m in master.to_send() if m[0] == "log"]
-    assert [len(m[2]) for m in logs] == [LOG_GROUP, LOG_GROUP, 150 - 2 * LOG_GROUP]
+    applied = [sum(len(r[6][1]) if r[6][0] == "many" else 1 for r in m[2]) for m in logs]
+    assert applied == [LOG_GROUP, LOG_GROUP, 150 - 2 * LOG_GROUP]
+    assert [len(m[2]) for m in logs] == [1, 1, 1]  # (small puts placed together: one record, put_batch)
 
     def ack_through(log: list[Any]) -> list[int]:
         follower.handle(log, net.now)
@@ -1346,6 +1349,39 @@ def test_writes_whose_answers_and_repeats_were_lost_are_sent_again_not_answered_
     assert not [n for n in range(1, 1201) if n in answers and answers[n] is None]
     assert all(n not in answers for n in range(201, 1201)) and writer.answers_lost == 1000
     assert [answers[n] for n in range(1201, 1205)] == [None] * 4
+
+
+@pytest.mark.parametrize("writer", ["a", "b"])
+def test_small_puts_placed_together_are_one_record_and_each_is_answered(writer: str) -> None:
+    """Consecutive small puts of one writer (the master's own, or a follower's that came in one
+    ``writes`` message) are applied as one record (a ``many`` of their puts, the writer's last n),
+    BATCH_BYTES of them at most; a put with an expiry or a large value, or another write, is a
+    record of its own, in order. Every write is answered, and every replica holds what the master
+    holds."""
+    net = SimNet(["a", "b", "c"], seed=21)
+    net.tag("a")
+    net.run(0.5)
+    node = net.nodes[writer]
+    node.replica.to_send()
+    value = "v" * 1000
+    commands: list[Any] = [Put(f"k{i}", i) for i in range(5)]
+    commands += [Put("e", 1, 60.0), Put("p0", 0), Put("p1", 1.5)]
+    commands += [Put(f"m{i}", value) for i in range(20)]
+    commands += [Put("huge", "y" * 2000), Increment("k1", 10), Put("k0", "after"), Put(b"q", None)]
+    ns = [node.replica.write(cmd, net.now) for cmd in commands]
+    sends = record_sends(net.nodes["a"].replica)
+    net._flush(writer)
+    net.run(1.0)
+    records = [r for msg in sends if msg[0] == "log" for r in msg[2] if r[4] == node.replica.id]
+    shapes = [(r[5], len(r[6][1]) if r[6][0] == "many" else 1) for r in records]
+    # (the two small puts and 16 of the large ones fill a batch of BATCH_BYTES; the 17th begins the next)
+    assert BATCH_BYTES == 16 * 1024
+    assert shapes == [(ns[4], 5), (ns[5], 1), (ns[23], 18), (ns[27], 4), (ns[28], 1), (ns[29], 1), (ns[31], 2)]
+    assert sorted(node.done) == ns and all(node.done[n] is None for n in ns)
+    expected = {**{f"k{i}": i for i in range(5)}, "k1": 11, "k0": "after", "e": 1, "p0": 0, "p1": 1.5,
+                **{f"m{i}": value for i in range(20)}, "huge": "y" * 2000, b"q": None}
+    for name in "abc":
+        assert net.contents(name) == expected, name
 
 
 @pytest.mark.parametrize("op", [("put", "g", 0, "x"), ("put", "g", 0, [None]), ("put", "g", 0, float("nan")),
