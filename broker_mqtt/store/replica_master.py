@@ -125,7 +125,10 @@ class MasterSide(ServingSide):
 
     def _on_writes(self, writer: str, origin: str, writes: list[tuple[int, Any]], now: float, *, advance: bool) -> None:
         """Writes of ``writer`` placed together, in n order: consecutive small puts applied as one
-        record (:mod:`.put_batch`), the others one by one (:meth:`_on_write`, ``advance`` its)."""
+        record (:mod:`.put_batch`), the others one by one (:meth:`_on_write`, ``advance`` its). The
+        master's only: every replica hears a follower's writes."""
+        if self.role is not Role.MASTER:
+            return
         i = 0
         while i < len(writes):
             count = 0 if writer in self._held else batch_length(writes, i, self.state.applied_n(writer) + 1)

@@ -1412,3 +1412,28 @@ def test_a_resign_in_the_name_of_the_master_itself_is_ignored_by_it() -> None:
     n = net.write("a", Put("k", 1))
     net.run(1.0)
     assert net.nodes["a"].done[n] is None
+
+
+def test_a_follower_applies_no_other_followers_batch_of_puts() -> None:
+    """Every replica hears a follower's ``writes``: only the master applies them. A follower that
+    applied another's batch of puts as a record of its own took the master's records at those
+    seqs for ones it held: it diverged, and acknowledged records it never applied, so a write the
+    master had acknowledged was lost when it died (a review's fuzzer)."""
+    net = SimNet(["a", "b", "c"], seed=1)
+    net.tag("a")
+    net.run(0.5)
+    n = net.nodes["a"].replica.write(Put("x", 1), net.now)
+    for i in range(3):
+        net.nodes["b"].replica.write(Put(f"k{i}", i), net.now)
+    net._flush("a")
+    net._flush("b")
+    net.run(2.0)
+    assert net.nodes["a"].done[n] is None
+    expected = {"x": 1, "k0": 0, "k1": 1, "k2": 2}
+    for name in "abc":
+        assert net.contents(name) == expected, name
+    net.kill("a")
+    net.tag("c")
+    net.run(3.0)
+    for name in "bc":
+        assert net.contents(name) == expected, name
