@@ -246,6 +246,7 @@ class FollowerSide(MasterSide):
                 self._request_fetch(epoch[1], now)
             else:
                 self._verified = True
+                self._ack_due = True  # (what it holds: its acks waited for this check)
                 self._mark_synced()
         elif contains(lineage, pos[0], self._reported()[0]):
             self._mark_stale("dropping an unacknowledged tail")

@@ -273,8 +273,11 @@ class Replica(FollowerSide):
             self._out_log, self._out_writes = [], []
             self._advance_durable()
         if self._ack_due and self.epoch is not None and self.master not in (None, self.id):
-            self._send(Ack(self.epoch, self.id, self.state.last_seq))
-        self._ack_due = False
+            if self._verified:  # else: once the master has checked our history (its active, a tail, a snapshot)
+                self._send(Ack(self.epoch, self.id, self.state.last_seq))
+                self._ack_due = False
+        else:
+            self._ack_due = False
         out, self._outbox = self._outbox, []
         return out
 

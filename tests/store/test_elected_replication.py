@@ -1437,3 +1437,37 @@ def test_a_follower_applies_no_other_followers_batch_of_puts() -> None:
     net.run(3.0)
     for name in "bc":
         assert net.contents(name) == expected, name
+
+
+def test_a_follower_acknowledges_nothing_before_the_master_checked_its_history() -> None:
+    """b, paused, reads a's last records (never durable: c was cut off) and then c's claim in one
+    go. It acknowledged its last seq in c's epoch although c holds other records at those seqs: c
+    answered its put_unique as durable with no other replica holding it, and lost it when it died
+    (a review's trace of a fuzzer's seed). An ack now waits until the master has checked the
+    follower's history (its active, a tail or a snapshot)."""
+    net = SimNet(["a", "b", "c"], seed=1, durability="one")
+    net.tag("a")
+    net.run(0.5)
+    net.partition({"a", "b"}, {"c"})
+    for i in range(5):
+        net.write("a", Put(f"x{i}", i))
+    net.run(0.2)
+    net.pause("b")
+    for i in range(20):
+        net.write("a", Put(f"y{i}", i))  # not durable: b paused, c cut off
+    n = net.write("c", PutUnique("u", "c", None, "c", 1))  # held by c's writer: no master reachable
+    net.run(1.2)
+    net.heal()
+    net.untag("a")
+    net.tag("c")  # c claims alone (it heard nobody for a while) and applies "u"
+    net.run(0.02)
+    net.resume("b")
+    net.run(0.02)
+    if n in net.nodes["c"].done:  # answered: then another replica holds it
+        assert "u" in net.contents("b") or "u" in net.contents("a")
+    net.kill("c")
+    net.tag("a")
+    net.run(5.0)
+    if n in net.nodes["c"].done:
+        assert "u" in net.contents("a")
+    assert net.contents("a") == net.contents("b")
