@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..store.packing import is_small_int
 from ..store.versioned import VersionedState
 
 __all__ = ["MessageState", "MessageRecord", "QueueIndex", "index_for", "NEXT_ID", "ID_LIMIT", "lease_key",
@@ -150,7 +151,7 @@ def _stamp(p: Any) -> bool:
     """A marker's number: a finite float, or an int CBOR holds without a bignum (9 bytes at most)."""
     if type(p) is float:
         return math.isfinite(p)
-    return type(p) is int and -(1 << 64) <= p < 1 << 64
+    return type(p) is int and is_small_int(p)
 
 
 def published_wire(data: Any, max_deliveries: int | None, marker: float | int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from ..wire import codec
 from .errors import BackendError
 
 __all__ = ["Packed", "pack", "pack_array", "unpack", "unpack_key", "canonical", "checked_size", "detached",
-           "detached_key", "is_plain", "plain_size"]
+           "detached_key", "is_plain", "plain_size", "is_small_int"]
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -122,6 +122,12 @@ class Packed:
 
 
 _PLAIN: frozenset[type] = frozenset({int, float, bool, bytes, type(None)})
+_INT_LIMIT = 1 << 64
+
+
+def is_small_int(value: int) -> bool:
+    """The int ``value`` encodes in CBOR without a bignum, in 9 bytes at most (-2**64 <= value < 2**64)."""
+    return -_INT_LIMIT <= value < _INT_LIMIT
 
 
 def is_plain(value: Any) -> bool:

@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .packing import is_small_int
 from .replica_messages import LOG_GROUP
 
 __all__ = ["BATCH_BYTES", "small_put_size", "batch_length"]
 
 BATCH_BYTES = 16 * 1024  #: bytes of puts one record holds at most (their bound by small_put_size)
 SMALL_ITEM = 1024  #: characters of a key or value that small_put_size takes without encoding it
-_INT_LIMIT = 1 << 64
 
 
 def _item_size(x: Any) -> int | None:
@@ -31,7 +31,7 @@ def _item_size(x: Any) -> int | None:
     if t is str:
         return len(x) + 3 if len(x) <= SMALL_ITEM and x.isascii() else None
     if t is int:
-        return 9 if -_INT_LIMIT <= x < _INT_LIMIT else None
+        return 9 if is_small_int(x) else None
     if t is float or t is bool or x is None:
         return 9
     if t is bytes:

@@ -78,11 +78,7 @@ class MasterSide(ServingSide):
         at once; False: the caller advances once for a whole message)."""
         if self.role is not Role.MASTER:
             return
-        if self._origins.get(writer) != origin:
-            self._origins.pop(writer, None)
-            self._origins[writer] = origin
-            if len(self._origins) > MAX_ORIGINS:
-                del self._origins[next(iter(self._origins))]  # the writer that moved least recently
+        self._note_origin(writer, origin)
         done = self.state.applied_n(writer)
         if n <= done:  # a repeat (its answer was lost, or it went to an earlier master): answer again
             self._note_repeat(writer, n, cmd)
@@ -302,15 +298,7 @@ class MasterSide(ServingSide):
         except StoreError as exc:
             op, result = ("noop",), ["error", *exc.to_wire()]
         self._append(Record(self.state.last_seq + 1, self.epoch, hlc, origin, writer, n, op, result))  # type: ignore[arg-type]  # epoch: set while master
-        if writer not in self._applied_from:  # its first write this mastership applies
-            self._applied_from[writer] = n
-            # a writer first heard of now holds the answers before n (it re-sends what it has not,
-            # in n order, before its new writes: those would be repeats, heard first)
-            self._acked_n.setdefault(writer, n - 1)
-            self._unacked[writer] = None
-            if len(self._acked_n) > MAX_WRITERS_MARKED:
-                self._forget_marks()
-        self._unacked[writer] = None
+        self._note_applied(writer, n)
         if result is not None:
             # The state remembers a writer's last RESULTS_KEPT answers (for repeats), but more writes
             # with answers can be applied before they are durable (a round of 256 put_uniques or
@@ -325,18 +313,29 @@ class MasterSide(ServingSide):
     def _apply_puts(self, writer: str, origin: str, writes: list[tuple[int, Any]]) -> None:
         """Apply consecutive small puts of ``writer``, the next it has (:func:`.put_batch.batch_length`),
         as one record."""
-        first = writes[0][0]
+        self._note_origin(writer, origin)
+        ops = [("put", command[1], command[2], None) for _, command in writes]
+        self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), origin, writer,  # type: ignore[arg-type]  # epoch: set while master
+                            writes[-1][0], ("many", ops)), len(writes))
+        self._note_applied(writer, writes[0][0])
+
+    def _note_origin(self, writer: str, origin: str) -> None:
+        """``writer``'s writes come from endpoint ``origin`` (its answers go there); the last
+        MAX_ORIGINS writers to move are kept."""
         if self._origins.get(writer) != origin:
             self._origins.pop(writer, None)
             self._origins[writer] = origin
             if len(self._origins) > MAX_ORIGINS:
-                del self._origins[next(iter(self._origins))]
-        ops = [("put", command[1], command[2], None) for _, command in writes]
-        self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), origin, writer,  # type: ignore[arg-type]  # epoch: set while master
-                            writes[-1][0], ("many", ops)), len(writes))
-        if writer not in self._applied_from:  # as _apply_write
+                del self._origins[next(iter(self._origins))]  # the writer that moved least recently
+
+    def _note_applied(self, writer: str, first: int) -> None:
+        """Writes of ``writer`` from ``first`` on were just applied: it has one to answer."""
+        if writer not in self._applied_from:  # its first write this mastership applies
             self._applied_from[writer] = first
+            # a writer first heard of now holds the answers before first (it re-sends what it has
+            # not, in n order, before its new writes: those would be repeats, heard first)
             self._acked_n.setdefault(writer, first - 1)
+            self._unacked[writer] = None
             if len(self._acked_n) > MAX_WRITERS_MARKED:
                 self._forget_marks()
         self._unacked[writer] = None

@@ -29,7 +29,7 @@ from ..errors import ForgedMessage
 from .commands import Put, WriteCommand
 from .errors import StoreError, Timeout, error_from_wire
 from .history import Epoch
-from .packing import checked_size, detached, is_plain, plain_size
+from .packing import checked_size, detached, is_plain, is_small_int, plain_size
 from .replica_events import Role
 from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode, group_writes, sender_of
 
@@ -43,8 +43,7 @@ RECORD_SLACK = 1024
 #: that cannot carry a few kilobytes cannot carry this store's own messages (snapshot chunks, log
 #: messages of 64 records) either; the check is then saved on the usual small put
 SMALL_WRITE = 4096
-_SMALL: frozenset[type] = frozenset({int, float, bool, type(None)})  # values of at most 9 bytes (ints under _BIG)
-_BIG = 1 << 64
+_SMALL: frozenset[type] = frozenset({int, float, bool, type(None)})  # values of at most 9 bytes (is_small_int ints)
 
 
 def _plain_put_size(put: Put) -> int | None:
@@ -54,7 +53,7 @@ def _plain_put_size(put: Put) -> int | None:
     if put.publisher is not None or not (expiry is None or type(expiry) is float or type(expiry) is int):
         return None
     if type(key) is str and type(value) in _SMALL and len(key) <= SMALL_WRITE and key.isascii() \
-            and (type(value) is not int or -_BIG < value < _BIG):
+            and (type(value) is not int or is_small_int(value)):
         return 0
     if is_plain(key) and is_plain(value):
         return plain_size(key) + plain_size(value) + 32
