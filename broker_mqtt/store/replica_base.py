@@ -59,6 +59,7 @@ class _Member:
     epoch: Epoch | None
     pos: Position
     acked: int = 0  # highest seq acknowledged in the current epoch
+    fenced_since: float | None = None  # since when it reports a newer epoch with no master (to a master)
 
 
 @dataclass(slots=True)

@@ -34,7 +34,11 @@ from .versioned import (
     contains,
 )
 
-__all__ = ["FollowerSide"]
+__all__ = ["FollowerSide", "TERM_LIMIT"]
+
+#: a member's reported term at or past which the master does not claim above it (a hostile member's
+#: huge term: the claim's term stays an int of 9 bytes at most)
+TERM_LIMIT = 1 << 62
 
 
 class FollowerSide(MasterSide):
@@ -75,8 +79,28 @@ class FollowerSide(MasterSide):
             # gap to show for it, nothing else would notice before the next write: catch up now.
             self._mark_stale("catching up: log records were lost")
             self._request_fetch(node, now)
+        elif self.role is Role.MASTER and self._fenced_for_good(m, msg, now):
+            # A member fenced by a claim this master never heard, whose claimant is gone (it died as
+            # it sent it, say): it ignores this master's epoch and follows none. The tag holder
+            # claims again above that epoch, so that it takes part again. (Claiming is always safe,
+            # what an election does; a hostile member can report such an epoch, and can claim too.)
+            self.max_term = max(self.max_term, msg.epoch[0])  # type: ignore[index]  # _fenced_for_good: an epoch
+            self._start_claim(now)
         elif self.role is Role.MASTER and not self._holds(pos):
             self._start_claim(now)  # a diverged history not merged yet: merge it in a new epoch
+
+    def _fenced_for_good(self, m: _Member, msg: Heartbeat, now: float) -> bool:
+        """The master holds the tag, and member ``m`` has reported a newer epoch than this master's,
+        following no master in it, for ``claim_timeout + member_timeout`` (longer than a live
+        claimant takes to announce itself) in heartbeats up to ``msg``."""
+        epoch = msg.epoch
+        if not (self.tag and msg.master is None and epoch is not None and self.epoch is not None
+                and epoch > self.epoch and epoch[0] < TERM_LIMIT):
+            m.fenced_since = None
+            return False
+        if m.fenced_since is None:
+            m.fenced_since = now
+        return now - m.fenced_since >= self.config.claim_timeout + self.config.member_timeout
 
     def _on_tail(self, msg: Tail, now: float) -> None:
         epoch, upto, source = msg.epoch, msg.upto, msg.source
