@@ -44,6 +44,7 @@ from .backend import Entry
 from .errors import StoreDecodeError, StoreError, error_from_wire
 
 __all__ = [
+    "answers_none",
     "CommandKind",
     "Put",
     "PutUnique",
@@ -463,6 +464,21 @@ def decode_command(wire: Any) -> Command:
     """Decode a channel payload; raise StoreDecodeError if malformed."""
     command: Command = _decode(wire, _COMMANDS)
     return command
+
+
+#: commands whose answer is always None (never an error, never a value)
+_NONE_ANSWERED = frozenset({"put", "erase", "clear"})
+
+
+def answers_none(wire: Any) -> bool:
+    """Whether the write ``wire`` (as on the wire) is a put, an erase or a clear: applied, it is
+    always answered None (a repeat's answer is known without its record)."""
+    if not (isinstance(wire, list) and wire[:1] and wire[0] in _NONE_ANSWERED):
+        return False
+    try:
+        return type(decode_command(wire)) in (Put, Erase, Clear)
+    except StoreError:
+        return False  # malformed: it was answered an error
 
 
 def decode_broadcast(wire: Any) -> BroadcastCommand | PutUniqueResult | RequestFailed:

@@ -105,7 +105,8 @@ class AnswerForgotten(StoreError):
     (``RESULTS_KEPT``, 64), and its log's records hold every write's answer while the log reaches
     back that far (``ReplicaConfig.log_keep``), so this takes more than 64 such writes of one writer
     applied and not answered, and older than the log. Whether the write inserted, or failed, is
-    unknown; that it was applied once is not."""
+    unknown; that it was applied once is not. A put, an erase or a clear is never answered so: its
+    writer answers it None, which is its only answer."""
 
     code = StoreErrorCode.ANSWER_FORGOTTEN
 

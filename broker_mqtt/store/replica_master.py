@@ -14,7 +14,7 @@ from collections import deque
 from typing import Any
 
 from ..wire.identity import node_endpoint
-from .commands import Clear, ComputedCommand, Erase, Put, decode_command
+from .commands import ComputedCommand, answers_none, decode_command
 from .errors import AnswerForgotten, StoreError, StoreProtocolError
 from .log_ops import compute_op, forget_ops
 from .packing import detached
@@ -29,8 +29,6 @@ from .writer_core import NoMaster
 __all__ = ["MasterSide"]
 
 MAX_UNANSWERED = 65_536  #: answers of applied, not yet durable writes the master keeps per writer
-#: commands whose answer is always None (never an error, never a value): a repeat's answer is known
-NONE_ANSWERED = frozenset({"put", "erase", "clear"})
 #: tombstone ttls the master forgets nothing for while it serves snapshots, at most: longer, a joiner
 #: that never finishes (or never keeps up) would keep every tombstone on every replica; past it, a pass
 #: of changes that can no longer name what was forgotten starts over
@@ -40,16 +38,6 @@ MAX_ROUNDS = 1024  #: log messages per writer whose ends the master notes to ans
 #: writers a master keeps its marks of (last answered, first applied, ...) for; past it, those of the
 #: 10 % heard first with nothing to answer are forgotten (a Spark job names a writer per task and batch)
 MAX_WRITERS_MARKED = 100_000
-
-
-def _answers_none(cmd: Any) -> bool:
-    """Whether ``cmd`` (as on the wire) is a put, an erase or a clear: applied, always answered None."""
-    if not (isinstance(cmd, list) and cmd[:1] and cmd[0] in NONE_ANSWERED):
-        return False
-    try:
-        return type(decode_command(cmd)) in (Put, Erase, Clear)
-    except StoreError:
-        return False  # malformed: it was answered an error
 
 
 def _forgotten(writer: str, n: int) -> list[Any]:
@@ -154,7 +142,7 @@ class MasterSide(ServingSide):
             answer = results[n]
         elif n in self._unanswered.get(writer, ()):
             return  # sent with this master's other answers
-        elif n > self._none_known_after(writer, a) or _answers_none(cmd):
+        elif n > self._none_known_after(writer, a) or answers_none(cmd):
             pass  # None, noted now: writes applied before it is answered can make it unknown to _determined
         else:
             answer = self._logged_answer(writer, n, a.n)

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ForgedMessage
-from .commands import Put, WriteCommand
-from .errors import StoreError, Timeout, error_from_wire
+from .commands import Put, WriteCommand, answers_none
+from .errors import AnswerForgotten, StoreError, Timeout, error_from_wire
 from .history import Epoch
 from .packing import checked_size, detached, is_plain, is_small_int, plain_size
 from .replica_events import Role
@@ -244,10 +244,13 @@ class WriterCore:
                     break
                 due.append(n)
         for n in due:
-            del writes[n]
+            p = writes.pop(n)
             result = results.get(n)
             if isinstance(result, list) and result[:1] == ["error"]:
-                self._answers.append((n, error_from_wire(result[1:])))
+                error = error_from_wire(result[1:])
+                # a put, an erase or a clear that was applied has no answer to forget: None (a master
+                # finds a write's answer in the log by its record's n, the last of a batch of puts)
+                self._answers.append((n, None if type(error) is AnswerForgotten and answers_none(p.cmd) else error))
             else:
                 self._answers.append((n, result))
         return lost

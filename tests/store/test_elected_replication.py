@@ -1211,6 +1211,25 @@ def test_a_writer_sends_again_at_once_the_writes_a_lost_wack_answered() -> None:
     assert writer.answers() == [(1, True), (2, False), (3, None)] and ns[-1] == 6 and writer.pending == 0
 
 
+def test_a_forgotten_answer_of_a_put_erase_or_clear_is_none_at_the_writer() -> None:
+    """A master that no longer holds a write's answer says AnswerForgotten (``_forget_unknown``):
+    for a put it does so even while its log holds the write inside a batch of puts (the record
+    carries the batch's last n only). The writer knows the command: a put, an erase or a clear has
+    no answer to forget and is answered None; a put_unique (its answer matters) stays
+    AnswerForgotten."""
+    forgotten = ["error", *AnswerForgotten("write n was applied; its answer was forgotten").to_wire()]
+    writer = WriterCore("w", "e" * 32, 0.0)
+    writer.set_master((1, "m.0"), "m.0", 0.0)
+    writer.write(Put("k", 1), 0.0)
+    writer.write(Erase("k"), 0.0)
+    writer.write(PutUnique("u", 1, None, "", 0), 0.0)
+    writer.to_send()
+    writer.handle(["wack", [1, "m.0"], "w", 3, [[n, forgotten] for n in (1, 2, 3)], "", 0], 0.1)
+    answers = writer.answers()
+    assert [(n, a) for n, a in answers[:2]] == [(1, None), (2, None)]
+    assert answers[2][0] == 3 and type(answers[2][1]) is AnswerForgotten
+
+
 def test_a_master_keeps_its_marks_of_a_bounded_number_of_writers(monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer per task and batch (a Spark job) makes many writers in one mastership: the master's
     marks of those with nothing to answer are forgotten past MAX_WRITERS_MARKED, and a forgotten
