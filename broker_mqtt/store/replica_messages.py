@@ -185,7 +185,7 @@ class Active:
 
 @dataclass(frozen=True, slots=True)
 class Log:
-    """``log``: the master of ``epoch`` applied ``records``."""
+    """``log``: the master of ``epoch`` applied ``records`` (all of that epoch)."""
 
     epoch: Epoch
     records: list[Record]
@@ -432,7 +432,11 @@ def _decode_active(a: list[Any]) -> Active:
 
 def _decode_log(a: list[Any]) -> Log:
     epoch, records = a
-    return Log(epoch_from_wire(epoch), _records(records))
+    log = Log(epoch_from_wire(epoch), _records(records))
+    for record in log.records:  # a master's records, of its epoch: others would pass the fence
+        if record.epoch != log.epoch:
+            raise StoreDecodeError(f"a log record of epoch {record.epoch} in a log message of {log.epoch}")
+    return log
 
 
 def _decode_ack(a: list[Any]) -> Ack:

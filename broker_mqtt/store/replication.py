@@ -262,13 +262,20 @@ class Replica(FollowerSide):
         self._pump_writer(self._now)
         self.state.commit()
         if self._out_log:
-            start, writes = 0, 0
+            out_log, start, writes = self._out_log, 0, 0
             for i, count in enumerate(self._out_writes):
                 writes += count
-                if writes >= LOG_GROUP or i + 1 - start >= LOG_GROUP or i + 1 == len(self._out_log):
-                    records = self._out_log[start:i + 1]
-                    self._note_rounds(records)  # an ack of this message answers its writes
-                    self._send(Log(self.epoch or (0, ""), records))
+                if writes >= LOG_GROUP or i + 1 - start >= LOG_GROUP or i + 1 == len(out_log) \
+                        or out_log[i + 1].epoch != out_log[start].epoch:
+                    records = out_log[start:i + 1]
+                    epoch = records[0].epoch
+                    if epoch == self.epoch:
+                        self._note_rounds(records)  # an ack of this message answers its writes
+                    # Each under the epoch it was made in, not this replica's now: a master that read
+                    # a newer claim after writes (a paused one, woken to both) adopted that epoch
+                    # since, and its records sent in it passed every follower's fence, applied among
+                    # the new master's at the same seqs. In their own, fenced replicas ignore them.
+                    self._send(Log(epoch, records))
                     start, writes = i + 1, 0
             self._out_log, self._out_writes = [], []
             self._advance_durable()

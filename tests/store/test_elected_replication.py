@@ -270,6 +270,42 @@ def test_a_paused_deposed_master_changes_nothing_when_it_resumes() -> None:
     assert net.contents("b")["fenced"] == "from a"
 
 
+def test_records_a_deposed_master_applied_before_it_read_the_claim_keep_their_epoch() -> None:
+    """A paused master wakes to writes and, behind them, a new master's claim: it applies the
+    writes as master of its old epoch, then adopts the claim, all before it sends anything. Its
+    records went out in a log message of the new epoch, past every follower's fence, and were
+    applied among the new master's records at the same seqs: the replicas diverged unseen, and an
+    acknowledged increment was overwritten (found by ``test_elected_fuzz.py``'s seeds). They now go
+    out under their own epoch (fenced followers ignore them), and a log message whose records are
+    not all of its epoch is refused as malformed."""
+    net = SimNet(["a", "b", "c", "d"], seed=1)
+    net.tag("c")
+    net.run(1.0)
+    net.pause("c")  # SIGSTOP the master
+    for i in range(6):  # one write message each, waiting at c
+        net.nodes["b"].replica.write(Put(f"b{i}", i) if i < 4 else Increment("n", 1), net.now)
+        net._flush("b")
+    net.run(0.1)
+    net.tag("a")  # a claims; its claim waits at c behind b's writes
+    net.run(1.2)
+    n = net.write("d", Increment("n", 1))
+    net.run(0.5)
+    assert n in net.nodes["d"].done
+    net.resume("c")  # c applies b's writes as master of its epoch, then adopts a's claim
+    net.untag("c")
+    net.run(5.0)
+    assert net.masters() == ["a"]
+    contents = [net.contents(x) for x in "abcd"]
+    assert all(c == contents[0] for c in contents)
+    assert contents[0]["n"] == 3 and all(contents[0][f"b{i}"] == i for i in range(4))
+    for x in "abcd":
+        epochs = [e for e, _ in net.nodes[x].replica.state.lineage]
+        assert epochs == sorted(epochs), (x, epochs)  # a history's epochs only grow
+    record = Record(1, (1, "c.0"), 1, "o", "w", 1, ("put", "k", 1, None))
+    with pytest.raises(StoreDecodeError):
+        net.nodes["b"].replica.handle(["log", [2, "a.0"], [record.to_wire()]], net.now)
+
+
 def test_split_heal_merges_deterministically_and_reports_conflicts() -> None:
     names = ["a", "b", "c", "d"]
     net = SimNet(names, seed=7)
