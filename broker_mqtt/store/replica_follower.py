@@ -54,6 +54,14 @@ class FollowerSide(MasterSide):
         if m is None:
             m = self._members[node] = _Member(now, epoch, pos)
         m.seen, m.epoch, m.pos = now, epoch, pos
+        if self.role is Role.MASTER and epoch == self.epoch and msg.master == self.id and pos[0] > m.acked \
+                and self.state.contains(pos):
+            # What it holds, durably (a replica commits before it sends), where this master's history
+            # agrees (the same epoch at that seq: the same records up to it): an ack lost on the way
+            # (a broker that dropped it) is made up for by its next heartbeat, where the write it
+            # answers waited for its timeout, to fail with "outcome unknown"
+            m.acked = pos[0]
+            self._advance_durable()
         # Only an epoch's own master vouches for it: a heartbeat names its sender (the topic proves
         # that), not the master of the epoch it reports, so another node's epoch in it is hearsay. A
         # member that reported a huge epoch of another node's would fence every replica (issue 19);

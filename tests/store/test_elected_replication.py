@@ -556,6 +556,43 @@ def test_durability_one_waits_for_another_replica() -> None:
     assert n in net.nodes["a"].done
 
 
+def test_a_lost_ack_is_made_up_for_by_the_next_heartbeat() -> None:
+    """A follower's heartbeat says where it is, after it committed that: where the master's history
+    agrees, it counts as the ack a broker dropped. Before, the write waited for its timeout and
+    failed with NoMaster (outcome unknown) though durable."""
+    net = SimNet(["a", "b"], seed=11)
+    net.tag("a")
+    net.run(1.0)
+    b = net.nodes["b"].replica
+    send = b.to_send
+    b.to_send = lambda: [m for m in send() if m[0] != "ack"]  # type: ignore[method-assign]  # its acks are lost
+    n = net.write("a", Put("k", 1))
+    net.run(0.1)
+    assert n not in net.nodes["a"].done
+    net.run(net.config.heartbeat + 0.05)
+    assert net.nodes["a"].done == {n: None} and not net.nodes["a"].failed
+
+
+@pytest.mark.parametrize("agrees", [True, False])
+def test_a_heartbeat_counts_as_an_ack_only_where_the_histories_agree(agrees: bool) -> None:
+    """A follower that holds other records at a seq (a deposed master's, say) reports a position of
+    another epoch there: the master does not count it as an ack (the ack gate's case, docs § 5)."""
+    net = SimNet(["a", "b"], seed=12)
+    net.tag("a")
+    net.run(1.0)
+    a, b = net.nodes["a"].replica, net.nodes["b"].replica
+    b.to_send = lambda: []  # type: ignore[method-assign]  # b says nothing of its own
+    n = net.write("a", Put("k", 1))
+    net.run(0.1)
+    epoch = a.epoch
+    assert epoch is not None and a.state.last_seq == 1 and n not in net.nodes["a"].done
+    at = list(epoch) if agrees else [0, "z.0"]  # the epoch of b's record at seq 1
+    a.handle(["hb", b.id, list(epoch), "follower", [1, at], a.id], net.now, sender=b.id.partition(".")[0])
+    net._flush("a")
+    assert a._members[b.id].acked == (1 if agrees else 0)
+    assert (n in net.nodes["a"].done) is agrees
+
+
 def test_durability_master_answers_at_once() -> None:
     net = SimNet(["a", "b"], seed=12, latency=(0.05, 0.05), durability="master")
     net.tag("a")
