@@ -172,10 +172,10 @@ class ReplicaBase:
 
     def _step_down(self) -> None:
         """Stop being master (or claiming). Records past the durable point were acknowledged to
-        nobody (unless durability is "master"): if the next master's history lacks them, they are
-        dropped for its snapshot rather than merged; their writers send them again."""
-        if self.role is Role.MASTER and self.durability is not Durability.MASTER \
-                and self._durable_seq < self.state.last_seq:
+        nobody (with durability "master" only those applied just after a pause: ``_woke_unconfirmed``):
+        if the next master's history lacks them, they are dropped for its snapshot rather than merged;
+        their writers send them again."""
+        if self.role is Role.MASTER and self._durable_seq < self.state.last_seq:
             self._discard_after = self._durable_seq
         self.role = Role.FOLLOWER
         self._claim = None

@@ -352,13 +352,22 @@ class MasterSide(ServingSide):
             self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), self.origin,  # type: ignore[arg-type]  # epoch: set while master
                                 "$expiry", 0, op))
 
+    def _woke_unconfirmed(self) -> bool:
+        """This process woke from a pause (SIGSTOP, a stalled loop: see ``_clock``) less than
+        ``member_timeout`` ago. A master of durability "master" then acknowledges only what another
+        replica acknowledged (as "one") until that long has passed: it may have been deposed meanwhile,
+        and the new master's claim may wait behind the writes it reads first. What it applies so is
+        acknowledged to nobody if it then steps down (``_step_down``: dropped for the new master's
+        snapshot, not merged over the new master's acknowledged writes)."""
+        return self._resumed > self._started and self._now - self._resumed < self.config.member_timeout
+
     def _advance_durable(self) -> None:
         if self.role is not Role.MASTER:
             return
         last = self.state.last_seq
-        if self.durability is Durability.MASTER:
+        if self.durability is Durability.MASTER and not self._woke_unconfirmed():
             durable = last
-        else:
+        else:  # (durability master just after a pause: as "one", below)
             acks = [m.acked for m in self._live_members().values()]
             if not acks:
                 durable = self._durable_seq  # no other live replica: nothing more is durable

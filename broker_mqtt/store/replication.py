@@ -245,6 +245,8 @@ class Replica(FollowerSide):
             self._request_fetch(self.master, now)  # type: ignore[arg-type]  # _fetch_due: a master
         if self.role is Role.MASTER:
             self._expire(wall, now)
+            if self._durable_seq < self.state.last_seq and self.durability is Durability.MASTER:
+                self._advance_durable()  # (the spell after a pause has passed: _woke_unconfirmed)
         if self._taking_order:
             self._take_order()
         if self._read_ahead:  # (meanwhile too: chunks owed are read in the order taken before)
