@@ -197,9 +197,12 @@ async def send_routed(ep: Endpoint, name: str, msg: list[Any]) -> None:
     """Send a replica's or a writer's message of store ``name`` where :func:`.routes.routes` says; one
     too large for the transport (many writes or records together) goes as two halves, each again
     halved while too large."""
+    # An ack at QoS 0: no PUBACK either way (the master's process sent one for each follower's ack);
+    # one lost (a reconnect, a broker that drops it) is made up for by the follower's next heartbeat
+    qos = 0 if msg[0] == "ack" else None
     try:
         for topic, endpoint in routes(name, msg):
-            await ep.send_node(Kind.COMMAND, topic, msg, receivers=None if endpoint is None else (endpoint,))
+            await ep.send_node(Kind.COMMAND, topic, msg, receivers=None if endpoint is None else (endpoint,), qos=qos)
     except PayloadTooLarge:
         halves = split(msg)
         if halves is None:
