@@ -140,5 +140,8 @@ class ReplicaStatistics:
     #: (counted as they are staged)
     malformed: int = 0
     answers_lost: int = 0  #: this node's writes whose answer was lost (a later one showed it): sent again
+    #: writes this master found answered by an earlier master and lost with it (their writer said so,
+    #: sending its later ones again), passed over (durability "master", or a double fault)
+    writes_lost: int = 0
     #: keys whose custom resolver answer a merge at this node refused (last writer wins decided them)
     resolver_errors: int = 0

@@ -99,11 +99,15 @@ class MasterSide(ServingSide):
             return  # own writes are applied directly when this node is master
         if msg.epoch is None or msg.epoch != self.epoch:
             return  # sent to another mastership (a late arrival after a split): its writer re-sends
+        if msg.since is not None:
+            self._skip_answered(msg.writer, msg.origin, msg.since)
         self._on_write(msg.writer, msg.n, msg.origin, msg.command, now)
 
     def _on_writes_msg(self, msg: Writes, now: float) -> None:
         if msg.writer == self.id or msg.epoch is None or msg.epoch != self.epoch:
             return  # own writes, or writes for another mastership (as for one write)
+        if msg.since is not None:
+            self._skip_answered(msg.writer, msg.origin, msg.since)
         self._on_writes(msg.writer, msg.origin, msg.writes, now, advance=False)
         self._advance_durable()  # once for the message: repeats answered together, not one wack each
 
@@ -307,6 +311,23 @@ class MasterSide(ServingSide):
                             writes[-1][0], ("many", ops)), len(writes))
         self._note_applied(writer, writes[0][0])
 
+    def _skip_answered(self, writer: str, origin: str, since: int) -> None:
+        """``writer``, sending its unanswered writes again, holds the answers of all before ``since``.
+        Those this master never applied were applied (and answered) by an earlier master, and lost
+        with it: durability "master", or that master and every replica that held them gone. One
+        record moves the writer's ``n`` past them on every replica (a ``noop`` of write
+        ``since - 1``), so that the writes after them are applied, not held for ever for writes
+        their writer will never send again; they are counted (``stats.writes_lost``). Nothing is
+        applied twice: those this master did apply are at or before its ``n``."""
+        done = self.state.applied_n(writer)
+        if self.role is not Role.MASTER or since <= done + 1:
+            return
+        self.stats.writes_lost += since - 1 - done
+        self._note_origin(writer, origin)
+        self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), origin, writer,  # type: ignore[arg-type]  # epoch: set while master
+                            since - 1, ("noop",)))
+        self._note_applied(writer, since)
+
     def _note_origin(self, writer: str, origin: str) -> None:
         """``writer``'s writes come from endpoint ``origin`` (its answers go there); the last
         MAX_ORIGINS writers to move are kept."""
@@ -468,6 +489,8 @@ class MasterSide(ServingSide):
         writes = self._writer.messages()
         if self.role is Role.MASTER:
             if writes:
+                if writes[0].since is not None:
+                    self._skip_answered(self.id, writes[0].origin, writes[0].since)
                 self._on_writes(self.id, writes[0].origin, [(msg.n, msg.command) for msg in writes], now, advance=True)
         elif self.role is Role.FOLLOWER and self.master is not None:
             for grouped in group_writes(writes):  # the writes placed together travel together

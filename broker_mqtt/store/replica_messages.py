@@ -203,25 +203,29 @@ class Ack:
 @dataclass(frozen=True, slots=True)
 class Write:
     """``write``: write ``n`` of ``writer`` (from endpoint ``origin``), for the master of ``epoch``
-    (None: no master known). ``command``: its wire form."""
+    (None: no master known). ``command``: its wire form. ``since``, in a write sent again: the
+    writer holds the answers of all its writes before it (None: not said, as in a first send)."""
 
     writer: str
     n: int
     origin: str
     command: Any
     epoch: Epoch | None
+    since: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Writes:
     """``writes``: writes of ``writer`` (from endpoint ``origin``) as ``(n, command)`` in ``n`` order, for
     the master of ``epoch`` (None: no master known): the writes a writer places together travel as one
-    message (:func:`group_writes`); the master applies each as if it came alone."""
+    message (:func:`group_writes`); the master applies each as if it came alone. ``since``: as
+    :class:`Write`'s."""
 
     writer: str
     origin: str
     writes: list[tuple[int, Any]]
     epoch: Epoch | None
+    since: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +272,10 @@ def group_writes(writes: list[Write]) -> list[Write | Writes]:
         if j - i == 1:
             out.append(first)
         else:
-            out.append(Writes(first.writer, first.origin, [(w.n, w.command) for w in writes[i:j]], first.epoch))
+            # (each since a writer says is true while it lives: the writes before it stay answered)
+            since = next((w.since for w in writes[i:j] if w.since is not None), None)
+            out.append(Writes(first.writer, first.origin, [(w.n, w.command) for w in writes[i:j]], first.epoch,
+                              since))
         i = j
     return out
 
@@ -304,10 +311,12 @@ def encode(msg: ReplicationMessage) -> list[Any]:
             return ["log", list(epoch), [r.to_wire() for r in records]]
         case Ack(epoch=epoch, node=node, seq=seq):
             return ["ack", list(epoch), node, seq]
-        case Write(writer=writer, n=n, origin=origin, command=command, epoch=epoch):
-            return ["write", writer, n, origin, command, _epoch_or_none(epoch)]
-        case Writes(writer=writer, origin=origin, writes=writes, epoch=epoch):
-            return ["writes", writer, origin, [[n, command] for n, command in writes], _epoch_or_none(epoch)]
+        case Write(writer=writer, n=n, origin=origin, command=command, epoch=epoch, since=since):
+            wire = ["write", writer, n, origin, command, _epoch_or_none(epoch)]
+            return wire if since is None else [*wire, since]  # (a trailing element: first sends decode anywhere)
+        case Writes(writer=writer, origin=origin, writes=writes, epoch=epoch, since=since):
+            wire = ["writes", writer, origin, [[n, command] for n, command in writes], _epoch_or_none(epoch)]
+            return wire if since is None else [*wire, since]
         case WriteAck(epoch=epoch, writer=writer, upto=upto, results=results, origin=origin, after=after):
             wire = ["wack", list(epoch), writer, upto, [[n, r] for n, r in results.items()]]
             if after is not None:  # "" where no origin: a string, as decoders from before ``after`` read
@@ -444,15 +453,25 @@ def _decode_ack(a: list[Any]) -> Ack:
     return Ack(epoch_from_wire(epoch), _str(node), int(seq))
 
 
+def _since(a: list[Any], at: int) -> int | None:
+    """The optional trailing ``since`` of a write message (at index ``at``), checked."""
+    if len(a) == at:
+        return None
+    if len(a) != at + 1:
+        raise StoreDecodeError(f"a write message of {len(a) + 1} elements")
+    return _int(a[at])
+
+
 def _decode_write(a: list[Any]) -> Write:
-    writer, n, origin, command, epoch = a
-    return Write(_str(writer), int(n), _str(origin), command, None if epoch is None else epoch_from_wire(epoch))
+    writer, n, origin, command, epoch = a[:5]
+    return Write(_str(writer), int(n), _str(origin), command, None if epoch is None else epoch_from_wire(epoch),
+                 _since(a, 5))
 
 
 def _decode_writes(a: list[Any]) -> Writes:
-    writer, origin, writes, epoch = a
+    writer, origin, writes, epoch = a[:4]
     return Writes(_str(writer), _str(origin), [(_int(n), command) for n, command in writes],
-                  None if epoch is None else epoch_from_wire(epoch))
+                  None if epoch is None else epoch_from_wire(epoch), _since(a, 4))
 
 
 def _decode_wack(a: list[Any]) -> WriteAck:

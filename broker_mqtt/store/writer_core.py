@@ -202,15 +202,21 @@ class WriterCore:
         self.master = None
 
     def _resend(self, now: float) -> None:
-        for n, p in sorted(self._writes.items()):
+        """Send every unanswered write again (to a new master, or at the retry interval), saying that
+        this writer holds the answers of all writes before the first: a master that never applied
+        some of those (they were lost with the master that answered them: durability "master", or
+        that master and every replica that held them gone) applies the rest, instead of holding them
+        for ever for the ones this writer will never send again."""
+        since = next(iter(self._writes), None)  # (n order)
+        for n, p in self._writes.items():
             p.sent = now
-            self._outbox.append(self._message(n, p))
+            self._outbox.append(self._message(n, p, since))
 
-    def _message(self, n: int, p: _Pending) -> Write:
+    def _message(self, n: int, p: _Pending, since: int | None = None) -> Write:
         """A write for the current master: it carries that master's epoch, which routes it to that
         master's endpoint, and any other master (one that receives it late, after a split healed)
         ignores it."""
-        return Write(self.writer, n, self.origin, p.cmd, self.epoch)
+        return Write(self.writer, n, self.origin, p.cmd, self.epoch, since)
 
     def answered(self, upto: int, results: dict[int, Any], after: int | None = None,
                  now: float | None = None) -> int:

@@ -1303,6 +1303,51 @@ def test_a_forgotten_answer_of_a_put_erase_or_clear_is_none_at_the_writer() -> N
     assert answers[2][0] == 3 and type(answers[2][1]) is AnswerForgotten
 
 
+def test_a_write_lost_with_its_master_does_not_wedge_its_writer() -> None:
+    """Durability "master": master a answers b's write 2 and dies before its log record leaves (a
+    loss the docs allow). The next master holds b's n at 1, and held b's later writes for ever for
+    write 2, which b, holding its answer, never sends again: each failed NoMaster after
+    write_timeout. b's re-sends now say it holds the answers before its first unanswered write
+    (``since``): the master passes over the lost one with a noop record and counts it."""
+    net = SimNet(["a", "b", "c"], seed=1, durability="master")
+    net.tag("a")
+    net.run(1.0)
+    a, b, c = (net.nodes[x].replica for x in "abc")
+    n1 = net.write("b", Put("k1", 1))
+    net.run(0.5)
+    assert n1 in net.nodes["b"].done
+    send = a.to_send
+    a.to_send = lambda: [m for m in send() if m[0] != "log"]  # type: ignore[method-assign]  # a dies with its log
+    n2 = net.write("b", Put("k2", 2))
+    net.run(0.2)
+    assert net.nodes["b"].done.get(n2, "unanswered") is None  # answered, held by a alone
+    net.kill("a")
+    net.run(1.0)
+    net.tag("c")
+    net.run(2.0)
+    n3 = net.write("b", Put("k3", 3))
+    net.run(3.0)
+    assert n3 in net.nodes["b"].done and not net.nodes["b"].failed
+    assert c.stats.writes_lost == 1 and c.state.applied_n(b.id) == n3
+    assert net.contents("b") == net.contents("c") == {"k1": 1, "k3": 3}  # write 2 lost, as allowed
+
+
+def test_since_is_an_optional_trailing_element_of_write_messages() -> None:
+    """A first send has no ``since`` (every master decodes it); a re-send carries it; anything
+    else there is malformed."""
+    from broker_mqtt.store.replica_messages import Write, Writes, decode, encode
+
+    plain = Write("w", 3, "e" * 32, Put("k", 1).to_wire(), (1, "m.0"))
+    assert encode(plain) == ["write", "w", 3, "e" * 32, ["put", "k", 1, None], [1, "m.0"]]
+    again = Writes("w", "e" * 32, [(3, Put("k", 1).to_wire()), (4, Put("j", 2).to_wire())], (1, "m.0"), 3)
+    for msg in (plain, again, Write("w", 3, "e" * 32, Put("k", 1).to_wire(), None, 2)):
+        assert decode(encode(msg)) == msg
+    for bad in (["write", "w", 3, "e" * 32, ["put", "k", 1, None], [1, "m.0"], "x"],
+                ["writes", "w", "e" * 32, [], [1, "m.0"], 1, 2]):
+        with pytest.raises(StoreDecodeError):
+            decode(bad)
+
+
 def test_a_master_keeps_its_marks_of_a_bounded_number_of_writers(monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer per task and batch (a Spark job) makes many writers in one mastership: the master's
     marks of those with nothing to answer are forgotten past MAX_WRITERS_MARKED, and a forgotten
