@@ -314,7 +314,9 @@ class MasterSide(ServingSide):
     def _skip_answered(self, writer: str, origin: str, since: int) -> None:
         """``writer``, sending its unanswered writes again, holds the answers of all before ``since``.
         Those this master never applied were applied (and answered) by an earlier master, and lost
-        with it: durability "master", or that master and every replica that held them gone. One
+        with it (durability "master", or that master and every replica that held them gone), or
+        were given up by their writer before any master applied them (``NoMaster`` after
+        ``write_timeout``: outcome unknown, and now known: not applied). One
         record moves the writer's ``n`` past them on every replica (a ``noop`` of write
         ``since - 1``), so that the writes after them are applied, not held for ever for writes
         their writer will never send again; they are counted (``stats.writes_lost``). Nothing is

@@ -1332,6 +1332,38 @@ def test_a_write_lost_with_its_master_does_not_wedge_its_writer() -> None:
     assert net.contents("b") == net.contents("c") == {"k1": 1, "k3": 3}  # write 2 lost, as allowed
 
 
+def test_a_write_given_up_before_any_master_applied_it_does_not_wedge_its_writer() -> None:
+    """Write 1 of b never reaches the master and fails with NoMaster after write_timeout (outcome
+    unknown). The master held b's write 2 for ever for it; b's re-send of 2 says it holds the
+    answers before 2, so the master passes over 1 (counted), and write 1, if a copy arrives late,
+    is a repeat: never applied."""
+    net = SimNet(["a", "b"], seed=3, config=ReplicaConfig(write_timeout=2.0))
+    net.tag("a")
+    net.run(1.0)
+    a, b = net.nodes["a"].replica, net.nodes["b"].replica
+    send = b.to_send
+    lost: list[Any] = []
+
+    def losing() -> list[Any]:
+        out = []
+        for m in send():
+            (lost if m[0] == "write" and m[2] == 1 else out).append(m)
+        return out
+
+    b.to_send = losing  # type: ignore[method-assign]  # its write 1 is lost, each time it is sent
+    n1 = net.write("b", Put("k1", 1))
+    net.run(2.5)
+    assert isinstance(net.nodes["b"].failed.get(n1), NoMaster) and lost
+    b.to_send = send  # type: ignore[method-assign]
+    n2 = net.write("b", Put("k2", 2))
+    net.run(2.0)
+    assert n2 in net.nodes["b"].done and a.stats.writes_lost == 1
+    a.handle(lost[0], net.now)  # a late copy of write 1
+    net._flush("a")
+    net.run(1.0)
+    assert net.contents("a") == net.contents("b") == {"k2": 2}
+
+
 def test_since_is_an_optional_trailing_element_of_write_messages() -> None:
     """A first send has no ``since`` (every master decodes it); a re-send carries it; anything
     else there is malformed."""
