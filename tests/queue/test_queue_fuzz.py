@@ -72,12 +72,7 @@ class QueueFuzz(MoreFuzz):
         return out
 
     def check(self) -> None:
-        net = self.net
-        where = f"seed {self.seed}; trace:\n" + "\n".join(self.trace)
-        assert net.masters() == [self.master()], where
-        reference = net.contents(self.names[0])
-        for name in self.names[1:]:
-            assert net.contents(name) == reference, f"{name} differs from {self.names[0]}: {where}"
+        where, reference = self.check_converged()
         stored = [r for k, v in reference.items() if isinstance(k, int) and (r := MessageRecord.from_wire(v)) is not None]
         records = {rec.data: rec for rec in stored}
         assert len(records) == len(stored), f"a publish applied twice: {sorted(r.data for r in stored)}: {where}"
@@ -114,12 +109,7 @@ def queue_fuzz(seed: int) -> QueueFuzz:
     case.run(0.5)
     for _ in range(rng.randint(3, 5)):
         case.episode(rng.choice(SAFE_KINDS + CRASH_KINDS))
-    case.log("settle")
-    net.heal()
-    for name in sorted(case.tagged):
-        case.untag(name)
-    case.recover(writes=False)
-    net.run(6.0)
+    case.settle()
     return case
 
 

@@ -101,17 +101,23 @@ class SimNet:
     def _flush(self, name: str) -> None:
         node = self.nodes[name]
         for msg in node.replica.to_send():
-            self.sent += 1
-            for other in self.nodes:
-                if other == name or other in self.dead or not self._linked(name, other):
-                    continue
-                if self.loss and self.rng.random() < self.loss:
-                    continue
-                t = max(self.now + self.rng.uniform(*self.latency), self._pair_time.get((name, other), 0.0))
-                self._pair_time[(name, other)] = t
-                self._counter += 1
-                heapq.heappush(self._queue, (t, self._counter, name, other, msg))
+            self._send(name, msg)
         self._collect(name)
+
+    def _send(self, name: str, msg: Any, receivers: set[str] | None = None) -> None:
+        """Broadcast ``msg`` of ``name`` (to ``receivers`` only, if given: a sender that dies as it sends)."""
+        self.sent += 1
+        for other in self.nodes:
+            if other == name or other in self.dead or not self._linked(name, other):
+                continue
+            if receivers is not None and other not in receivers:
+                continue
+            if self.loss and self.rng.random() < self.loss:
+                continue
+            t = max(self.now + self.rng.uniform(*self.latency), self._pair_time.get((name, other), 0.0))
+            self._pair_time[(name, other)] = t
+            self._counter += 1
+            heapq.heappush(self._queue, (t, self._counter, name, other, msg))
 
     def _collect(self, name: str) -> None:
         node = self.nodes[name]

@@ -20,7 +20,6 @@ Each case: one seed, no partitions and no lost messages (the counter is checked 
 
 from __future__ import annotations
 
-import heapq
 import os
 import random
 import tempfile
@@ -31,7 +30,6 @@ import pytest
 from _elected_sim import Node
 from test_elected_fuzz import COUNTER, SAFE_KINDS, Fuzz, FuzzNet
 
-from broker_mqtt.store.errors import AnswerForgotten
 from broker_mqtt.store.replication import Replica
 from broker_mqtt.store.versioned import Clock
 from broker_mqtt.store.versioned_sqlite import open_state
@@ -73,20 +71,6 @@ class MoreNet(FuzzNet):
         self.dead.discard(name)
         return node
 
-    def _send(self, name: str, msg: Any, receivers: set[str] | None = None) -> None:
-        self.sent += 1
-        for other in self.nodes:
-            if other == name or other in self.dead or not self._linked(name, other):
-                continue
-            if receivers is not None and other not in receivers:
-                continue
-            if self.loss and self.rng.random() < self.loss:
-                continue
-            t = max(self.now + self.rng.uniform(*self.latency), self._pair_time.get((name, other), 0.0))
-            self._pair_time[(name, other)] = t
-            self._counter += 1
-            heapq.heappush(self._queue, (t, self._counter, name, other, msg))
-
     def _flush(self, name: str) -> None:
         if name in self.dead:
             return
@@ -124,8 +108,6 @@ class MoreFuzz(Fuzz):
     def __init__(self, *args: Any, master_durability: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.master_durability = master_durability
-        self.exempt_keys: set[str] = set()
-        self.exempt_incs = 0
         if master_durability:
             self.net.on_kill = self.note_kill
             self.net.on_resume = self.note_resume
@@ -234,36 +216,6 @@ class MoreFuzz(Fuzz):
             self.run(rng.uniform(0.2, 1.0))
         self.recover(writes=True)
 
-    def check(self) -> None:
-        if not self.master_durability:
-            super().check()
-            return
-        net = self.net
-        where = f"seed {self.seed}; trace:\n" + "\n".join(self.trace)
-        assert net.masters() == [self.master()], where
-        reference = net.contents(self.names[0])
-        for name in self.names[1:]:
-            assert net.contents(name) == reference, f"{name} differs from {self.names[0]}: {where}"
-        attempted = acked = 0
-        for w in self.writes:
-            answered = w.n in w.node.done
-            if w.kind == "inc":
-                attempted += 1
-                acked += answered
-            elif answered and w.key not in self.exempt_keys:
-                got = reference.get(w.key)
-                if w.kind == "unique":
-                    assert w.node.done[w.n] is True, f"put_unique of fresh {w.key} answered {w.node.done[w.n]}: {where}"
-                assert got == w.value, f"acknowledged {w.kind} {w.key}={w.value} lost ({got}): {where}"
-        counter = reference.get(COUNTER, 0)
-        assert counter <= attempted, f"{counter} increments applied of {attempted}: {where}"
-        assert counter >= acked - self.exempt_incs, \
-            f"{counter} increments applied, {acked} acknowledged, {self.exempt_incs} may be lost: {where}"
-        for w in self.writes:
-            if w.node is net.nodes[w.node.replica.id.split(".")[0]]:
-                assert w.n in w.node.done or isinstance(w.node.failed.get(w.n), AnswerForgotten), \
-                    f"{w.kind} {w.key} of {w.node.replica.id} unanswered ({w.node.failed.get(w.n)!r}): {where}"
-
 
 def fuzz_more(seed: int, *, mode: str, directory: Path | None = None) -> MoreFuzz:
     """``mode``: "partial" (the crash episodes among the safe ones), "sqlite" (the same, every
@@ -280,12 +232,7 @@ def fuzz_more(seed: int, *, mode: str, directory: Path | None = None) -> MoreFuz
     kinds: tuple[str, ...] = SAFE_KINDS + CRASH_KINDS
     for _ in range(rng.randint(3, 6)):
         case.episode(rng.choice(kinds))
-    case.log("settle")
-    net.heal()
-    for name in sorted(case.tagged):
-        case.untag(name)
-    case.recover(writes=False)
-    net.run(6.0)
+    case.settle()
     return case
 
 
