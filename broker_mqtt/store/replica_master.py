@@ -88,6 +88,7 @@ class MasterSide(ServingSide):
         self._apply_write(writer, n, origin, cmd)
         waiting = self._held.get(writer)
         if waiting is not None:
+            waiting.pop(n, None)  # a copy held before a skip (_skip_answered) made it the next
             while waiting and (self.state.applied_n(writer) + 1) in waiting:
                 n = self.state.applied_n(writer) + 1
                 self._apply_write(writer, n, *waiting.pop(n))
@@ -325,6 +326,12 @@ class MasterSide(ServingSide):
         if self.role is not Role.MASTER or since <= done + 1:
             return
         self.stats.writes_lost += since - 1 - done
+        held = self._held.get(writer)
+        if held is not None:  # copies of writes passed over, held for the lost ones: never applied now
+            for n in [n for n in held if n < since]:
+                del held[n]
+            if not held:
+                del self._held[writer]
         self._note_origin(writer, origin)
         self._append(Record(self.state.last_seq + 1, self.epoch, self.clock.now(), origin, writer,  # type: ignore[arg-type]  # epoch: set while master
                             since - 1, ("noop",)))

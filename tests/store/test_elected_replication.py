@@ -1364,6 +1364,23 @@ def test_a_write_given_up_before_any_master_applied_it_does_not_wedge_its_writer
     assert net.contents("a") == net.contents("b") == {"k2": 2}
 
 
+def test_a_skip_leaves_no_held_copies_behind() -> None:
+    """Write 1 of w is lost; 2 and 3 arrive and are held for it; w's write 1 times out and it sends
+    2 and 3 again with since 2. The master passes over 1 and applies 2 and 3, and holds nothing
+    of w any more: a held copy left behind (n at or before the writer's n) would never be applied
+    nor dropped, and would keep w's puts from being batched for the rest of the mastership."""
+    net, master, epoch, _out = _master_a(seed=3)
+    origin = "e" * 32
+    for n in (2, 3):
+        master.handle(["write", "w", n, origin, Put(f"k{n}", n).to_wire(), epoch], net.now)
+    assert set(master._held["w"]) == {2, 3}
+    master.handle(["writes", "w", origin, [[n, Put(f"k{n}", n).to_wire()] for n in (2, 3)], epoch, 2], net.now)
+    net._flush("a")
+    net.run(0.5)
+    assert master.state.applied_n("w") == 3 and master.stats.writes_lost == 1
+    assert "w" not in master._held
+
+
 def test_since_is_an_optional_trailing_element_of_write_messages() -> None:
     """A first send has no ``since`` (every master decodes it); a re-send carries it; anything
     else there is malformed."""
