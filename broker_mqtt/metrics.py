@@ -96,7 +96,7 @@ STORE_COUNTERS: dict[str, tuple[str, str]] = {
     "answers_lost": ("broker_mqtt_store_answers_lost",
                      "Writes of this node whose answer was lost (a later one showed the gap): sent again."),
     "writes_lost": ("broker_mqtt_store_writes_lost",
-                    "Writes answered by an earlier master and lost with it, passed over by this master."),
+                    "Writes passed over for their writer: lost with an earlier master, or given up (NoMaster)."),
     "resolver_errors": ("broker_mqtt_store_resolver_errors",
                         "Keys whose custom resolver answer a merge here refused (last writer wins decided them)."),
 }

@@ -140,8 +140,9 @@ class ReplicaStatistics:
     #: (counted as they are staged)
     malformed: int = 0
     answers_lost: int = 0  #: this node's writes whose answer was lost (a later one showed it): sent again
-    #: writes this master found answered by an earlier master and lost with it (their writer said so,
-    #: sending its later ones again), passed over (durability "master", or a double fault)
+    #: writes this master passed over for their writer, which held their answers (it said so, sending
+    #: its later ones again): answered by an earlier master and lost with it (durability "master", or a
+    #: double fault), or given up by the writer (NoMaster) before any master applied them
     writes_lost: int = 0
     #: keys whose custom resolver answer a merge at this node refused (last writer wins decided them)
     resolver_errors: int = 0

@@ -321,10 +321,15 @@ class MasterSide(ServingSide):
         record moves the writer's ``n`` past them on every replica (a ``noop`` of write
         ``since - 1``), so that the writes after them are applied, not held for ever for writes
         their writer will never send again; they are counted (``stats.writes_lost``). Nothing is
-        applied twice: those this master did apply are at or before its ``n``."""
+        applied twice: those this master did apply are at or before its ``n``. A replica's writer
+        (its node id names its endpoint) is believed from its own endpoint only; a named writer's
+        name is no identity (``docs/security.md``), as for its writes."""
         done = self.state.applied_n(writer)
         if self.role is not Role.MASTER or since <= done + 1:
             return
+        endpoint = node_endpoint(writer)
+        if endpoint != writer and len(endpoint) == 32 and endpoint != origin:
+            return  # another endpoint speaking for a replica's writer: it would stop its writes applying
         self.stats.writes_lost += since - 1 - done
         held = self._held.get(writer)
         if held is not None:  # copies of writes passed over, held for the lost ones: never applied now

@@ -1381,6 +1381,18 @@ def test_a_skip_leaves_no_held_copies_behind() -> None:
     assert "w" not in master._held
 
 
+@pytest.mark.parametrize("origin", ["b" * 32, "c" * 32])
+def test_only_a_replicas_own_endpoint_passes_over_its_writes(origin: str) -> None:
+    """A replica's writer (its node id names its endpoint) is believed to hold answers (``since``)
+    from its own endpoint only: another endpoint saying so for it would make the master pass over
+    its writes, and take its next ones for repeats, never applied."""
+    net, master, epoch, _out = _master_a(seed=3)
+    writer = "b" * 32 + ".1"
+    master.handle(["write", writer, 5, origin, Put("k", 5).to_wire(), epoch, 5], net.now)
+    own = origin == "b" * 32
+    assert master.state.applied_n(writer) == (5 if own else 0) and master.stats.writes_lost == (4 if own else 0)
+
+
 def test_since_is_an_optional_trailing_element_of_write_messages() -> None:
     """A first send has no ``since`` (every master decodes it); a re-send carries it; anything
     else there is malformed."""
