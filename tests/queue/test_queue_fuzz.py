@@ -104,13 +104,7 @@ def queue_fuzz(seed: int) -> QueueFuzz:
     net = MoreNet(names, seed=seed, latency=(0.001, rng.choice([0.01, 0.03])), durability=durability,
                   batch=rng.choice([0.0, 0.005]))
     case = QueueFuzz(seed, rng, net, names, increments=False)
-    case.log(f"queue: {len(names)} nodes, durability {durability}")
-    case.tag(rng.choice(names))
-    case.run(0.5)
-    for _ in range(rng.randint(3, 5)):
-        case.episode(rng.choice(SAFE_KINDS + CRASH_KINDS))
-    case.settle()
-    return case
+    return case.play(f"queue: {len(names)} nodes, durability {durability}", SAFE_KINDS + CRASH_KINDS, most=5)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from _elected_sim import Node, SimNet
@@ -144,6 +145,10 @@ class Fuzz:
             self.net.run(min(self.rng.uniform(0.2, 1.8) * step, max(end - self.net.now, 0.0)))
 
     # -- faults ------------------------------------------------------------------------------------
+    def kill(self, name: str) -> None:
+        """Kill node ``name`` (a hook: a subclass notes what the kill may lose)."""
+        self.net.kill(name)
+
     def episode(self, kind: str) -> None:
         net, rng = self.net, self.rng
         master = self.master()
@@ -158,12 +163,12 @@ class Fuzz:
             victim = rng.choice(others)
             self.run(rng.uniform(0.1, 1.0))
             self.log(f"kill {victim}")
-            net.kill(victim)
+            self.kill(victim)
             self.run(rng.uniform(0.2, 1.5))
         elif kind == "kill_master" and master is not None:
             self.run(rng.uniform(0.1, 1.0))
             self.log(f"kill {master}")
-            net.kill(master)
+            self.kill(master)
             self.tagged.discard(master)
             self.run(rng.uniform(0.0, 1.5))  # the election notices
             self.tag(rng.choice(others))
@@ -237,6 +242,17 @@ class Fuzz:
             self.tag(rng.choice(self.live()))
         go(rng.uniform(1.5, 2.5))
 
+    def play(self, header: str, kinds: Sequence[str], most: int = 6) -> Self:
+        """The case's schedule: log ``header``, tag a random node, 0.5 s of writes, 3 to ``most``
+        episodes of random ``kinds``, then the quiet phase (:meth:`settle`). Returns the case."""
+        self.log(header)
+        self.tag(self.rng.choice(self.names))
+        self.run(0.5)
+        for _ in range(self.rng.randint(3, most)):
+            self.episode(self.rng.choice(kinds))
+        self.settle()
+        return self
+
     def settle(self) -> None:
         """The quiet phase: everything healed and resumed, one node tagged once all hear each other,
         then 6 s more."""
@@ -293,13 +309,8 @@ def fuzz(seed: int) -> Fuzz:
     net = FuzzNet(names, seed=seed, latency=(0.001, rng.choice([0.01, 0.03])), durability=durability,
                   batch=rng.choice([0.0, 0.005]))
     case = Fuzz(seed, rng, net, names, increments=safe)
-    case.log(f"{len(names)} nodes, durability {durability}, {'no splits' if safe else 'splits and loss'}")
-    case.tag(rng.choice(names))
-    case.run(0.5)
-    for _ in range(rng.randint(3, 6)):
-        case.episode(rng.choice(SAFE_KINDS if safe else EPISODE_KINDS))
-    case.settle()
-    return case
+    return case.play(f"{len(names)} nodes, durability {durability}, {'no splits' if safe else 'splits and loss'}",
+                     SAFE_KINDS if safe else EPISODE_KINDS)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -136,6 +136,7 @@ class MoreFuzz(Fuzz):
             self.note_kill(name, deposed=True)
 
     def kill(self, name: str) -> None:
+        """Kill ``name``; durability master: first note what it may lose (:meth:`note_kill`)."""
         if self.master_durability:
             self.note_kill(name)
         self.net.kill(name)
@@ -162,9 +163,6 @@ class MoreFuzz(Fuzz):
 
     def episode(self, kind: str) -> None:
         if kind not in CRASH_KINDS:
-            if kind in ("kill_follower", "kill_master") and self.master_durability:
-                self._kill_episode(kind)
-                return
             super().episode(kind)
             return
         net, rng = self.net, self.rng
@@ -194,28 +192,6 @@ class MoreFuzz(Fuzz):
             self.run(rng.uniform(0.2, 1.0))
         self.recover(writes=True)
 
-    def _kill_episode(self, kind: str) -> None:
-        """test_elected_fuzz's kills, with the durability-master bookkeeping."""
-        rng = self.rng
-        master = self.master()
-        others = [n for n in self.live() if n != master]
-        self.log(f"episode {kind} (master {master})")
-        if kind == "kill_follower":
-            victim = rng.choice(others)
-            self.run(rng.uniform(0.1, 1.0))
-            self.log(f"kill {victim}")
-            self.kill(victim)
-            self.run(rng.uniform(0.2, 1.5))
-        elif master is not None:
-            self.run(rng.uniform(0.1, 1.0))
-            self.log(f"kill {master}")
-            self.kill(master)
-            self.tagged.discard(master)
-            self.run(rng.uniform(0.0, 1.5))
-            self.tag(rng.choice(others))
-            self.run(rng.uniform(0.2, 1.0))
-        self.recover(writes=True)
-
 
 def fuzz_more(seed: int, *, mode: str, directory: Path | None = None) -> MoreFuzz:
     """``mode``: "partial" (the crash episodes among the safe ones), "sqlite" (the same, every
@@ -226,14 +202,7 @@ def fuzz_more(seed: int, *, mode: str, directory: Path | None = None) -> MoreFuz
     net = MoreNet(names, seed=seed, latency=(0.001, rng.choice([0.01, 0.03])), durability=durability,
                   batch=rng.choice([0.0, 0.005]), directory=directory if mode == "sqlite" else None)
     case = MoreFuzz(seed, rng, net, names, increments=True, master_durability=mode == "master")
-    case.log(f"{mode}: {len(names)} nodes, durability {durability}")
-    case.tag(rng.choice(names))
-    case.run(0.5)
-    kinds: tuple[str, ...] = SAFE_KINDS + CRASH_KINDS
-    for _ in range(rng.randint(3, 6)):
-        case.episode(rng.choice(kinds))
-    case.settle()
-    return case
+    return case.play(f"{mode}: {len(names)} nodes, durability {durability}", SAFE_KINDS + CRASH_KINDS)
 
 
 def _run(seed: int, mode: str, tmp_path: Path) -> None:
