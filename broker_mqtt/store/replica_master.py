@@ -315,15 +315,14 @@ class MasterSide(ServingSide):
     def _skip_answered(self, writer: str, origin: str, since: int) -> None:
         """``writer``, sending its unanswered writes again, holds the answers of all before ``since``.
         Those this master never applied were applied (and answered) by an earlier master, and lost
-        with it (durability "master", or that master and every replica that held them gone), or
-        were given up by their writer before any master applied them (``NoMaster`` after
-        ``write_timeout``: outcome unknown, and now known: not applied). One
-        record moves the writer's ``n`` past them on every replica (a ``noop`` of write
-        ``since - 1``), so that the writes after them are applied, not held for ever for writes
-        their writer will never send again; they are counted (``stats.writes_lost``). Nothing is
-        applied twice: those this master did apply are at or before its ``n``. A replica's writer
-        (its node id names its endpoint) is believed from its own endpoint only; a named writer's
-        name is no identity (``docs/security.md``), as for its writes."""
+        with it (durability "master", or that master and every replica that held them gone), or were
+        given up by their writer before any master applied them (``NoMaster`` after ``write_timeout``:
+        outcome unknown, and now known: not applied). One record moves the writer's ``n`` past them
+        on every replica (a ``noop`` of write ``since - 1``), so that the writes after them are
+        applied, not held for ever for writes their writer will never send again; they are counted
+        (``stats.writes_lost``). Nothing is applied twice: those this master did apply are at or
+        before its ``n``. A replica's writer (its node id names its endpoint) is believed from its
+        own endpoint only; a named writer's name is no identity (``docs/security.md``), as for its writes."""
         done = self.state.applied_n(writer)
         if self.role is not Role.MASTER or since <= done + 1:
             return
