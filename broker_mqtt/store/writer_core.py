@@ -232,6 +232,11 @@ class WriterCore:
         lost = 0
         if after is not None and writes and next(iter(writes)) <= after:  # an earlier wack was lost
             due = [n for n in writes if after < n <= upto]
+            # (without since, unlike _resend: the master of this wack's epoch applied every write up to
+            # upto >= after, so since would make it pass over nothing; a wack of an epoch newer than the
+            # writer's is followed by that master's heartbeat or active, and set_master sends them again
+            # with since. A master from 2026-11-27 or 11-28, which sends after, refuses a write
+            # carrying since as malformed: with it, what such a master answers now would fail.)
             resend_at = now if self.master is not None else None
             for n, p in writes.items():
                 if n > after:
