@@ -9,6 +9,12 @@ Theory of operation:
   reject, with or without waiting) into group-committed writes, one in flight at a time (what is
   settled during a round trip goes in the next write). Leaving the block gives back everything it
   still holds.
+* An acquire whose outcome is unknown (its answer forgotten, ``NoMaster`` after ``write_timeout``)
+  may have taken messages the consumer never learns of. Acquiring on as the same owner would keep
+  them for ever: each acquire that gets a message restarts the owner's lease. So the owner is
+  retired: acquires go on under a new owner id, the old one is renewed only while this consumer
+  holds messages it got as that owner (each :class:`Delivery` settles as the owner it was acquired
+  by), and then its lease runs out and the master hands the unknown messages out again.
 * A :class:`Delivery` is one acquired message; settling it is a write to the store's master (the
   effects are computed by :mod:`.commands`), answered once durable.
 * A consumer that found the queue empty waits for an arrival, which its :class:`ConsumerSource`
@@ -52,6 +58,7 @@ log = logging.getLogger("broker_mqtt.queue")
 
 _YIELD_EVERY = 64  # deliveries a consumer hands out between two full checkpoints
 LINGER = 0.02  # s a consumer that found the queue empty waits after an arrival (fewer, fuller acquires)
+RETIRED_KEPT = 16  # retired owners a consumer releases when it leaves (older ones: their lease runs out)
 
 __all__ = ["Consumer", "ConsumerSource", "Delivery", "LINGER"]
 
@@ -96,10 +103,11 @@ class Delivery:
     or :meth:`reject`; each returns once the master's decision is durable and raises
     :class:`~.errors.NotHeld` if the message had been taken back (then another consumer gets it)."""
 
-    __slots__ = ("_consumer", "id", "data", "delivery_count", "settled", "seen")
+    __slots__ = ("_consumer", "_owner", "id", "data", "delivery_count", "settled", "seen")
 
-    def __init__(self, consumer: Consumer, msg_id: int, data: Any, delivery_count: int) -> None:
+    def __init__(self, consumer: Consumer, msg_id: int, data: Any, delivery_count: int, owner: str) -> None:
         self._consumer = consumer
+        self._owner = owner  # the owner id it was acquired as (settled as it)
         self.id = msg_id
         self.data = data
         self.delivery_count = delivery_count
@@ -158,7 +166,8 @@ class Consumer:
         self.queue = queue
         self.prefetch = prefetch
         self.lease = lease
-        self.owner = f"{queue.endpoint.id.hex}.{secrets.token_hex(4)}"
+        self.owner = self._new_owner()  # acquires go as this owner (a new one after an unknown outcome)
+        self._retired: deque[str] = deque(maxlen=RETIRED_KEPT)  # released on leaving (the rest: by their lease)
         self._ready: deque[Delivery] = deque()  # acquired, not yet handed to the application
         self._delivered = anyio.Event()
         self._closed = False
@@ -181,6 +190,18 @@ class Consumer:
     def held(self) -> int:
         return len(self._held)
 
+    def _new_owner(self) -> str:
+        return f"{self.queue.endpoint.id.hex}.{secrets.token_hex(4)}"
+
+    def _retire_owner(self, owner: str, why: str) -> None:
+        """An acquire as ``owner`` has an unknown outcome (``why``): acquire as a new owner from now on."""
+        if owner != self.owner:
+            return  # (retired already: another acquire in flight as it failed too)
+        self.owner = self._new_owner()
+        self._retired.append(owner)
+        log.warning("queue %s: an acquire as %s %s; acquiring as %s from now on (what it took, if anything, "
+                    "is delivered again once that lease runs out)", self.queue.name, owner, why, self.owner)
+
     async def __aenter__(self) -> Self:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -198,22 +219,28 @@ class Consumer:
         if self._acquiring is not None:
             self._acquiring.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-            unseen = [([d.id, "return", None, d.delivery_count], settled_cost(d.data, None))
-                      for d in self._held.values() if not d.seen]
+            unseen: dict[str, list[tuple[list[Any], int]]] = {}
+            for d in self._held.values():
+                if not d.seen:
+                    unseen.setdefault(d._owner, []).append(([d.id, "return", None, d.delivery_count],
+                                                            settled_cost(d.data, None)))
             await self._settler.wait_idle()
             for d, error in self._failures:
                 log.warning("queue %s: settling message %d failed: %s", self.queue.name, d.id, error)
-            for part in _in_records(unseen):  # acquired, never handed out: back, delivery count as it was
-                try:
-                    await self.queue.write(Settle(self.owner, part))
-                except StoreError:
+            try:
+                for owner, items in unseen.items():
+                    for part in _in_records(items):  # acquired, never handed out: back, delivery count as it was
+                        await self.queue.write(Settle(owner, part))
+            except StoreError:
+                pass
+            for owner in (*self._retired, self.owner):
+                try:  # placed after every acquire (writes apply in order): releases all we got
+                    while await self.queue.write(ReleaseOwner(owner, "consumer closed", False)):
+                        pass  # (a record's worth each)
+                except StoreError as err:
+                    log.warning("queue %s: could not release %s's messages (%s); their lease will",
+                                self.queue.name, owner, err)
                     break
-            try:  # placed after every acquire (writes apply in order): releases all we got
-                while await self.queue.write(ReleaseOwner(self.owner, "consumer closed", False)):
-                    pass  # (a record's worth each)
-            except StoreError as err:
-                log.warning("queue %s: could not release %s's messages (%s); their lease will",
-                            self.queue.name, self.owner, err)
         self.queue._listen(-1)
         self._tg.cancel_scope.cancel()
         self._closed = True
@@ -276,32 +303,35 @@ class Consumer:
     async def _acquire(self, n: int) -> None:
         seen = self.queue._arrivals
         got: list[Any] = []
+        owner = self.owner
         try:
             if self._leaving:  # placed after the release of all held, it would hold messages until the lease ends
                 return
-            answer = await self.queue.write(Acquire(self.owner, n, self.lease))
+            answer = await self.queue.write(Acquire(owner, n, self.lease))
             if isinstance(answer, list):
                 got = answer
             else:  # its answer was forgotten (a repeat answered None by a master of an earlier build;
-                # now AnswerForgotten, below): what it acquired, if anything, is redelivered when its lease ends
+                # now AnswerForgotten, below)
                 log.warning("queue %s: an acquire was answered %s, not its messages", self.queue.name,
                             peer_repr(answer, 40))
+                self._retire_owner(owner, "was answered without its messages")
                 await anyio.sleep(0.5)
-        except StoreError as exc:  # NoMaster after write_timeout, say: keep trying
+        except StoreError as exc:  # AnswerForgotten; NoMaster after write_timeout, say: keep trying
             if self.queue.stopped:
                 return  # (_end_when_stopped ends the iteration)
             log.warning("queue %s: acquire failed: %s", self.queue.name, exc)
+            self._retire_owner(owner, f"failed ({type(exc).__name__}: outcome unknown)")
             await anyio.sleep(0.5)
         finally:
             self._asked -= n
             self._in_flight -= 1
         for msg_id, data, count in got:
-            d = Delivery(self, msg_id, data, count)
+            d = Delivery(self, msg_id, data, count, owner)
             self._held[msg_id] = d
             self._ready.append(d)
         if got:
             self._delivered.set()
-        if len(got) < n and sum(acquired_cost(data, self.owner) for _, data, _ in got) < RECORD_BYTES // 2:
+        if len(got) < n and sum(acquired_cost(data, owner) for _, data, _ in got) < RECORD_BYTES // 2:
             # the queue ran dry (an answer cut at RECORD_BYTES // 2 has at least that): wait for an
             # arrival, and let a few gather
             self._idle_wait = True
@@ -316,9 +346,10 @@ class Consumer:
     async def _renew_loop(self) -> None:
         while True:
             await anyio.sleep(self.lease / 3)
-            if self._held:
+            # each owner this consumer holds messages as (a retired one's lease then runs out: see the module)
+            for owner in {d._owner: None for d in self._held.values()}:
                 try:
-                    await self.queue.write(Renew(self.owner, self.lease))
+                    await self.queue.write(Renew(owner, self.lease))
                 except StoreError as exc:
                     log.warning("queue %s: lease renewal failed: %s", self.queue.name, exc)
 
@@ -330,7 +361,8 @@ class Consumer:
         d.settled = True
         self._held.pop(d.id, None)
         self._room.set()
-        answer = await self._settler.submit([d.id, action, reason, d.delivery_count], settled_cost(d.data, reason))
+        answer = await self._settler.submit((d._owner, [d.id, action, reason, d.delivery_count]),
+                                            settled_cost(d.data, reason))
         if answer is not None:
             raise NotHeld(answer)
 
@@ -341,8 +373,8 @@ class Consumer:
         self._held.pop(d.id, None)
         self._room.set()
         self._nowait_made += 1
-        self._settler.submit_nowait([d.id, action, reason, d.delivery_count], functools.partial(self._settled, d),
-                                    settled_cost(d.data, reason))
+        self._settler.submit_nowait((d._owner, [d.id, action, reason, d.delivery_count]),
+                                    functools.partial(self._settled, d), settled_cost(d.data, reason))
 
     def _settled(self, d: Delivery, outcome: Any) -> None:
         """The answer to a settlement made without waiting: None when done."""
@@ -368,7 +400,14 @@ class Consumer:
         failures, self._failures = self._failures, []
         return failures
 
-    async def _settle_batch(self, items: list[Any]) -> list[Any]:
-        answers: list[Any] = await self.queue.write(Settle(self.owner, items))
+    async def _settle_batch(self, items: list[tuple[str, list[Any]]]) -> list[Any]:
+        """One settle write per owner of ``items`` (``(owner, settlement)``, in order; one write but
+        right after an owner was retired)."""
+        answers: list[Any] = []
+        start = 0
+        for i in range(1, len(items) + 1):
+            if i == len(items) or items[i][0] != items[start][0]:
+                answers += await self.queue.write(Settle(items[start][0], [item for _, item in items[start:i]]))
+                start = i
         return answers
 

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
+import sys
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from broker_mqtt.queue.commands import Acquire
+from broker_mqtt.queue import MessageState
+from broker_mqtt.queue.commands import Acquire, Publish, ReleaseOwner
 from broker_mqtt.queue.consumer import Consumer
+from broker_mqtt.queue.model import MessageRecord, index_for, new_marker
+from broker_mqtt.store.errors import AnswerForgotten
+from broker_mqtt.store.versioned import VersionedState
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_queue_commands import run  # noqa: E402 - what a master does with one write
 
 
 @dataclass
@@ -60,3 +70,92 @@ async def test_an_acquire_answered_without_its_messages_is_retried_not_fatal(cap
     assert (d.id, d.data, d.delivery_count) == (7, "job-7", 1)
     assert queue.asked >= 2
     assert "an acquire was answered None, not its messages" in caplog.text
+
+
+class MasterQueue:
+    """A queue whose writes a master computes and applies at once (``tests/queue/test_queue_commands.py``'s
+    way), with the master's lease chore (an expired owner's messages released every 0.02 s), the
+    event loop's clock as the wall clock, and a publisher. The acquires numbered in ``forget`` are
+    applied and then answered :class:`AnswerForgotten`, as a master answers a repeat whose answer
+    neither its state nor its log holds any more (after an outage under load)."""
+
+    def __init__(self, forget: set[int]) -> None:
+        self.endpoint = _Endpoint()
+        self.name = "jobs"
+        self.poll_interval = 0.05
+        self._arrivals = 0
+        self.state = VersionedState()
+        self.forget = forget
+        self.acquires = 0
+        self.forgotten: set[int] = set()  # the ids the forgotten acquires took
+
+    async def write(self, command: Any) -> Any:
+        await anyio.lowlevel.checkpoint()
+        before = {k for k, r in _records(self.state).items() if r.state is MessageState.ACQUIRED}
+        answer = run(self.state, command, anyio.current_time())
+        if isinstance(command, Acquire):
+            self.acquires += 1
+            if self.acquires in self.forget:
+                taken = {k for k, r in _records(self.state).items() if r.state is MessageState.ACQUIRED} - before
+                self.forgotten |= taken
+                raise AnswerForgotten(f"acquire {self.acquires}: applied, its answer forgotten")
+        return answer
+
+    async def publish_every(self, interval: float) -> None:
+        for i in itertools.count():
+            run(self.state, Publish([f"job-{i}"], None, new_marker()), anyio.current_time())
+            self._arrivals += 1
+            await anyio.sleep(interval)
+
+    async def lease_chore(self) -> None:
+        while True:
+            await anyio.sleep(0.02)
+            now = anyio.current_time()
+            for owner in index_for(self.state).expired_owners(now):
+                run(self.state, ReleaseOwner(owner, "lease expired", True), now)
+
+    def _listen(self, delta: int) -> None:
+        pass
+
+    stopped = False
+
+    async def wait_stopped(self) -> None:
+        await anyio.sleep_forever()
+
+    async def _await_arrival(self, seen: int, timeout: float) -> None:
+        await anyio.sleep(min(timeout, 0.01))
+
+
+def _records(state: VersionedState) -> dict[int, MessageRecord]:
+    out: dict[int, MessageRecord] = {}
+    for key, value in state.items():
+        rec = MessageRecord.from_wire(value) if isinstance(key, int) else None
+        if rec is not None:
+            out[key] = rec
+    return out
+
+
+@pytest.mark.anyio
+async def test_messages_an_acquire_took_whose_answer_was_forgotten_come_back_while_the_consumer_stays_busy() -> None:
+    # The consumer never learns which messages that acquire took. Before, it went on acquiring as the
+    # same owner, and every acquire that got a message restarted that owner's lease: while messages
+    # kept coming, the lease never ran out and those messages stayed acquired for ever. Now an acquire
+    # of unknown outcome retires its owner: acquires go on as a new one, the old one's lease is renewed
+    # only while this consumer holds messages it got, then runs out, and the master hands them out again.
+    queue = MasterQueue(forget={2})  # (the first: messages held, and renewed, as it happens)
+    accepted: set[int] = set()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(queue.publish_every, 0.002)
+        tg.start_soon(queue.lease_chore)
+        with anyio.fail_after(10):  # (a lease and a half: it is renewed every third of it)
+            async with Consumer(queue, prefetch=4, lease=1.5) as deliveries:  # type: ignore[arg-type]  # (a stand-in queue)
+                async for d in deliveries:
+                    d.accept_nowait()
+                    accepted.add(d.id)
+                    if queue.forgotten and queue.forgotten <= accepted:
+                        break
+                assert not await deliveries.drain()
+        tg.cancel_scope.cancel()
+    assert queue.forgotten, "the forgotten acquire took messages"
+    owners = {r.owner for r in _records(queue.state).values() if r.state is MessageState.ACQUIRED}
+    assert not owners, owners  # the consumer left: it released what it held, under every owner
