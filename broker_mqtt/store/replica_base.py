@@ -155,18 +155,22 @@ class ReplicaBase:
         self._reclaim_at = now
         self._started = now
         self._resumed = now  # the last time this replica woke from a pause (see _clock)
+        self._pause_threshold = self.config.pause_threshold  # (once: _clock runs at every input)
         self._now = now
 
     # -- shared steps ---------------------------------------------------------------------------------
 
     def _clock(self, now: float) -> None:
         """Note the time of an input. Heartbeats tick every ``heartbeat``, so an input more than
-        ``max(member_timeout / 2, 2 * heartbeat)`` after the previous one means this process was not
-        running (SIGSTOP, a stalled loop): what it knows of the members is stale (by its clock they
-        all look silent), and a claim waits ``member_timeout`` from now to hear them again, as one
-        just started does, before it counts who is live."""
-        config = self.config
-        if now - self._now > max(config.member_timeout / 2, 2 * config.heartbeat):
+        ``config.pause_threshold`` (``min(member_timeout / 2, claim_timeout - heartbeat)``) after the
+        previous one means this process was not running (SIGSTOP, a stalled loop): what it knows of
+        the members is stale (by its clock they all look silent), and a claim waits
+        ``member_timeout`` from now to hear them again, as one just started does, before it counts
+        who is live; a master may have been deposed meanwhile (``_woke_unconfirmed``). The threshold
+        is below the shortest pause that can depose a master (:attr:`.ReplicaConfig.pause_threshold`):
+        before, ``max(member_timeout / 2, 2 * heartbeat)`` missed a deposing pause when
+        ``claim_timeout`` was short of it."""
+        if now - self._now > self._pause_threshold:
             self._resumed = now
         self._now = now
 

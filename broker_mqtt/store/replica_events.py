@@ -53,7 +53,11 @@ class ReplicaConfig:
     ``forget`` records that every replica applies; a split longer than this can bring an erased key
     back (``docs/elected-stores.md`` § 6). ``snapshot_chunk``: the largest snapshot chunk message, in
     bytes (an entry larger than that goes alone in one); ``snapshot_window``: the chunks a replica
-    receiving a snapshot asks for at a time (:mod:`.snapshot_stream`)."""
+    receiving a snapshot asks for at a time (:mod:`.snapshot_stream`).
+
+    ``heartbeat``, ``member_timeout`` and ``claim_timeout`` must leave room for noticing a pause
+    (:attr:`pause_threshold`): ``claim_timeout >= 3 * heartbeat`` and ``member_timeout >= 4 *
+    heartbeat`` (ValueError otherwise; the defaults, and those ``attach_store`` derives, do)."""
 
     heartbeat: float = 0.25
     member_timeout: float = 1.0
@@ -70,6 +74,26 @@ class ReplicaConfig:
     def __post_init__(self) -> None:
         if self.tombstone_ttl is not None and not self.tombstone_ttl >= 0:
             raise ValueError(f"tombstone_ttl must be None or >= 0 s, not {self.tombstone_ttl}")
+        hb = self.heartbeat
+        slack = 1 - 1e-9  # (claim_timeout=0.3 with heartbeat=0.1 is fine)
+        if not (hb > 0 and self.claim_timeout >= 3 * hb * slack and self.member_timeout >= 4 * hb * slack):
+            raise ValueError(
+                f"heartbeat ({hb}) must be > 0, claim_timeout ({self.claim_timeout}) >= 3 * heartbeat and "
+                f"member_timeout ({self.member_timeout}) >= 4 * heartbeat: a replica takes a silence of more than "
+                "min(member_timeout / 2, claim_timeout - heartbeat) for a pause of its own, which must be longer "
+                "than the heartbeats' gaps (2 * heartbeat) and shorter than the shortest pause that can depose "
+                "a master (min(claim_timeout, member_timeout - heartbeat); docs/elected-stores.md § 3)")
+
+    @property
+    def pause_threshold(self) -> float:
+        """A replica that hears nothing (not even its own timer) for longer than this was paused
+        (SIGSTOP, a stalled loop): ``min(member_timeout / 2, claim_timeout - heartbeat)``. The
+        shortest pause that can depose a master is ``min(claim_timeout, member_timeout - heartbeat)``
+        (a claimant waits ``claim_timeout`` for the master's promise, or none once it has been silent
+        for ``member_timeout``, a heartbeat after its last one at worst), so every such pause is
+        noticed, with a heartbeat to spare for the network; and a replica running has inputs at least
+        every heartbeat, so no pause is seen where there is none (``__post_init__`` checks both)."""
+        return min(self.member_timeout / 2, self.claim_timeout - self.heartbeat)
 
 
 # -- events ----------------------------------------------------------------------------------------

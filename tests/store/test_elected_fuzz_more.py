@@ -266,3 +266,72 @@ def test_durability_master_woken_deposed_master_undoes_no_acknowledged_increment
         assert all(n in net.nodes[w].done for w, n in placed)
         assert [net.contents(x).get(COUNTER) for x in "abc"] == [16, 16, 16]
         assert not net.nodes["c"].conflicts
+
+
+def test_durability_master_deposed_by_a_pause_too_short_to_notice_undoes_no_increment() -> None:
+    """Durability master, with a long ``member_timeout`` (2 s) and a short ``claim_timeout`` (0.75 s).
+    A pause counted as one only past ``max(member_timeout / 2, 2 * heartbeat)``, 1 s, but the
+    claimant stops waiting for a silent master's promise after ``claim_timeout``: a master paused
+    0.9 s was deposed (the election moved the tag as it paused) and woke without noticing the pause.
+    It acknowledged at once the write that waited for it, and its history, diverged in its old epoch,
+    was merged per key over the new master's 10 acknowledged increments. The pause that counts is now
+    ``ReplicaConfig.pause_threshold``, ``min(member_timeout / 2, claim_timeout - heartbeat)``: shorter
+    than the shortest pause that can depose a master (docs/elected-stores.md § 3)."""
+    from _elected_sim import SimNet
+
+    from broker_mqtt.store.commands import Increment
+    from broker_mqtt.store.replication import ReplicaConfig
+
+    config = ReplicaConfig(heartbeat=0.25, member_timeout=2.0, claim_timeout=0.75)
+    with SimNet(["a", "b", "c"], seed=3, durability="master", config=config) as net:
+        net.tag("a")
+        net.run(1.0)
+        placed: list[tuple[str, int]] = []
+        for _ in range(5):
+            placed.append(("b", net.write("b", Increment(COUNTER, 1))))
+            net.run(0.05)
+        paused = net.now
+        net.pause("a")  # SIGSTOP, just after an input: b's sixth write waits for it
+        placed.append(("b", net.write("b", Increment(COUNTER, 1))))
+        net.run(0.01)
+        net.tag("c")  # the election moves the tag at once (rotate mode, a lost ping)
+        net.run(0.8)  # c gives up a's promise after claim_timeout, and is master
+        assert net.nodes["c"].replica.is_master
+        placed.extend(("c", net.write("c", Increment(COUNTER, 1))) for _ in range(10))
+        net.run(0.05)
+        assert all(n in net.nodes[w].done for w, n in placed if w == "c")  # acknowledged by c
+        assert {net.contents(x).get(COUNTER) for x in "bc"} == {16}
+        assert net.now - paused < 0.95  # under member_timeout / 2
+        # it reads b's write (as master of its epoch) before c's claim, each message answered at once
+        # (ElectedStore drains after each PUBLISH: the write and the claim come on different topics)
+        net.resume("a", first=lambda: None)
+        net.untag("a")
+        net.run(6.0)
+        assert all(n in net.nodes[w].done for w, n in placed)
+        assert [net.contents(x).get(COUNTER) for x in "abc"] == [16, 16, 16]
+        assert not net.nodes["c"].conflicts
+
+
+def test_pause_threshold_is_shorter_than_any_deposing_pause() -> None:
+    """``ReplicaConfig.pause_threshold`` is as before for the defaults and for the timings
+    ``attach_store`` derives from the election's gap (``max(member_timeout / 2, 2 * heartbeat)``),
+    below the shortest pause that can depose a master for every accepted setting, and settings that
+    leave no room for it (a claim or a member timeout too short for the heartbeat) are refused."""
+    import pytest
+
+    from broker_mqtt.store.replication import ReplicaConfig
+
+    def old(c: ReplicaConfig) -> float:
+        return max(c.member_timeout / 2, 2 * c.heartbeat)
+
+    assert ReplicaConfig().pause_threshold == old(ReplicaConfig()) == 0.5
+    for gap in (0.01, 0.1, 0.25, 0.5, 1.5, 10.0):  # attach_store's derivation
+        hb = min(0.25, gap / 2)
+        c = ReplicaConfig(heartbeat=hb, member_timeout=4 * hb, claim_timeout=max(4 * hb, gap))
+        assert c.pause_threshold == old(c)
+    for hb, mt, ct in [(0.25, 1.0, 0.75), (0.25, 2.0, 0.75), (0.1, 5.0, 0.3), (0.25, 1.0, 30.0), (1.0, 4.0, 3.0)]:
+        c = ReplicaConfig(heartbeat=hb, member_timeout=mt, claim_timeout=ct)
+        assert 2 * hb * (1 - 1e-9) <= c.pause_threshold <= min(ct, mt - hb) - hb
+    for hb, mt, ct in [(0.25, 1.0, 0.7), (0.25, 0.9, 1.0), (0.25, 1.0, 0.2), (0.0, 1.0, 1.0)]:
+        with pytest.raises(ValueError, match="claim_timeout .* >= 3 \\* heartbeat and member_timeout"):
+            ReplicaConfig(heartbeat=hb, member_timeout=mt, claim_timeout=ct)
