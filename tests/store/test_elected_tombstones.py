@@ -259,3 +259,35 @@ def test_a_joiner_that_never_finishes_pauses_forgetting_only_for_a_while() -> No
             net.run(0.01)
         assert c.stale and a._snap_served_at > net.now - 2 * net.config.fetch_timeout  # still asking
         assert forgets and a.state.tombstones < 1000 and b.state.tombstones < 1000  # of 1,980 erased
+
+
+def test_a_tombstone_a_joiner_holds_from_before_its_pass_and_forgotten_since_goes() -> None:
+    """A joiner gets tombstones in the first pass of its snapshot (keys erased before the join); cut
+    off mid-join long enough for the master to forget them (no snapshot served meanwhile), it resumes,
+    and a pass of changes cannot name keys forgotten since it began (the log no longer reaches back).
+    It must start over: before, only a forgotten tombstone *erased* after the pass began did (the
+    erase's seq was compared), and the joiner installed the old tombstones for good, every other
+    replica having forgotten them (found by tests/store/test_elected_fuzz_ops.py, seed 59)."""
+    with _small_chunks_short_log(1.0) as net:
+        a = net.nodes["a"].replica
+        for i in range(40):
+            net.write("a", Erase(f"s{i:05}"))
+        net.run(0.1)
+        sent = record_sends(a)
+        net.add("c")
+        while not [m for m in sent if m[0] == "schunk" and m[2] == "c.0" and (m[8] or b"") > pack("s00040")]:
+            net.run(0.001)  # until c got the tombstones (they come first in key order)
+        net.run(0.05)
+        net.partition({"a", "b"}, {"c"})
+        c = net.nodes["c"].replica
+        assert a.state.tombstones == 40 and c.stale
+        for i in range(100):  # more than the log keeps
+            net.write("a", Put(f"more{i}", i))
+            net.run(0.01)
+        net.run(8.0)  # past 2 fetch timeouts and the ttl: the tombstones are forgotten
+        assert a.state.tombstones == 0 and c.stale
+        net.heal()
+        net.run(15.0)
+        assert c.stats.snapshots_installed == 1 and not c.stale
+        assert net.contents("c") == net.contents("a") == net.contents("b")
+        assert c.state.tombstones == a.state.tombstones == net.nodes["b"].replica.state.tombstones == 0
