@@ -37,10 +37,11 @@ from broker_mqtt.store.replication import Replica, ReplicaConfig
 from broker_mqtt.store.versioned import Clock, VersionedState
 from broker_mqtt.store.writer_core import NoMaster
 
-#: the seeds the suite runs; ``BROKER_MQTT_FUZZ_OPS_SEEDS=N`` runs 0..N-1. Of 0..299 (2026-11-29), 64, 96
-#: and 179 fail, not understood yet: after lost messages or a split, a writer's writes go unanswered
-#: for up to write_timeout once the store has settled (64, 179: applied everywhere, still unanswered
-#: when the case ends; 96: NoMaster, "no master is known", while its replica joins for tens of seconds)
+#: the seeds the suite runs; ``BROKER_MQTT_FUZZ_OPS_SEEDS=N`` runs 0..N-1. Seed 96 (of 0..299, on
+#: 2026-11-29) fails, not fixed: after a split, replica a stays behind (its snapshot from each new master
+#: keeps starting over, under lost messages and forgotten tombstones, and later masters fetch and merge
+#: its stale history again at each claim though an earlier merge subsumed it), and its writer's
+#: write waits "no master is known" until write_timeout (NoMaster, outcome unknown)
 SEEDS = range(int(os.environ.get("BROKER_MQTT_FUZZ_OPS_SEEDS", "50")))
 WALL0 = 1_000_000
 LONG = 1000.0  # a long expiry: never reached in a case
@@ -190,6 +191,7 @@ class OpsFuzz(Fuzz):
         while net.now < end and not self.caught_up():
             net.run(0.5)
         self.log(f"settled (caught up by {net.now:.3f})")
+        net.run(2.0)  # durability "all": the writes that waited for a joiner are answered once it acks (seed 179)
 
     def recover(self, *, writes: bool) -> None:
         """test_elected_fuzz's recovery, but a paused node that lost the tag while still claiming (not
