@@ -174,13 +174,20 @@ class ReplicaBase:
             self._resumed = now
         self._now = now
 
+    def _drop_unacknowledged_tail(self) -> None:
+        """A master that leaves the role (steps down, or claims again to merge a diverged history)
+        announces its history only up to its durable point: the records after it were acknowledged
+        to nobody, and are dropped for the next master's snapshot rather than merged over another
+        master's acknowledged writes."""
+        if self.role is Role.MASTER and self._durable_seq < self.state.last_seq:
+            self._discard_after = self._durable_seq
+
     def _step_down(self) -> None:
         """Stop being master (or claiming). Records past the durable point were acknowledged to
         nobody (with durability "master" only those applied just after a pause: ``_woke_unconfirmed``):
         if the next master's history lacks them, they are dropped for its snapshot rather than merged;
         their writers send them again."""
-        if self.role is Role.MASTER and self._durable_seq < self.state.last_seq:
-            self._discard_after = self._durable_seq
+        self._drop_unacknowledged_tail()
         self.role = Role.FOLLOWER
         self._claim = None
         self._held.clear()

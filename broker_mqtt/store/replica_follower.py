@@ -95,6 +95,7 @@ class FollowerSide(MasterSide):
             self.max_term = max(self.max_term, msg.epoch[0])  # type: ignore[index]  # _fenced_for_good: an epoch
             self._start_claim(now)
         elif self.role is Role.MASTER and not self._holds(pos):
+            self._drop_unacknowledged_tail()  # (as if deposed: what it alone holds is not merged)
             self._start_claim(now)  # a diverged history not merged yet: merge it in a new epoch
 
     def _fenced_for_good(self, m: _Member, msg: Heartbeat, now: float) -> bool:

@@ -10,7 +10,11 @@ endpoint's QoS: two streams), ``ea`` (a ``wack`` for a writer the master does no
 replica, unicast to the writer's endpoint). ``SimNet`` delivers everything from one node to another
 in one order, as one broker and one topic would; :class:`TopicOrder` keeps the order per (sender,
 receiver, topic, QoS) only, the topic taken from ``routes.routes`` (the simulated node ids ``a.0``
-name no endpoint, so each node name is given one for routing: ``_endpoint``).
+name no endpoint, so each node name is given one for routing: ``_endpoint``). A stream may stall
+(``stall``: a cluster node's backlog): what follows on it waits, while the sender's other topics and
+the other senders' messages go on, so a receiver hears of an event late, after its consequences
+(test_queue_fuzz_topics seed 80: a woken master heard a member of the new epoch before the claim
+that deposed it; ``test_replica_cluster_order.py``).
 
 Duplicates (``dup``): a copy of a message delivered again later. The endpoint drops repeats of
 numbered node messages (``broker_mqtt/endpoint/sequence.py``: a QoS 1 batch sent again after a
