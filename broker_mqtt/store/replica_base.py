@@ -73,6 +73,8 @@ class _Claim:
     merge_self: bool = False
     ready: float = 0.0  # not before this time (a new node learns who is there first)
     counted: bool = False
+    #: the claimant's own unacknowledged tail as a deposed master: its announced lineage, if any
+    own_tail: Lineage | None = None
 
 class ReplicaBase:
     """One node's replica state and shared helpers; see :class:`~.replication.Replica`."""

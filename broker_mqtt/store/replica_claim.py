@@ -62,6 +62,10 @@ class ClaimSide(ReplicaBase):
         # woke from a pause too: _progress_claim)
         ready = max(now, self._started + self.config.member_timeout)
         self._claim = _Claim(epoch, max(now + self.config.claim_timeout, ready), live, {}, ready=ready)
+        if self._discard_after is not None and self._discard_after < self.state.last_seq:
+            lineage = self._reported()[1]  # (taken now: a snapshot installed for the claim forgets it)
+            if lineage and lineage[-1][0][1] == self.id:
+                self._claim.own_tail = lineage
         self._send(Claim(epoch, self.state.position))
         self._progress_claim(now)
 
@@ -142,6 +146,10 @@ class ClaimSide(ReplicaBase):
 
     def _finish_claim(self, claim: _Claim, now: float) -> None:
         dropped = self._dropped_tails(claim)
+        if claim.own_tail is not None:
+            # this claimant is such a deposed master too: a follower may hold part of its tail (it
+            # missed this claim: a claim held up on the way, a clustered broker's stalled topic)
+            dropped.append((list(claim.own_tail), UNBOUNDED_SEQ))
         conflicts: list[Conflict] = []
         subsumed: list[tuple[Lineage, int]] = []
         if claim.fetched:  # diverged histories: merge them all into a new line of this epoch

@@ -49,6 +49,12 @@ _LAST = os.environ.get("BROKER_MQTT_FUZZ_TOPICS_SEEDS")
 SEEDS = range(_FIRST, int(_LAST or 30))
 MORE_SEEDS = range(_FIRST, int(_LAST or 20))
 STALL = 0.05  #: odd seeds: this share of sends stalls its stream (``TopicOrder.stall``)
+# Open (2026-11-29): with long stalls (stall 0.2, stall_max 0.3) the durability-master cases lose
+# more acknowledged increments than Fuzz's exemptions allow (seeds 9, 13, 17, 20, 38, 50, 100, 112,
+# 114, 131, 142 and 183 of 0..199; also before this module's fixes). Not analysed yet: the
+# exemption (a dying or deposed master's counter beyond the best live follower, taken at its kill
+# or wake) may be what is wrong, with its log held up on a stalled stream. So long stalls are not
+# run for that mode; the other modes pass 0..199 with them.
 #: the topics a replica subscribes to (``em`` is for writers without a replica)
 _REPLICA_TOPICS = (replication_topic("s"), writes_topic("s"), answers_topic("s"))
 _QOS0 = frozenset({"ack"})  # docs/elected-stores.md § 8: acks travel at QoS 0
