@@ -74,7 +74,10 @@ def test_queue_per_topic_order_hands_out_once_and_loses_nothing_acknowledged(see
 @pytest.mark.parametrize("seed", SEEDS)
 def test_queue_late_duplicates_hand_out_once_and_lose_nothing_acknowledged(seed: int) -> None:
     """The same with 2 % of deliveries repeated up to 2 s later. (These cases lose no message, so the
-    endpoint would drop every repeat: a stress beyond what a broker delivers, kept while it passes.)"""
+    endpoint would drop every repeat: a stress beyond what a broker delivers, kept while it passes.
+    Open, 2026-11-29: with long stalls too (stall 0.2, stall_max 0.3) seed 93 of 0..199 fails: c.1
+    acquired m36, had it accepted, and acquired it again; which late copy brought it back (an old
+    snapshot chunk, say) is not analysed yet.)"""
     _check(queue_fuzz_topics(seed, dup=0.02, stall=STALL if seed % 2 else 0.0))
 
 
