@@ -279,7 +279,12 @@ class QueueIndex:
         return _smallest(self._done_heap, self.done, n=n, upto=upto)
 
     def expired_owners(self, wall: float) -> list[str]:
-        return sorted(o for o, exp in self.leases.items() if exp <= wall and o in self.owned)
+        """The owners holding messages whose lease ran out by ``wall``, or who have no lease: a
+        healed split's merge can keep one side's acquire of a message and the other side's erase of
+        its owner's lease (a release of what that owner held there), and nothing else would ever
+        take such a message back while its consumer lives."""
+        leases = self.leases
+        return sorted(o for o in self.owned if leases.get(o, wall) <= wall)
 
     def owners_of_endpoint(self, endpoint_hex: str) -> list[str]:
         return sorted(o for o in set(self.owned) | set(self.leases) if o.startswith(endpoint_hex))

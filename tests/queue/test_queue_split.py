@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker_mqtt.queue.commands import MAX_ERASES, Acquire, Publish, Settle, Sweep
+from broker_mqtt.queue.commands import MAX_ERASES, Acquire, Publish, ReleaseOwner, Settle, Sweep
 from broker_mqtt.queue.model import (
     ID_LIMIT,
     NEXT_ID,
@@ -449,6 +449,43 @@ def test_a_heal_in_stages_moves_a_message_once() -> None:
     assert _messages(staged) == {1: "common", 2: "c0", 3: "b0", 4: "m0"}  # (b0 was later than moved m0)
     assert MessageRecord.from_wire(staged.value(4)).published == [1001.0, 2]  # type: ignore[union-attr]
     assert sorted(_messages(merged([a, b, c], (9, "z"))).values()) == ["b0", "c0", "common", "m0"]
+
+
+def test_a_message_whose_owners_lease_the_merge_erased_is_taken_back() -> None:
+    """x holds n since before the split. On the old master's side x acquires m too (its lease
+    written again); on the other side, later, x's lease runs out: n is released and the lease
+    erased. The merge keeps m acquired by x (only that side wrote it) and the erase of the lease
+    (the later write): an owner holding a message with no lease. The master's chores release only
+    expired leases, so m stayed acquired for ever while x's consumer lived (bench/chaos.py's
+    drain: a message never delivered again, its consumer alive). An owner without a lease is
+    expired: the master takes m back."""
+    old = (1, "m")
+    base = VersionedState()
+    _run(base, Publish(["n", "m"]), old, 1)
+    assert _run(base, Acquire("x", 1, 5.0), old, 2) == [[1, "n", 1]]
+    ab, cd = _copy(base), _copy(base)
+    assert _run(ab, Acquire("x", 1, 5.0), old, 10, wall=WALL + 1) == [[2, "m", 1]]
+    assert _run(cd, ReleaseOwner("x", "lease expired", True), (2, "c"), 50, wall=WALL + 6) == 1
+    parts, _ = merge_histories([ab, cd], (3, "c"), resolver=QueueResolver())
+    merged = VersionedState()
+    merged.replace(**parts)
+    idx = index_for(merged)
+    assert merged.value(lease_key("x")) is None and idx.owned == {"x": {2}}  # the premise
+    assert idx.expired_owners(WALL + 7) == ["x"]
+    assert _run(merged, ReleaseOwner("x", "lease expired", True), (3, "c"), 60, wall=WALL + 7) == 1
+    assert MessageRecord.from_wire(merged.value(2)).state is MessageState.READY  # type: ignore[union-attr]
+    assert _run(merged, Acquire("y", 2, 5.0), (3, "c"), 61, wall=WALL + 8) == [[1, "n", 2], [2, "m", 2]]
+
+
+def test_an_owner_is_expired_when_its_lease_ran_out_not_before() -> None:
+    state = VersionedState()
+    _run(state, Publish(["a", "b"]), (1, "m"), 1)
+    _run(state, Acquire("x", 1, 5.0), (1, "m"), 2, wall=WALL)
+    _run(state, Acquire("y", 1, 9.0), (1, "m"), 3, wall=WALL)
+    idx = index_for(state)
+    assert idx.expired_owners(WALL + 4.9) == []
+    assert idx.expired_owners(WALL + 5.0) == ["x"]
+    assert idx.expired_owners(WALL + 9.0) == ["x", "y"]
 
 
 def test_two_masters_whose_clocks_agree_keep_both_of_two_equal_messages() -> None:
