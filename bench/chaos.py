@@ -31,6 +31,10 @@ that started after the subscriber); reported = what the endpoints reported as ``
 
 Prints a table, writes bench/results/chaos.json (``--out``), exits 1 when a store or queue write was
 lost or the replicas differ. ``--quick``: 3 nodes, 5 faults, shorter pauses (the suite runs it).
+The queue's figures include the accepts that raised (``failed_accepts``: outcome unknown, the
+message may be gone though no ACCEPTED was printed; ``lost_after_a_failed_accept`` counts the lost
+messages among them) and the accepts answered ``NotHeld``. ``CHAOS_RAW=/some/prefix`` keeps every
+node's lines in ``<prefix>-slot<i>-<start>.out``, to trace a lost message afterwards.
 """
 
 from __future__ import annotations
@@ -80,10 +84,19 @@ class ChaosNode(LineProc):
         self.conflicts: list[tuple[str, float, str]] = []
         self.missed: list[tuple[str, int]] = []
         self.fails: Counter[str] = Counter()
+        self.afails: list[int] = []  # ids whose accept raised (AFAIL: its outcome unknown)
         self.quiets = 0
+        raw = os.environ.get("CHAOS_RAW")  # a path prefix: each node's lines (but DUMP) kept in a file of its own
+        self._raw = open(f"{raw}-slot{slot}-{time.monotonic():.3f}.out", "w") if raw else None  # noqa: SIM115
         cmd = [sys.executable, str(NODE), url, namespace, "--name", f"n{slot}",
                "--cycle", str(election[0]), "--gap", str(election[1])]
         super().__init__(cmd, stderr=stderr)
+
+    def _take(self, line: str) -> None:
+        if self._raw is not None and not line.startswith("DUMP"):
+            self._raw.write(line)
+            self._raw.flush()
+        super()._take(line)
 
     def _line(self, kind: str, rest: str) -> None:
         parts = rest.split(" ")
@@ -110,6 +123,9 @@ class ChaosNode(LineProc):
             self.accepting.append((int(msg_id), json.loads(data)))
         elif kind == "QUIET":
             self.quiets += 1
+        elif kind == "AFAIL":
+            self.afails.append(int(parts[0]))
+            self.fails[kind] += 1
         else:
             self.fails[kind] += 1
 
@@ -327,7 +343,12 @@ class Chaos:
                       "lost_samples": [[list(x), published[x]] for x in queue_lost[:20]],
                       "duplicated_samples": [[list(x), published.get(x), w] for x, w in where.items()
                                              if len(w) > 1][:20],
-                      "drained": drained, "failed_publishes": sum(n.fails["PFAIL"] for n in self.every)},
+                      "drained": drained, "failed_publishes": sum(n.fails["PFAIL"] for n in self.every),
+                      "failed_accepts": sum(n.fails["AFAIL"] for n in self.every),
+                      "not_held": sum(n.fails["NOTHELD"] for n in self.every),
+                      # lost messages whose accept raised (outcome unknown: it may have gone through)
+                      "lost_after_a_failed_accept": len({published[x][0] for x in queue_lost}
+                                                        & {i for n in self.every for i in n.afails})},
             "pubsub": {"received": ps_received, "lost": ps_lost, "reported": reported,
                        "missed_counter": missed_counter, "late": late, "duplicated": ps_dup},
             "queue_replicas": [{k: d["queue"][k] for k in ("ready", "acquired", "dead", "live", "other")}
