@@ -3,8 +3,14 @@ restart, network cut) loses no acknowledged store write and no acknowledged queu
 or accepts none twice, and leaves the store replicas identical. Timings are the benchmark's to
 report, not checked here.
 
-A lost or doubled queue message is reported as xfail (a residual seen after a broker crash, see
-below); a lost or doubled store write, or replicas left different, fail the test.
+A queue message counts as lost unless it was accepted (an ACCEPTED line) or dead-lettered; a
+message whose accept raised (its outcome unknown: it may have gone through, printing nothing) is
+left out of the count (``lost_after_a_failed_accept``). Until 2026-11-29 a lost or doubled queue
+message was reported as xfail, a residual seen once after a broker crash: a message acknowledged
+just before it and never delivered again while the run drained, its consumer alive. A healed
+split's merge could leave a message acquired by an owner without a lease, which nothing took back
+(fixed: ``QueueIndex.expired_owners``); 35 quick runs that day (seeds 1..35) lost none and doubled
+none, so the check is strict.
 
 Until issue 23's fixes a lost or doubled queue message, or replicas left different, happened here:
 a follower cut off or paused took a live master's tag, tagged itself alone or claimed on a stale
@@ -41,10 +47,6 @@ def test_chaos_bench_quick_loses_no_acknowledged_write(tmp_path: Path) -> None:
     assert result["store"]["duplicated"] == 0, result["store"]
     assert result["replicas_equal"], result["replica_differences"]
     queue = result["queue"]
-    if queue["lost"] or queue["duplicated"]:
-        # Seen after the fixes in one quick run of three on a loaded machine: a message acknowledged
-        # just before a broker crash was never delivered again while the run drained (drained:
-        # false), its consumer alive. A residual queue bug with its own issue, not a store loss.
-        pytest.xfail(f"known queue residual after a broker crash: lost {queue['lost']}, duplicated "
-                     f"{queue['duplicated']}, drained {queue.get('drained')}; samples {queue['lost_samples']}")
+    assert queue["lost"] - queue["lost_after_a_failed_accept"] == 0, queue
+    assert queue["duplicated"] == 0, queue
     assert out.returncode == 0, out.stdout + out.stderr
