@@ -268,14 +268,9 @@ def fuzz_ops(seed: int) -> OpsFuzz:
     net = SkewNet(names, skew=skew, seed=seed, latency=(0.001, rng.choice([0.01, 0.03])), durability=durability,
                   batch=rng.choice([0.0, 0.005]), config=config)
     case = OpsFuzz(seed, rng, net, names, increments=safe, jumps=rng.random() < 0.4)
-    case.log(f"{len(names)} nodes, durability {durability}, {'no splits' if safe else 'splits and loss'}, "
-             f"skew {', '.join(f'{n} {s:+.2f}' for n, s in skew.items())}, {config}")
-    case.tag(rng.choice(names))
-    case.run(0.5)
-    for _ in range(rng.randint(3, 6)):
-        case.episode(rng.choice(SAFE_KINDS if safe else EPISODE_KINDS))
-    case.settle()
-    return case
+    header = (f"{len(names)} nodes, durability {durability}, {'no splits' if safe else 'splits and loss'}, "
+              f"skew {', '.join(f'{n} {s:+.2f}' for n, s in skew.items())}, {config}")
+    return case.play(header, SAFE_KINDS if safe else EPISODE_KINDS)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -176,14 +176,9 @@ def fuzz_topics(seed: int, *, dup: float = 0.0, stall: float = 0.0, per_topic: b
     net.dup = 0.0 if safe else dup  # repeats pass the endpoint only after gaps (module docstring)
     net.stall, net.per_topic = stall, per_topic
     case = TopicFuzz(seed, rng, net, names, increments=safe)
-    case.log(f"topics{' dup' if dup else ''}: {len(names)} nodes, durability {durability}, "
-             f"{'no splits' if safe else 'splits and loss'}")
-    case.tag(rng.choice(names))
-    case.run(0.5)
-    for _ in range(rng.randint(3, 6)):
-        case.episode(rng.choice(SAFE_KINDS if safe else EPISODE_KINDS))
-    case.settle()
-    return case
+    header = (f"topics{' dup' if dup else ''}: {len(names)} nodes, durability {durability}, "
+              f"{'no splits' if safe else 'splits and loss'}")
+    return case.play(header, SAFE_KINDS if safe else EPISODE_KINDS)
 
 
 def fuzz_more_topics(seed: int, *, mode: str, directory: Path | None = None, stall: float = 0.0) -> MoreFuzz:
