@@ -81,10 +81,9 @@ class ServingSide(ClaimSide):
                         self._send(SnapChunk(epoch, to, self.id, after, since, pos, entries, None, True, applied, header))
                     return
         if since is not None and self.state.forgot_seq > since[0]:
-            # a tombstone forgotten since the pass began: the requester may hold its key live from an
-            # earlier pass (erased since), or the tombstone itself, and a pass of changes cannot name
-            # it, so it starts over (a review saw a joiner keep keys erased and forgotten during its
-            # join; test_elected_fuzz_ops, a joiner keep for good tombstones all others forgot)
+            # a key erased after the pass began, and its tombstone forgotten since: the requester may
+            # hold it live from an earlier pass, and a pass of changes cannot name it, so it starts
+            # over (a review saw a joiner keep keys erased and forgotten during its join)
             self._send(SnapChunk(epoch, to, self.id, after, since, None, [], None))
             return
         if not taken and not reader.ready(after is None):

@@ -158,9 +158,8 @@ class VersionedState:
         self._tombstones: dict[bytes, int] = {}
         self._forget_after = 0.0  # wall-clock s before which forget_ops finds nothing (the master's pacing)
         self._new_keys: set[bytes] | None = None  # keys new since begin_new_keys (None: not noted)
-        # the seq of the last record that forgot a tombstone (after an adopt or a load: the last seq, not
-        # known better): a pass of changes since before it may not name a key a joiner holds (live, or
-        # a tombstone from an earlier pass: erased before the pass began, forgotten since)
+        # the highest seq of an erase whose tombstone was forgotten (after an adopt or a load: the last
+        # seq, not known better): a pass of changes since before it may not name a key a joiner holds
         self.forgot_seq = 0
         self._file: Persistence | None = None
         self.path: Path | None = None  # the file attached, if the opener says
@@ -354,7 +353,7 @@ class VersionedState:
             erased = self._tombstones.pop(k, None)
             if erased is not None:
                 self._dirty.add(k)
-                self.forgot_seq = max(self.forgot_seq, Stamps.seq_of(stamp))  # (this record's seq)
+                self.forgot_seq = max(self.forgot_seq, Stamps.seq_of(erased))
         elif kind == "push" or kind == "pop":
             key, k = op[1], pack(op[1])
             items = self._values.get(k)

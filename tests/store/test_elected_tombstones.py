@@ -261,33 +261,36 @@ def test_a_joiner_that_never_finishes_pauses_forgetting_only_for_a_while() -> No
         assert forgets and a.state.tombstones < 1000 and b.state.tombstones < 1000  # of 1,980 erased
 
 
-def test_a_tombstone_a_joiner_holds_from_before_its_pass_and_forgotten_since_goes() -> None:
-    """A joiner gets tombstones in the first pass of its snapshot (keys erased before the join); cut
-    off mid-join long enough for the master to forget them (no snapshot served meanwhile), it resumes,
-    and a pass of changes cannot name keys forgotten since it began (the log no longer reaches back).
-    It must start over: before, only a forgotten tombstone *erased* after the pass began did (the
-    erase's seq was compared), and the joiner installed the old tombstones for good, every other
-    replica having forgotten them (found by tests/store/test_elected_fuzz_ops.py, seed 59)."""
-    with _small_chunks_short_log(1.0) as net:
-        a = net.nodes["a"].replica
-        for i in range(40):
-            net.write("a", Erase(f"s{i:05}"))
-        net.run(0.1)
-        sent = record_sends(a)
-        net.add("c")
-        while not [m for m in sent if m[0] == "schunk" and m[2] == "c.0" and (m[8] or b"") > pack("s00040")]:
-            net.run(0.001)  # until c got the tombstones (they come first in key order)
-        net.run(0.05)
-        net.partition({"a", "b"}, {"c"})
-        c = net.nodes["c"].replica
-        assert a.state.tombstones == 40 and c.stale
-        for i in range(100):  # more than the log keeps
-            net.write("a", Put(f"more{i}", i))
+def test_a_join_after_the_forget_pause_finishes_under_erase_load() -> None:
+    """Forgets pause while snapshot chunks are served, for 4 ttls at most; past that, under steady
+    erases (a work queue's), a ``forget`` record comes every ttl / 4. A join whose chunks were lost
+    past the pause (a broker's size limit, a reconnect) must still finish once they come: a pass
+    restarted on any ``forget`` record since it began (tried on 2026-11-29, to drop a joiner's
+    leftover tombstones, docs § 6) never did (28 restarts in 43 s here; a review's test)."""
+    net = SimNet(["a", "b"], seed=1, config=ReplicaConfig(log_keep=50, snapshot_chunk=2048, snapshot_window=2,
+                                                         tombstone_ttl=4.0))
+    with net:
+        net.tag("a")
+        net.run(1.0)
+        for i in range(6000):
+            net.write("a", Put(f"s{i:05}", i))
+            if i % 100 == 0:
+                net.run(0.01)
+        net.run(1.0)
+        c = net.add("c").replica
+        handle = c.handle
+        drop = [True]  # its chunks lost for a while
+        c.handle = lambda msg, now, **kw: None if drop[0] and msg[0] == "schunk" else handle(msg, now, **kw)  # type: ignore[method-assign]
+        jobs: list[str] = []
+        for n in range(3700):  # 100 puts a second, each erased 20 puts later
+            if n == 1700:  # 17 s: past the 16 s pause of forgets; from now on it gets its chunks
+                drop[0] = False
+            jobs.append(f"job{n}")
+            net.write("a", Put(jobs[-1], n))
+            if len(jobs) > 20:
+                net.write("a", Erase(jobs.pop(0)))
             net.run(0.01)
-        net.run(8.0)  # past 2 fetch timeouts and the ttl: the tombstones are forgotten
-        assert a.state.tombstones == 0 and c.stale
-        net.heal()
-        net.run(15.0)
-        assert c.stats.snapshots_installed == 1 and not c.stale
-        assert net.contents("c") == net.contents("a") == net.contents("b")
-        assert c.state.tombstones == a.state.tombstones == net.nodes["b"].replica.state.tombstones == 0
+            if c.stats.snapshots_installed:
+                break
+        assert c.stats.snapshots_installed == 1, "the join did not finish in the 20 s after its chunks came"
+        assert not c.stale
