@@ -64,8 +64,12 @@ class ClaimSide(ReplicaBase):
         self._claim = _Claim(epoch, max(now + self.config.claim_timeout, ready), live, {}, ready=ready)
         if self._discard_after is not None and self._discard_after < self.state.last_seq:
             lineage = self._reported()[1]  # (taken now: a snapshot installed for the claim forgets it)
-            if lineage and lineage[-1][0][1] == self.id:
-                self._claim.own_tail = lineage
+            d = self._discard_after
+            # its own epoch past the durable point: also when no record of it was durable (the
+            # announced lineage, cut there, then ends in an older master's epoch: a review's case)
+            mine = [(e, f) for e, f in self.state.lineage if f > d and e[1] == self.id][:1]
+            if mine or (lineage and lineage[-1][0][1] == self.id):
+                self._claim.own_tail = [*lineage, *mine]
         self._send(Claim(epoch, self.state.position))
         self._progress_claim(now)
 
