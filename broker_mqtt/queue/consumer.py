@@ -233,7 +233,7 @@ class Consumer:
                         await self.queue.write(Settle(owner, part))
             except StoreError:
                 pass
-            for owner in (*self._retired, self.owner):
+            for owner in (self.owner, *self._retired):  # (the current owner first: it holds the most)
                 try:  # placed after every acquire (writes apply in order): releases all we got
                     while await self.queue.write(ReleaseOwner(owner, "consumer closed", False)):
                         pass  # (a record's worth each)
@@ -363,6 +363,8 @@ class Consumer:
         self._room.set()
         answer = await self._settler.submit((d._owner, [d.id, action, reason, d.delivery_count]),
                                             settled_cost(d.data, reason))
+        if isinstance(answer, StoreError):  # (its owner's settle write failed, another's went through)
+            raise answer
         if answer is not None:
             raise NotHeld(answer)
 
@@ -402,12 +404,19 @@ class Consumer:
 
     async def _settle_batch(self, items: list[tuple[str, list[Any]]]) -> list[Any]:
         """One settle write per owner of ``items`` (``(owner, settlement)``, in order; one write but
-        right after an owner was retired)."""
+        right after an owner was retired). A write that fails after another went through answers its
+        own settlements with the error (the others keep their answers); the first failing raises."""
         answers: list[Any] = []
         start = 0
         for i in range(1, len(items) + 1):
             if i == len(items) or items[i][0] != items[start][0]:
-                answers += await self.queue.write(Settle(items[start][0], [item for _, item in items[start:i]]))
+                part = [item for _, item in items[start:i]]
+                try:
+                    answers += await self.queue.write(Settle(items[start][0], part))
+                except StoreError as exc:
+                    if not answers:
+                        raise
+                    answers += [exc] * len(part)
                 start = i
         return answers
 

@@ -14,9 +14,10 @@ import anyio
 import pytest
 
 from broker_mqtt.queue import MessageState
-from broker_mqtt.queue.commands import Acquire, Publish, ReleaseOwner
+from broker_mqtt.queue.commands import Acquire, Publish, ReleaseOwner, Settle
 from broker_mqtt.queue.consumer import Consumer
 from broker_mqtt.queue.model import MessageRecord, index_for, new_marker
+from broker_mqtt.store import NoMaster
 from broker_mqtt.store.errors import AnswerForgotten
 from broker_mqtt.store.versioned import VersionedState
 
@@ -159,3 +160,23 @@ async def test_messages_an_acquire_took_whose_answer_was_forgotten_come_back_whi
     assert queue.forgotten, "the forgotten acquire took messages"
     owners = {r.owner for r in _records(queue.state).values() if r.state is MessageState.ACQUIRED}
     assert not owners, owners  # the consumer left: it released what it held, under every owner
+
+
+@pytest.mark.anyio
+async def test_a_settle_batch_across_two_owners_keeps_the_answers_of_the_write_that_went_through() -> None:
+    # A batch holds settlements of a retired owner and of the current one: two writes. When the second
+    # fails, the first's settlements were applied: they keep their answers, and only the second's get
+    # the error (before, the batch's error went to every settlement in it).
+    class TwoOwners(ScriptedQueue):
+        async def write(self, command: Any) -> Any:
+            await anyio.lowlevel.checkpoint()
+            if isinstance(command, Settle) and command.owner == "new":
+                raise NoMaster("no master answered")
+            return [None] * len(command.items)
+
+    consumer = Consumer(TwoOwners([]), prefetch=1, lease=30.0)  # type: ignore[arg-type]  # (a stand-in queue)
+    answers = await consumer._settle_batch([("old", [1, "accept", None, 1]), ("old", [2, "accept", None, 1]),
+                                            ("new", [3, "accept", None, 1])])
+    assert answers[:2] == [None, None] and isinstance(answers[2], NoMaster)
+    with pytest.raises(NoMaster):  # the first write failing: as before, the batch's error
+        await consumer._settle_batch([("new", [3, "accept", None, 1]), ("old", [1, "accept", None, 1])])
