@@ -25,9 +25,11 @@ Theory of operation:
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import secrets
 from collections import deque
+from operator import itemgetter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
@@ -407,16 +409,13 @@ class Consumer:
         right after an owner was retired). A write that fails after another went through answers its
         own settlements with the error (the others keep their answers); the first failing raises."""
         answers: list[Any] = []
-        start = 0
-        for i in range(1, len(items) + 1):
-            if i == len(items) or items[i][0] != items[start][0]:
-                part = [item for _, item in items[start:i]]
-                try:
-                    answers += await self.queue.write(Settle(items[start][0], part))
-                except StoreError as exc:
-                    if not answers:
-                        raise
-                    answers += [exc] * len(part)
-                start = i
+        for owner, run in itertools.groupby(items, key=itemgetter(0)):
+            part = [settlement for _, settlement in run]
+            try:
+                answers += await self.queue.write(Settle(owner, part))
+            except StoreError as exc:
+                if not answers:
+                    raise
+                answers += [exc] * len(part)
         return answers
 

@@ -153,6 +153,7 @@ class ReplicaBase:
         self._verified = False  # our history is known to be a prefix of the master's: apply its log
         self._durable_seq = 0  # as master: the highest durable seq
         self._discard_after: int | None = None  # a deposed master's unacknowledged tail starts after this
+        self._own_tail: Lineage | None = None  # a deposed master's: its history with its dropped tail
         self._next_hb = now
         self._reclaim_at = now
         self._started = now
@@ -178,11 +179,36 @@ class ReplicaBase:
 
     def _drop_unacknowledged_tail(self) -> None:
         """A master that leaves the role (steps down, or claims again to merge a diverged history)
-        announces its history only up to its durable point: the records after it were acknowledged
-        to nobody, and are dropped for the next master's snapshot rather than merged over another
-        master's acknowledged writes."""
-        if self.role is Role.MASTER and self._durable_seq < self.state.last_seq:
-            self._discard_after = self._durable_seq
+        takes back the records past its durable point (:mod:`.undo_log`): they were acknowledged to
+        nobody (their writers send them again to the next master), and must not be merged, served or
+        announced over another master's acknowledged writes. Its history with that tail is kept as
+        ``_own_tail``: a claim of its own announces it (a follower may hold part of the tail). If
+        its undo log does not reach back that far (:data:`.undo_log.UNDO_KEPT`), it announces its
+        history only up to the durable point and drops the tail for the next master's snapshot
+        (``_discard_after``; a merge of its history then takes the tail too: docs § 3)."""
+        if self.role is not Role.MASTER:
+            return
+        d = self._durable_seq
+        if d < self.state.last_seq:
+            lineage = [(e, f) for e, f in self.state.lineage if f <= d]
+            # its own epoch past the durable point: also when no record of it was durable (the
+            # lineage cut there then ends in an older master's epoch: a review's case)
+            mine = [(e, f) for e, f in self.state.lineage if f > d and e[1] == self.id][:1]
+            if mine or (lineage and lineage[-1][0][1] == self.id):
+                self._own_tail = [*lineage, *mine]
+            taken = self.state.last_seq - d
+            changes = self.state.roll_back(d, report=self.wants_data())
+            if changes is None:
+                self._discard_after = d
+            else:
+                self._log.drop_after(d)
+                keep = [i for i, rec in enumerate(self._out_log) if rec.seq <= d]  # (durability "master")
+                self._out_log = [self._out_log[i] for i in keep]
+                self._out_writes = [self._out_writes[i] for i in keep]
+                self.stats.records_taken_back += taken
+                if changes:
+                    self._data_changed(changes)
+        self.state.drop_undo()
 
     def _step_down(self) -> None:
         """Stop being master (or claiming). Records past the durable point were acknowledged to

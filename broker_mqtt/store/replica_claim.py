@@ -62,16 +62,17 @@ class ClaimSide(ReplicaBase):
         # woke from a pause too: _progress_claim)
         ready = max(now, self._started + self.config.member_timeout)
         self._claim = _Claim(epoch, max(now + self.config.claim_timeout, ready), live, {}, ready=ready)
-        if self._discard_after is not None and self._discard_after < self.state.last_seq:
-            lineage = self._reported()[1]  # (taken now: a snapshot installed for the claim forgets it)
-            d = self._discard_after
-            # its own epoch past the durable point: also when no record of it was durable (the
-            # announced lineage, cut there, then ends in an older master's epoch: a review's case)
-            mine = [(e, f) for e, f in self.state.lineage if f > d and e[1] == self.id][:1]
-            if mine or (lineage and lineage[-1][0][1] == self.id):
-                self._claim.own_tail = [*lineage, *mine]
+        self._claim.own_tail = self._own_tail  # (taken now: a snapshot installed for the claim forgets it)
+        self.state.drop_undo()  # (a master claiming again without leaving the role: _fenced_for_good)
         self._send(Claim(epoch, self.state.position))
         self._progress_claim(now)
+
+    def _claim_to_merge(self, now: float) -> None:
+        """This master met a history it does not hold (a member's heartbeat, a fetch): claim again,
+        in a new epoch, to merge it. It takes back its unacknowledged tail first, as a deposed master
+        does: what it alone applied, for nobody, must not be merged over acknowledged writes."""
+        self._drop_unacknowledged_tail()
+        self._start_claim(now)
 
     def _progress_claim(self, now: float) -> None:
         claim = self._claim
@@ -173,8 +174,9 @@ class ClaimSide(ReplicaBase):
         self._claim = None
         self.role = Role.MASTER
         self._verified = True
-        self._discard_after = None
+        self._discard_after = self._own_tail = None
         self._durable_seq = self.state.last_seq  # what we took over counts as acknowledged
+        self.state.keep_undo()  # from here: what it applies past its durable point it can take back
         self.stats.masterships += 1
         self.stats.merges += bool(claim.fetched)
         self._subsumed = [*(subsumed or self._subsumed), *dropped][-SUBSUMED_KEPT:]

@@ -95,8 +95,7 @@ class FollowerSide(MasterSide):
             self.max_term = max(self.max_term, msg.epoch[0])  # type: ignore[index]  # _fenced_for_good: an epoch
             self._start_claim(now)
         elif self.role is Role.MASTER and not self._holds(pos):
-            self._drop_unacknowledged_tail()  # (as if deposed: what it alone holds is not merged)
-            self._start_claim(now)  # a diverged history not merged yet: merge it in a new epoch
+            self._claim_to_merge(now)  # a diverged history not merged yet
 
     def _fenced_for_good(self, m: _Member, msg: Heartbeat, now: float) -> bool:
         """The master holds the tag, and member ``m`` has reported a newer epoch than this master's,
@@ -273,7 +272,7 @@ class FollowerSide(MasterSide):
             self._report_conflicts(epoch, conflicts)
         mine = self.state.position
         if contains(lineage, pos[0], mine):
-            self._discard_after = None
+            self._discard_after = self._own_tail = None
             if mine[0] < pos[0]:
                 self._mark_stale("catching up")
                 self._request_fetch(epoch[1], now)
@@ -360,7 +359,7 @@ class FollowerSide(MasterSide):
     def _install(self, parts: dict[str, Any]) -> None:
         # first: raises StoreDecodeError with nothing changed
         changes = self.state.adopt(**parts, report=self.wants_data())
-        self._discard_after = None
+        self._discard_after = self._own_tail = None
         self._verified = True
         self.clock.observe(self.state.max_hlc)
         self._log.clear()

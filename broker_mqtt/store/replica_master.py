@@ -410,6 +410,7 @@ class MasterSide(ServingSide):
             else:
                 durable = min(acks)
         self._durable_seq = max(self._durable_seq, durable)
+        self.state.undo_durable(self._durable_seq)
         members: dict[str, _Member] | None = None
         answered: list[str] = []
         for writer in list(self._unacked):  # not every writer this master has heard: an ack costs what it answers

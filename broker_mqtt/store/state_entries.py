@@ -11,9 +11,10 @@ from typing import Any
 
 from .history import Stamps, Version
 
-__all__ = ["StateEntries"]
+__all__ = ["StateEntries", "ABSENT"]
 
-_ABSENT: Any = object()
+ABSENT: Any = object()  #: "no value" where None is a value (here, and in a VersionedState)
+_ABSENT = ABSENT
 
 
 class StateEntries:

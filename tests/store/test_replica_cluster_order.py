@@ -16,6 +16,7 @@ import heapq
 import pytest
 from _elected_sim import SimNet
 
+from broker_mqtt.store import undo_log
 from broker_mqtt.store.commands import Put
 
 
@@ -43,7 +44,7 @@ def test_a_woken_master_meeting_a_newer_history_first_merges_nothing_it_alone_ap
         assert [net.contents(n)["x"] for n in "abc"] == ["new", "new", "new"]
 
 
-def _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first: bool) -> SimNet:
+def _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first: bool, undo: bool = True) -> SimNet:
     """c, master by handover at b's last record, applies d's ``x=old`` (its log reaches a only, whose
     ack never reaches c), pauses; a stalls; b claims and acknowledges ``x=new``; c wakes to b's claim
     (deposed: it drops its tail) and the tag, claims again and takes b's state by snapshot; then a
@@ -88,7 +89,11 @@ def _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first: bool) -
         net.tag("c")
 
     net.resume("c", first=first)
-    assert c._discard_after is not None and c._discard_after < c.state.last_seq
+    assert c._own_tail is not None
+    if undo:  # its tail, taken back
+        assert c.stats.records_taken_back > 0 and c.state.last_seq == c._durable_seq and c._discard_after is None
+    else:
+        assert c.stats.records_taken_back == 0 and c._discard_after is not None and c._discard_after < c.state.last_seq
     net.run(4.0)
     assert net.masters() == ["c"]
     net.resume("a")
@@ -96,24 +101,29 @@ def _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first: bool) -
     return net
 
 
+@pytest.mark.parametrize("undo", [True, False], ids=["taken-back", "undo-log-full"])
 @pytest.mark.parametrize("durable_first", [True, False])
-def test_a_follower_holding_a_deposed_claimants_tail_takes_its_snapshot(durable_first: bool) -> None:
+def test_a_follower_holding_a_deposed_claimants_tail_takes_its_snapshot(durable_first: bool, undo: bool,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The claimant announces its own dropped tail as subsumed, also when no record of its epoch was
     acknowledged (its announced lineage, cut at the durable point, then ends in b's epoch: before,
     it announced none, and a's copy was merged, x=old over the acknowledged x=new; a review's case)."""
-    with _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first) as net:
+    if not undo:  # the fallback: the tail left out of what it announces, replaced by a snapshot
+        monkeypatch.setattr(undo_log, "UNDO_KEPT", 0)
+    with _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first, undo) as net:
         assert len(net.masters()) == 1
         assert all(net.nodes[n].replica.stats.merges == 0 for n in net.nodes)
         assert not any(net.nodes[n].conflicts for n in net.nodes)
         assert {net.contents(n).get("x") for n in "abcd"} == {"new"}
 
 
-@pytest.mark.xfail(strict=True, reason="open: a woken master's re-claim drops its unacknowledged tail only from "
-                   "what it announces; when its durable history is itself diverged (a write acknowledged "
-                   "through one follower the new master lacks), the claim merges its whole state, tail "
-                   "included, or a later claimant fetches it whole (a review's case, 2026-11-29)")
 @pytest.mark.parametrize("tagged", ["c", "b"])  # c: its own claim merges self.state; b: b fetches c's whole state
 def test_a_woken_master_with_a_diverged_durable_history_merges_nothing_it_alone_applied(tagged: str) -> None:
+    """A woken master whose durable history diverged from the new master's (k1, acknowledged
+    through d alone, which missed b's claim) takes back what it applied for nobody on waking (x=old)
+    before its history is merged: by its own claim (``c``) or fetched whole by b's (``b``). Before
+    (a review's case, 2026-11-29), it only left that tail out of what it announced, and the merge
+    took its whole state: x=old over the acknowledged x=new on all four nodes."""
     with SimNet(["a", "b", "c", "d"], seed=11) as net:
         net.tag("c")
         net.run(1.0)
