@@ -178,9 +178,9 @@ class ReplicaBase:
         self._now = now
 
     def _drop_unacknowledged_tail(self) -> None:
-        """A master that leaves the role (steps down, or claims again to merge a diverged history)
-        takes back the records past its durable point (:mod:`.undo_log`): they were acknowledged to
-        nobody (their writers send them again to the next master), and must not be merged, served or
+        """A master that leaves the role (steps down, or claims again: :meth:`_start_claim`) takes
+        back the records past its durable point (:mod:`.undo_log`): they were acknowledged to nobody
+        (their writers send them again to the next master), and must not be merged, served or
         announced over another master's acknowledged writes. Its history with that tail is kept as
         ``_own_tail``: a claim of its own announces it (a follower may hold part of the tail). If
         its undo log does not reach back that far (:data:`.undo_log.UNDO_KEPT`), it announces its

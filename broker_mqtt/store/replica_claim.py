@@ -50,6 +50,12 @@ class ClaimSide(ReplicaBase):
         self._progress_claim(now)
 
     def _start_claim(self, now: float) -> None:
+        # A master claiming again (to merge a diverged history, or above a member fenced by a claimant
+        # that is gone) takes back its unacknowledged tail, as a deposed one does: if another claim
+        # supersedes this one, the adoption steps down a claimant, not a master, and would not
+        # (test_replica_cluster_order: a master woken from a pause claimed above a dead claimant's
+        # epoch, lost to the claim that had deposed it, and its tail was merged)
+        self._drop_unacknowledged_tail()
         self.max_term = max(self.max_term, self.epoch[0] if self.epoch else 0)
         self.max_term += 1
         epoch = (self.max_term, self.id)
@@ -63,16 +69,8 @@ class ClaimSide(ReplicaBase):
         ready = max(now, self._started + self.config.member_timeout)
         self._claim = _Claim(epoch, max(now + self.config.claim_timeout, ready), live, {}, ready=ready)
         self._claim.own_tail = self._own_tail  # (taken now: a snapshot installed for the claim forgets it)
-        self.state.drop_undo()  # (a master claiming again without leaving the role: _fenced_for_good)
         self._send(Claim(epoch, self.state.position))
         self._progress_claim(now)
-
-    def _claim_to_merge(self, now: float) -> None:
-        """This master met a history it does not hold (a member's heartbeat, a fetch): claim again,
-        in a new epoch, to merge it. It takes back its unacknowledged tail first, as a deposed master
-        does: what it alone applied, for nobody, must not be merged over acknowledged writes."""
-        self._drop_unacknowledged_tail()
-        self._start_claim(now)
 
     def _progress_claim(self, now: float) -> None:
         claim = self._claim

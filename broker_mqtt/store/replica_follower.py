@@ -95,7 +95,8 @@ class FollowerSide(MasterSide):
             self.max_term = max(self.max_term, msg.epoch[0])  # type: ignore[index]  # _fenced_for_good: an epoch
             self._start_claim(now)
         elif self.role is Role.MASTER and not self._holds(pos):
-            self._claim_to_merge(now)  # a diverged history not merged yet
+            self._start_claim(now)  # a diverged history not merged yet: merge it in a new epoch (what
+            # it alone holds is not merged: _start_claim drops its unacknowledged tail, as if deposed)
 
     def _fenced_for_good(self, m: _Member, msg: Heartbeat, now: float) -> bool:
         """The master holds the tag, and member ``m`` has reported a newer epoch than this master's,

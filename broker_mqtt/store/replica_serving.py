@@ -34,7 +34,8 @@ class ServingSide(ClaimSide):
             self._serve_snapshot(epoch, requester, None, None, self.config.snapshot_window)
             return
         if self.role is Role.MASTER and not self._holds(pos):
-            self._claim_to_merge(now)  # its history diverged and was never merged: merge it first
+            self._start_claim(now)  # its history diverged and was never merged: merge it first (its
+            # unacknowledged tail dropped, as in _on_hb)
             return
         seq = pos[0]
         if self.state.contains(pos) and (seq == self.state.last_seq or self._log.covers(seq, self.state.last_seq)):

@@ -7,6 +7,9 @@ announced the writes it had just applied, as a master acknowledging nobody (its 
 durable point), as part of its history: the merge took them over the new master's acknowledged
 writes (a put undone by an older value, a queue's message handed out twice: test_queue_fuzz_topics
 seed 80 with stalls). It now drops that tail for the next master's snapshot, as it does when deposed.
+So does a woken master that claims again above a member fenced by a claimant that died, when the
+claim that deposed it supersedes its own (test_queue_fuzz_topics seed 93 with late duplicates and
+long stalls: an accepted message handed out again).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import heapq
 
 import pytest
-from _elected_sim import SimNet
+from _elected_sim import SimNet, record_sends
 
 from broker_mqtt.store import undo_log
 from broker_mqtt.store.commands import Put
@@ -42,6 +45,47 @@ def test_a_woken_master_meeting_a_newer_history_first_merges_nothing_it_alone_ap
         net.run(8.0)
         assert net.masters() == ["b"]
         assert [net.contents(n)["x"] for n in "abc"] == ["new", "new", "new"]
+
+
+def test_a_woken_master_claiming_above_a_dead_claimants_epoch_merges_nothing_it_alone_applied() -> None:
+    """a, master, wakes from a pause to c's write (which it applies, acknowledged to nobody) and to b's
+    heartbeat, fenced since d died sending its claim to b only: a claims again above d's epoch, then
+    reads c's claim (a higher epoch of that term), which deposes it. Before, the adoption stepped down
+    a claimant, not a master, and kept a's tail: a announced it as its history, and c merged it, the
+    put a applied last (``x=old``) over c's acknowledged ``x=new`` (test_queue_fuzz_topics seed 93)."""
+    with SimNet(["a", "b", "c", "d"], seed=11) as net:
+        d = net.nodes["d"].replica
+        d.tagged(net.now)
+        claim = next(m for m in d.to_send() if m[0] == "claim")
+        net._send("d", claim, {"b"})  # d dies as it sends its claim: it reaches b only
+        net.kill("d")
+        net.tag("a")  # a's epoch (1, a) is below d's (1, d): b promises nothing and follows no master
+        net.run(1.5)
+        assert net.masters() == ["a"]
+        assert net.nodes["b"].replica.epoch == (1, "d.0") and net.nodes["b"].replica.master is None
+        net.pause("a")  # SIGSTOP while master, before it gave up on b (claim_timeout + member_timeout)
+        old = net.write("c", Put("x", "old"))  # for a: waits for it
+        net.tag("c")  # the election moves the tag on (a does not know): c claims (2, c) above d's epoch
+        net.run(3.0)
+        new = net.write("c", Put("x", "new"))
+        net.run(1.0)
+        assert net.nodes["c"].done == {old: None, new: None}
+        assert [net.contents(n)["x"] for n in "bc"] == ["new", "new"]
+        a = net.nodes["a"]
+        queued = a.paused or []
+        write = next(i for i, (_s, m) in enumerate(queued) if m[0] == "write")
+        fenced = next(i for i, (s, m) in enumerate(queued) if s == "b" and m[0] == "hb" and m[2] == [1, "d.0"])
+        # a wakes to c's write, then b's heartbeat, then the rest (c's claim among it) as they came
+        a.paused = [queued[write], queued[fenced], *(q for i, q in enumerate(queued) if i not in (write, fenced))]
+        sent = record_sends(a.replica)
+        net.resume("a")  # applies "old" as master of its epoch, claims above d's, adopts c's claim
+        assert [m[1] for m in sent if m[0] == "claim"] == [[2, "a.0"]]
+        assert a.replica.epoch == (2, "c.0")
+        net.untag("a")  # the election takes the tag it lost
+        net.run(8.0)
+        assert net.masters() == ["c"]
+        assert [net.contents(n)["x"] for n in "abc"] == ["new", "new", "new"]
+        assert net.nodes["c"].replica.stats.merges == 0  # a's tail dropped, not merged
 
 
 def _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first: bool, undo: bool = True) -> SimNet:
