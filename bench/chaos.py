@@ -19,9 +19,10 @@ Faults, one after the other, seeded (``--seed``), ``--faults`` of them, kinds in
 
 Accounting, after the last fault healed: *settle* is the time until every live node had a store write
 and a queue publish acknowledged again; then every node stops producing (SIGUSR1), the queue is
-drained (messages held by killed consumers come back when their lease expires), and every live
-replica dumps. Stores: the replicas must be identical and every acknowledged push (of every node
-process, killed ones included) present; lost = acknowledged but absent; duplicated = present twice.
+drained (messages held by killed consumers come back when their lease expires; the drain ends as
+soon as every message is accounted for as below, ``drain_s``, or after 75 s, ``drained`` false),
+and every live replica dumps. Stores: the replicas must be identical and every acknowledged push
+(of every node process, killed ones included) present; lost = acknowledged but absent; duplicated = present twice.
 Queues: every message whose publish was acknowledged must be accepted exactly once or dead-lettered;
 lost = neither; duplicated = accepted more than once. Pub/sub (at-least-once while sessions live,
 docs/guarantees.md): per subscriber and sender, lost = sequence numbers missing between the first
@@ -254,11 +255,13 @@ class Chaos:
             n.quiet()
         if not wait_for(lambda: all(n.quiets for n in self.slots), 120):
             raise RuntimeError("a node did not go quiet")
-        drained = wait_for(lambda: not self.unaccepted(), 60 + 3 * 5.0)
+        drain_start = time.monotonic()
+        drained = self.drain(60 + 3 * 5.0)
+        drain_s = time.monotonic() - drain_start
         deadline = time.monotonic() + 30  # the last records reach every replica a little after the writers went quiet
         while not self._same(dumps := [n.dump() for n in self.slots]) and time.monotonic() < deadline:
             time.sleep(0.5)
-        return self.account(dumps, settle, drained, last)
+        return self.account(dumps, settle, drained, drain_s, last)
 
     @staticmethod
     def _same(dumps: list[dict[str, Any]]) -> bool:
@@ -269,7 +272,50 @@ class Chaos:
         accepted = {(a[1][0], a[1][1]) for n in self.every for a in n.accepted}
         return published - accepted
 
-    def account(self, dumps: list[dict[str, Any]], settle: float | None, drained: bool,
+    def outcome_unknown(self) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...]]]:
+        """The messages (their data) in an accept whose outcome is unknown, which may have gone through
+        printing nothing: one its consumer was killed during (ACCEPTING, no ACCEPTED: these include
+        the messages it did accept), and one that raised (AFAIL)."""
+        killed = {tuple(a[1]) for n in self.every if not n.alive for a in n.accepting}
+        failed_ids = {i for n in self.every for i in n.afails}
+        failed = {(p[0], p[1]) for n in self.every for p in n.published if p[2] in failed_ids}
+        return killed, failed
+
+    @staticmethod
+    def _held(dumps: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+        """The messages some replica still holds (ready or acquired): they can still be accepted."""
+        return {tuple(x[4]) for d in dumps for x in d["queue"]["live"]}
+
+    @staticmethod
+    def _dead(dumps: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+        return {tuple(x[1]) for d in dumps for x in d["queue"]["dead_letters"]}
+
+    def undrained(self, dumps: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+        """The messages the drain still waits for, as :meth:`account` counts them: neither accepted
+        nor dead-lettered, nor in an accept whose outcome is unknown and held by no replica (such a
+        one never comes back: its accept went through, or it is lost, and the tally counts it as
+        such; one still held comes back when its lease runs out)."""
+        killed, failed = self.outcome_unknown()
+        return self.unaccepted() - self._dead(dumps) - ((killed | failed) - self._held(dumps))
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until every acknowledged queue message is accounted for (:meth:`undrained`): the
+        nodes' lines tell when every one was accepted; while some are not, the live replicas dump
+        (once a second) to tell which of them will never come back."""
+        deadline = time.monotonic() + timeout
+        next_dump = time.monotonic()
+        while self.unaccepted():
+            now = time.monotonic()
+            if now >= next_dump:
+                next_dump = now + 1.0
+                if not self.undrained([n.dump() for n in self.slots]):
+                    return True
+            if now >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def account(self, dumps: list[dict[str, Any]], settle: float | None, drained: bool, drain_s: float,
                 last: float) -> dict[str, Any]:
         reference = dumps[0]["contents"]
         replicas_equal = self._same(dumps)
@@ -287,7 +333,7 @@ class Chaos:
             store_lost += len(acked - set(got))
             store_dup += len(got) - len(set(got))
         # queue messages are told apart by their data ([tag, i]: one per acknowledged publish)
-        dead = {tuple(x[1]) for d in dumps for x in d["queue"]["dead_letters"]}
+        dead = self._dead(dumps)
         published = {(p[0], p[1]): (p[2], n.node_id, round(p[3] - self.t0, 2)) for n in self.every
                      for p in n.published}
         accepted = Counter(tuple(a[1]) for n in self.every for a in n.accepted)
@@ -297,8 +343,8 @@ class Chaos:
                 where.setdefault(tuple(data), []).append((msg_id, n.node_id, round(t - self.t0, 2)))
         # a consumer killed during its accept printed no ACCEPTED: if the queue no longer holds the
         # message, the accept went through (or the message is lost: both look alike from here)
-        held = {tuple(x[4]) for d in dumps for x in d["queue"]["live"]}
-        unanswered = {tuple(a[1]) for n in self.every if not n.alive for a in n.accepting} - set(accepted) - held
+        killed, _ = self.outcome_unknown()
+        unanswered = killed - set(accepted) - self._held(dumps)
         queue_lost = sorted(set(published) - set(accepted) - dead - unanswered)
         queue_dup = sum(c - 1 for c in accepted.values() if c > 1)
         ids: dict[int, set[tuple[Any, ...]]] = {}
@@ -343,7 +389,8 @@ class Chaos:
                       "lost_samples": [[list(x), published[x]] for x in queue_lost[:20]],
                       "duplicated_samples": [[list(x), published.get(x), w] for x, w in where.items()
                                              if len(w) > 1][:20],
-                      "drained": drained, "failed_publishes": sum(n.fails["PFAIL"] for n in self.every),
+                      "drained": drained, "drain_s": round(drain_s, 2),
+                      "failed_publishes": sum(n.fails["PFAIL"] for n in self.every),
                       "failed_accepts": sum(n.fails["AFAIL"] for n in self.every),
                       "not_held": sum(n.fails["NOTHELD"] for n in self.every),
                       # lost messages whose accept raised (outcome unknown: it may have gone through)
@@ -370,6 +417,7 @@ def table(r: dict[str, Any]) -> str:
         ("faults", ", ".join(f"{k} {v}" for k, v in sorted(r["faults"].items())) + f" (total {sum(r['faults'].values())})"),
         ("node processes (election cycle, gap)", f"{r['node_processes']} ({r['election'][0]:g} s, {r['election'][1]:g} s)"),
         ("time to settle after the last fault", "-" if r["settle_s"] is None else f"{r['settle_s']:.1f} s"),
+        ("time to drain the queue", f"{r['queue']['drain_s']:.1f} s" + ("" if r["queue"]["drained"] else " (not drained)")),
         ("store: acknowledged writes", str(r["store"]["acked"])),
         ("store: lost / duplicated", f"{r['store']['lost']} / {r['store']['duplicated']}"),
         ("store: replicas identical", "yes" if r["replicas_equal"] else "NO"),
