@@ -6,10 +6,11 @@ broker orders messages per sender and topic only) claims again to merge that his
 announced the writes it had just applied, as a master acknowledging nobody (its own tail past the
 durable point), as part of its history: the merge took them over the new master's acknowledged
 writes (a put undone by an older value, a queue's message handed out twice: test_queue_fuzz_topics
-seed 80 with stalls). It now drops that tail for the next master's snapshot, as it does when deposed.
-So does a woken master that claims again above a member fenced by a claimant that died, when the
-claim that deposed it supersedes its own (test_queue_fuzz_topics seed 93 with late duplicates and
-long stalls: an accepted message handed out again).
+seed 80 with stalls). It now takes that tail back (``undo_log``), as it does when deposed. So does
+a woken master that claims again above a member fenced by a claimant that died, when the claim that
+deposed it supersedes its own (test_queue_fuzz_topics seed 93 with late duplicates and long stalls:
+an accepted message handed out again). Leaving the tail out of what it announced was not enough when
+its durable history had itself diverged: the merge took its whole state (the last test).
 """
 
 from __future__ import annotations
