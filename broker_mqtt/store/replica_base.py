@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .record_log import RecordLog
@@ -75,6 +75,8 @@ class _Claim:
     counted: bool = False
     #: the claimant's own unacknowledged tail as a deposed master: its announced lineage, if any
     own_tail: Lineage | None = None
+    #: source -> its fetch's answers asked for again, in a row, while it was heard (_progress_claim)
+    stalls: dict[str, int] = field(default_factory=dict)
 
 class ReplicaBase:
     """One node's replica state and shared helpers; see :class:`~.replication.Replica`."""
@@ -105,6 +107,9 @@ class ReplicaBase:
         self._fetch_deadline = 0.0
         self._claim: _Claim | None = None
         self._subsumed: list[tuple[Lineage, int]] = []
+        # a position whose history holds every history in ``_subsumed`` (a dropped tail's up to its
+        # durable point: ``Active.subsumed_at``); None: none known
+        self._subsumed_at: Position | None = None
         self._conflicts_seen: set[Epoch] = set()
         self._conflicts_reported: dict[tuple[bytes, frozenset[tuple[int, str]]], None] = {}
         # streamed snapshots (:mod:`.snapshot_stream`): being received, by source; the last one
@@ -293,6 +298,10 @@ class ReplicaBase:
     def _send(self, msg: ReplicationMessage) -> None:
         """Queue ``msg``, encoded now: it says what holds when it is sent, not when it is drained."""
         self._outbox.append(encode(msg))
+
+    def _snap_ask(self, inc: Incoming, now: float) -> None:
+        """Ask for the next window of a snapshot being received (:mod:`.replica_follower`)."""
+        raise NotImplementedError
 
     def _pump_writer(self, now: float) -> None:
         """Route this node's own writes (:mod:`.replica_master`)."""

@@ -27,6 +27,7 @@ __all__ = ["ClaimSide"]
 
 UNBOUNDED_SEQ = 2**62  # an unacknowledged tail's end: any seq of its epoch past the announced end
 SUBSUMED_KEPT = 64  # subsumed histories announced (oldest forgotten first)
+CLAIM_FETCH_RETRIES = 3  # a claim's fetch asked again, in a row with nothing coming, before it starts over
 
 
 class ClaimSide(ReplicaBase):
@@ -92,18 +93,34 @@ class ClaimSide(ReplicaBase):
             self._choose_sources(claim, now)
             return
         for source, deadline in list(claim.fetching.items()):
-            if now >= deadline:  # the source went away: start over with whoever is left
-                self._members.pop(source, None)
-                self._start_claim(now)
-                return
+            if now < deadline:
+                continue
+            if source in self._live_members() and claim.stalls.get(source, 0) < CLAIM_FETCH_RETRIES:
+                # still heard: a message of the fetch was lost (a window of one chunk, a lost
+                # sfetch, a tail's chunk); ask again from what we hold, as a follower does, instead of
+                # starting over in a new epoch (under steady loss a claim fetching hundreds of
+                # chunks then never ended: ops fuzz seed 96)
+                claim.stalls[source] = claim.stalls.get(source, 0) + 1
+                claim.fetching[source] = now + self.config.fetch_timeout
+                inc = self._snaps.get(source)
+                if inc is not None and inc.for_claim and inc.epoch == claim.epoch:
+                    self._snap_ask(inc, now)
+                else:
+                    self._send(Fetch(claim.epoch, self.id, source, None if claim.fetched is not None else self._fetch_from()))
+                continue
+            self._members.pop(source, None)  # the source went away: start over with whoever is left
+            self._start_claim(now)
+            return
         if not claim.fetching:
             self._finish_claim(claim, now)
 
     def _choose_sources(self, claim: _Claim, now: float) -> None:
         """Promises are in: find the most advanced histories (those no other history contains)."""
         heads = {self.id: self._reported(), **claim.promises}
+        for node in self._subsumed_heads(heads):
+            del heads[node]
         maximal: dict[Position, str] = {}
-        for node in [self.id, *sorted(claim.promises)]:
+        for node in [n for n in [self.id, *sorted(claim.promises)] if n in heads]:
             pos = heads[node][0]
             if not any(opos != pos and contains(olin, olast, pos) for opos, olin, olast in heads.values()):
                 maximal.setdefault(pos, node)
@@ -119,6 +136,24 @@ class ClaimSide(ReplicaBase):
             for s in sources:
                 self._send(Fetch(claim.epoch, self.id, s, None))  # None: a snapshot
         self._progress_claim(now)
+
+    def _subsumed_heads(self, heads: dict[str, tuple[Position, Lineage, int]]) -> list[str]:
+        """The nodes (the claimant too) whose announced history an earlier merge subsumed, when
+        another node's history holds that merge (``_subsumed_at``): the claim takes that history (or
+        one containing it), which holds all of theirs, so fetching and merging theirs again adds
+        nothing, and in ``active`` (the subsumed histories are carried over) they take the new state
+        like any replica left behind by a merge. Merged again instead, a stale replica's history was
+        fetched by every later claim (a slow snapshot each: claims that never ended, no master for
+        longer than a write's timeout; ops fuzz seed 96), and could bring back keys erased since on
+        the merged line whose tombstones were forgotten. When no node holds the merge (only replicas
+        left behind by it are there), their histories are taken as before."""
+        at = self._subsumed_at
+        if at is None or not self._subsumed:
+            return []
+        if not any(contains(lin, last, at) for _pos, lin, last in heads.values()):
+            return []
+        return [node for node, (pos, lin, last) in heads.items()
+                if not contains(lin, last, at) and any(contains(slin, slast, pos) for slin, slast in self._subsumed)]
 
     def _report_conflicts(self, epoch: Epoch, conflicts: list[Conflict]) -> None:
         """Report each conflict once: a history merged again (a second claimant that had not
@@ -159,6 +194,11 @@ class ClaimSide(ReplicaBase):
             states = [*([self.state] if claim.merge_self else []), *(claim.fetched[s] for s in sorted(claim.fetched))]
             # the merged histories, as they were: followers at any of their positions take the merge
             subsumed = [(list(s.lineage), s.last_seq) for s in states]
+            at = self._subsumed_at
+            if at is not None and any(s.contains(at) for s in states):
+                # those an earlier merge subsumed are held by this one too: a replica still at one
+                # (left out of this claim: _subsumed_heads) takes this merge's state
+                subsumed = [*(h for h in self._subsumed if h not in subsumed), *subsumed]
             refused: list[str] = []
             parts, conflicts = merge_histories(states, claim.epoch, resolver=self.resolver, refused=refused)
             if refused:
@@ -177,6 +217,13 @@ class ClaimSide(ReplicaBase):
         self.state.keep_undo()  # from here: what it applies past its durable point it can take back
         self.stats.masterships += 1
         self.stats.merges += bool(claim.fetched)
+        at = self._subsumed_at
+        if claim.fetched or not self._subsumed or (at is not None and self.state.contains(at)):
+            # this state holds what is listed: the histories merged, those an earlier merge subsumed
+            # (carried over only when held, above), the dropped tails up to their durable points
+            self._subsumed_at = self.state.position
+        else:  # took over a history without the merge that subsumed those listed (none there held it)
+            self._subsumed_at = None
         self._subsumed = [*(subsumed or self._subsumed), *dropped][-SUBSUMED_KEPT:]
         for m in self._members.values():
             m.acked = 0
@@ -189,7 +236,8 @@ class ClaimSide(ReplicaBase):
         self._applied_from = {}
         self._sent_upto = {}
         self._held_back = {}
-        self._send(Active(claim.epoch, self.state.position, self.state.lineage, conflicts, self._subsumed))
+        self._send(Active(claim.epoch, self.state.position, self.state.lineage, conflicts, self._subsumed,
+                          self._subsumed_at))
         if conflicts:
             self._conflicts_seen.add(claim.epoch)
             self._report_conflicts(claim.epoch, conflicts)

@@ -120,6 +120,7 @@ class FollowerSide(MasterSide):
         claim = self._claim
         if claim is not None and claim.fetching is not None and epoch == claim.epoch:
             if source in claim.fetching and claim.fetched is None:
+                claim.stalls.pop(source, None)
                 self._apply_records(recs)
                 if self.state.last_seq >= upto:
                     claim.fetching.pop(source)
@@ -216,6 +217,8 @@ class FollowerSide(MasterSide):
                 del self._snaps[source]
                 self.stats.malformed += 1
                 return
+            if inc.for_claim and self._claim is not None:
+                self._claim.stalls.pop(source, None)  # it moves (_progress_claim)
             self._snap_alive(inc, now)
             if inc.may_ask():
                 self._snap_ask(inc, now)
@@ -266,6 +269,7 @@ class FollowerSide(MasterSide):
         if self.role is not Role.FOLLOWER or self.epoch != epoch:
             self._adopt(epoch, now)
         self._subsumed = list(msg.subsumed)
+        self._subsumed_at = msg.subsumed_at
         self.epoch = epoch
         self._set_master(epoch[1], "")
         if conflicts and epoch not in self._conflicts_seen:

@@ -174,13 +174,16 @@ class SnapChunk:
 @dataclass(frozen=True, slots=True)
 class Active:
     """``active``: the claimant of ``epoch`` is master; its history; the conflicts of its merge; the
-    histories it subsumed (merged), as ``(lineage, last seq)``."""
+    histories it subsumed (merged), as ``(lineage, last seq)``; ``subsumed_at``, a position whose
+    history holds all those histories (a dropped tail's up to its durable point), or None (none
+    known: a master from before it was sent, or one that took over a history without it)."""
 
     epoch: Epoch
     pos: Position
     lineage: Lineage
     conflicts: list[Conflict]
     subsumed: list[tuple[Lineage, int]]
+    subsumed_at: Position | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,9 +348,10 @@ def encode(msg: ReplicationMessage) -> list[Any]:
             return ["schunk", list(epoch), to, source, after, None if since is None else position_to_wire(since),
                     None if pos is None else position_to_wire(pos), [[k, v] for k, v in entries], nxt, final,
                     applied, None if header is None else [header[0], lineage_to_wire(header[1]), header[2]]]
-        case Active(epoch=epoch, pos=pos, lineage=lineage, conflicts=conflicts, subsumed=subsumed):
+        case Active(epoch=epoch, pos=pos, lineage=lineage, conflicts=conflicts, subsumed=subsumed, subsumed_at=at):
             return ["active", list(epoch), position_to_wire(pos), lineage_to_wire(lineage),
-                    [c.to_wire() for c in conflicts], [[lineage_to_wire(lin), last] for lin, last in subsumed]]
+                    [c.to_wire() for c in conflicts], [[lineage_to_wire(lin), last] for lin, last in subsumed],
+                    None if at is None else position_to_wire(at)]
         case Resign(epoch=epoch, pos=pos):
             return ["resign", list(epoch), position_to_wire(pos)]
     raise TypeError(f"not a replication message: {msg!r:.80}")
@@ -434,9 +438,11 @@ def _decode_schunk(a: list[Any]) -> SnapChunk:
 
 def _decode_active(a: list[Any]) -> Active:
     epoch, pos, lineage, conflicts, subsumed = a[:5]
+    at = a[5] if len(a) > 5 else None  # (a master from before 2026-11-29 sends none)
     return Active(epoch_from_wire(epoch), position_from_wire(pos), lineage_from_wire(lineage),
                   [Conflict.from_wire(c) for c in conflicts],
-                  [(lineage_from_wire(lin), int(last)) for lin, last in subsumed])
+                  [(lineage_from_wire(lin), int(last)) for lin, last in subsumed],
+                  None if at is None else position_from_wire(at))
 
 
 def _decode_log(a: list[Any]) -> Log:

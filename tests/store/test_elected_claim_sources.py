@@ -1,0 +1,97 @@
+"""What a claimant fetches (docs/elected-stores.md § 3, § 6), found by ops fuzz seed 96: after a merge,
+replicas left behind at the histories it merged (under lost messages their snapshots from each new
+master kept starting over) were fetched and merged again by every later claim, and each claim's
+snapshot fetches started over in a new epoch at the first lost chunk: no claim ended for 30 s, writes
+failed ``NoMaster``, and keys erased on the merged line (tombstones forgotten since) could come back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from _elected_sim import SimNet
+
+from broker_mqtt.store.commands import Erase, Put
+from broker_mqtt.store.replication import ReplicaConfig
+
+
+def test_a_history_a_merge_subsumed_is_not_merged_again_while_the_merged_line_is_there() -> None:
+    """d stays at the history of its side of a split (cut off while the split heals and a merges,
+    and while the merged line erases ``gone`` and forgets its tombstone); then b claims with d back.
+    b holds the merge, which holds d's history: b takes nothing from d (d takes b's state), and
+    ``gone`` stays erased. Before, b merged d's history again: ``gone`` came back."""
+    config = ReplicaConfig(tombstone_ttl=0.5)
+    with SimNet(["a", "b", "c", "d"], seed=5, config=config) as net:
+        net.tag("a")
+        net.run(1.0)
+        net.write("a", Put("gone", 1))
+        net.run(0.5)
+        net.partition({"a", "b"}, {"c", "d"})
+        net.untag("a")
+        net.tag("a")
+        net.tag("c")
+        net.run(3.0)
+        net.write("a", Put("x", "a"))
+        net.write("c", Put("y", "c"))
+        net.run(1.0)
+        d = net.nodes["d"].replica
+        assert d.state.position == net.nodes["c"].replica.state.position
+        net.partition({"a", "b", "c"}, {"d"})  # healed, d left out
+        net.untag("c")
+        net.run(4.0)
+        assert net.masters() == ["a"] and net.nodes["a"].replica.stats.merges == 1
+        assert {k: net.contents(n).get(k) for n in "abc" for k in "xy"} == {"x": "a", "y": "c"}
+        net.write("b", Erase("gone"))
+        net.run(3.0)  # the tombstone is forgotten (past 1.25 ttl)
+        assert all("gone" not in dict(net.nodes[n].replica.state.versions()) for n in "abc")
+        b = net.nodes["b"].replica
+        merges = b.stats.merges
+        net.heal()
+        net.untag("a")
+        net.tag("b")  # d promises its old history to b's claim
+        net.run(6.0)
+        assert net.masters() == ["b"]
+        for n in "abcd":
+            assert net.contents(n) == {"x": "a", "y": "c"}, n
+        assert b.stats.merges == merges  # nothing merged: d's history was merged already
+
+
+def test_a_claims_snapshot_fetch_resumes_after_a_lost_chunk() -> None:
+    """c, behind by more than the master's log, claims and fetches a's state by snapshot, one chunk
+    at a time; one chunk is lost. c asks again from what it holds and becomes master in the epoch
+    it claimed. Before, the stalled fetch started the claim over in a new epoch (and under steady
+    loss no claim fetching many chunks ever ended)."""
+    config = ReplicaConfig(snapshot_chunk=64, snapshot_window=1, log_keep=8)
+    with SimNet(["a", "b", "c"], seed=7, config=config) as net:
+        net.tag("a")
+        net.run(1.0)
+        net.partition({"a", "b"}, {"c"})
+        for i in range(30):
+            net.write("a", Put(f"k{i}", i))
+        net.run(1.0)
+        c = net.nodes["c"].replica
+        behind = c.state.last_seq
+        sent = net._send
+        chunks: list[Any] = []
+
+        def lossy(name: str, msg: Any, receivers: set[str] | None = None) -> None:
+            if name == "a" and msg[0] == "schunk" and msg[1][1] == "c.0" and msg[2] == "c.0":  # c's claim's
+                chunks.append(msg)
+                if len(chunks) == 3:
+                    return  # lost
+            sent(name, msg, receivers)
+
+        net._send = lossy  # type: ignore[method-assign]
+        net.heal()
+        net.run(0.3)  # c hears a (and starts to catch up)
+        net.untag("a")
+        net.tag("c")
+        claims = c.stats.claims
+        epoch = c.epoch
+        assert epoch is not None and epoch[1] == "c.0"
+        net.run(15.0)
+        assert len(chunks) > 10  # (the snapshot came in chunks, the third lost)
+        assert c.state.last_seq > behind
+        assert net.masters() == ["c"]
+        assert c.epoch == epoch and c.stats.claims == claims
+        assert net.contents("c") == {f"k{i}": i for i in range(30)}
