@@ -21,7 +21,10 @@ The writes: a ``put`` of a fresh key each (so an acknowledged put must be found 
 ``put_unique`` of a fresh key each, and in cases with neither partitions nor lost messages an
 ``increment`` of one counter (exactly once: never more than attempted, never fewer than
 acknowledged). A split merges a counter per key (last writer wins), and so may a claim that missed
-a promise (``docs/elected-stores.md`` § 6 and § 10): there only the upper bound holds.
+a promise (``docs/elected-stores.md`` § 6 and § 10): there only the upper bound holds. A claim
+misses a promise that comes later than ``claim_timeout`` (test_elected_fuzz_topics' long stalls),
+so in any case where a replica merged diverged histories (``FuzzNet.merges``) the counter's lower
+bound is not checked; the acknowledged keys still are (the merge keeps them).
 """
 
 from __future__ import annotations
@@ -54,14 +57,24 @@ class FuzzNet(SimNet):
 
     def __init__(self, names: list[str], **kwargs: Any) -> None:
         self.generations: dict[str, int] = {}
+        self.retired: list[Node] = []  # the nodes restarts replaced (their replicas' statistics)
         super().__init__(names, **kwargs)
+
+    def retire(self, name: str) -> None:
+        """Before a restart of ``name``: close its old state, keep the old node for :meth:`merges`."""
+        old = self.nodes.get(name)
+        if old is not None:
+            old.replica.state.close()
+            self.retired.append(old)
+
+    def merges(self) -> int:
+        """How many masterships of every replica so far merged diverged histories."""
+        return sum(node.replica.stats.merges for node in [*self.retired, *self.nodes.values()])
 
     def add(self, name: str, path: Any = None) -> Node:
         """Start node ``name`` (again: a restart, with an empty state and a new writer id)."""
         gen = self.generations[name] = self.generations.get(name, -1) + 1
-        old = self.nodes.get(name)
-        if old is not None:
-            old.replica.state.close()
+        self.retire(name)
         clock = Clock(wall=lambda: 1_000_000 + self.now)
         replica = Replica("s", f"{name}.{gen}", VersionedState(), self.now, durability=self.durability,
                           config=self.config, clock=clock, resolver=self.resolver)
@@ -94,7 +107,8 @@ class Fuzz:
     fresh: int = 0
     #: acknowledged writes the docs allow to be lost (durability "master": what a dead master held alone)
     exempt_keys: set[str] = field(default_factory=set)
-    exempt_incs: int = 0
+    #: the increments (writer id, write number) the docs allow to be lost, acknowledged or not
+    exempt_incs: set[tuple[str, int]] = field(default_factory=set)
 
     def log(self, what: str) -> None:
         self.trace.append(f"{self.net.now:8.3f} {what}")
@@ -277,12 +291,13 @@ class Fuzz:
     def check(self) -> None:
         net = self.net
         where, reference = self.check_converged()
-        attempted = acked = 0
+        attempted = acked = exempt = 0
         for w in self.writes:
             answered = w.n in w.node.done
             if w.kind == "inc":
                 attempted += 1
                 acked += answered
+                exempt += answered and (w.node.replica.id, w.n) in self.exempt_incs
             elif answered and w.key not in self.exempt_keys:
                 got = reference.get(w.key)
                 if w.kind == "unique":
@@ -290,9 +305,11 @@ class Fuzz:
                 assert got == w.value, f"acknowledged {w.kind} {w.key}={w.value} lost ({got}): {where}"
         counter = reference.get(COUNTER, 0)
         assert counter <= attempted, f"{counter} increments applied of {attempted}: {where}"
-        if self.increments:
-            assert counter >= acked - self.exempt_incs, \
-                f"{counter} increments applied, {acked} acknowledged, {self.exempt_incs} may be lost: {where}"
+        # a merge keeps one version of the counter (§ 6): the increments on the other diverged
+        # histories are gone, acknowledged or not, and only the upper bound holds (module docstring)
+        if self.increments and not net.merges():
+            assert counter >= acked - exempt, \
+                f"{counter} increments applied, {acked} acknowledged, {exempt} of them may be lost: {where}"
         for w in self.writes:  # every writer alive at the end had each of its writes answered
             if w.node is net.nodes[w.node.replica.id.split(".")[0]]:
                 assert w.n in w.node.done or isinstance(w.node.failed.get(w.n), AnswerForgotten), \
