@@ -70,7 +70,7 @@ class MoreNet(FuzzNet):
         state = open_state(self.directory / f"{name}.sqlite")
         replica = Replica("s", f"{name}.{gen}", state, self.now, durability=self.durability,
                           config=self.config, clock=clock, resolver=self.resolver)
-        node = self.nodes[name] = Node(replica)
+        node = self.nodes[name] = Node(self.watch(replica))
         self.dead.discard(name)
         return node
 

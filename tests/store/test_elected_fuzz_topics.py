@@ -55,7 +55,8 @@ STALL = 0.05  #: odd seeds: this share of sends stalls its stream (``TopicOrder.
 #: a claimant whose claim timed out before the last master's promise came was master on a history
 #: without that master's tail, applied its own held writes and died (9, 17): its counter minus the
 #: best follower's under-counted what it alone held (now counted by write); and a claim that missed a
-#: late promise merged the diverged histories later, a counter per key (13, 50, 100, 131: § 10).
+#: late promise merged the diverged histories later, a counter per key (13, 50, 100, 131: § 6, § 10),
+#: which drops the increments of the history whose counter lost (``FuzzNet.merge_lost``).
 LONG_STALL, LONG_STALL_MAX = 0.2, 0.3
 LONG_SEEDS = sorted({9, 13, 17, 100, *range(_FIRST, int(_LAST or 10))})
 #: the topics a replica subscribes to (``em`` is for writers without a replica)
