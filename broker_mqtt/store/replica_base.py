@@ -159,6 +159,7 @@ class ReplicaBase:
         self._durable_seq = 0  # as master: the highest durable seq
         self._discard_after: int | None = None  # a deposed master's unacknowledged tail starts after this
         self._own_tail: Lineage | None = None  # a deposed master's: its history with its dropped tail
+        self._taken_back_in: Epoch | None = None  # the last mastership whose tail this node took back
         self._next_hb = now
         self._reclaim_at = now
         self._started = now
@@ -211,6 +212,9 @@ class ReplicaBase:
                 self._out_log = [self._out_log[i] for i in keep]
                 self._out_writes = [self._out_writes[i] for i in keep]
                 self.stats.records_taken_back += taken
+                # a snapshot pass it serves in that epoch may hold what it took back (read before):
+                # its final header, the durable point, would hide it (_serve_snapshot serves none)
+                self._taken_back_in = self.epoch
                 if changes:
                     self._data_changed(changes)
         self.state.drop_undo()

@@ -200,3 +200,52 @@ def test_a_woken_master_with_a_diverged_durable_history_merges_nothing_it_alone_
         assert len(net.masters()) == 1
         assert [net.contents(n).get("k1") for n in "abcd"] == [1] * 4  # (the merge brings it back)
         assert [net.contents(n)["x"] for n in "abcd"] == ["new"] * 4  # acknowledged last
+
+
+def test_a_snapshot_pass_under_way_when_its_source_takes_its_tail_back_is_not_finished_by_it() -> None:
+    """j joins from m by snapshot (small chunks, one per window). m applies w's x=TAIL (w dies before
+    its ack: acknowledged to nobody), j's pass reads it, and m, deposed by n's claim (j does not
+    hear n), takes it back and finishes j's pass: its final header is m's durable point. j lost
+    m's log message of the tail (a broker crash): without it, j installs the durable point's
+    position holding TAIL, which nobody else holds, and catches up by tail (the review of 2445c62:
+    before it, m's header said 201, and j's position past m's announced history made it take n's
+    snapshot). Now m serves no snapshot in the epoch whose tail it took back."""
+    import heapq
+
+    from broker_mqtt.store.packing import pack, unpack
+    from broker_mqtt.store.replication import ReplicaConfig
+
+    n_keys = 200
+    with SimNet(["m", "f", "n", "w"], seed=5, config=ReplicaConfig(log_keep=50, snapshot_chunk=2048,
+                                                                   snapshot_window=1)) as net:
+        net.tag("m")
+        net.run(1.0)
+        for i in range(n_keys):
+            net.write("m", Put(i, f"v{i}-" + "x" * 40))
+        net.run(1.0)
+        net.partition({"m", "j", "w"}, {"m", "n", "f"})
+        net.add("j")
+        j, m = net.nodes["j"].replica, net.nodes["m"].replica
+        inc = None
+        while inc is None or inc.cursor is None:
+            net.run(0.001)
+            inc = j._snaps.get("m.0")
+        key = unpack(inc.cursor) + 20  # a key j's pass reads after the tail is applied
+        net.partition({"m", "j", "w"}, {"n", "f"})
+        net.write("w", Put(key, "TAIL"))
+        while m.state.last_seq == n_keys:
+            net.run(0.0001)
+        net.kill("w")  # before its ack reaches m
+        net._queue = [it for it in net._queue if not (it[2:4] == ("m", "j") and it[4][0] == "log")]  # lost
+        heapq.heapify(net._queue)
+        net.partition({"m", "j"}, {"m", "n", "f"})
+        net.run(0.03)
+        assert j._snaps["m.0"].staged.values.get(pack(key)) == "TAIL"  # read before the take-back
+        net.tag("n")
+        net.run(0.5)  # (j's pass ends: before 2445c62's fix, with TAIL under m's durable point)
+        assert m.stats.records_taken_back == 1
+        net.untag("m")
+        net.heal()
+        net.run(6.0)
+        assert net.masters() == ["n"]
+        assert {net.contents(x)[key] for x in "mnfj"} == {f"v{key}-" + "x" * 40}
