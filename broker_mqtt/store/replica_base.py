@@ -47,6 +47,7 @@ __all__ = ["ReplicaBase", "CONFLICTS_KEPT", "MAX_ORIGINS"]
 
 CONFLICTS_KEPT = 100_000  #: conflicts a replica remembers, so that it reports each one once
 MAX_ORIGINS = 100_000  #: writers whose endpoint the master remembers, to answer them there
+TAKEN_BACK_KEPT = 16  #: tails a replica took back as master that it remembers (ClaimSide._choose_sources)
 
 
 def _always() -> bool:
@@ -160,6 +161,9 @@ class ReplicaBase:
         self._discard_after: int | None = None  # a deposed master's unacknowledged tail starts after this
         self._own_tail: Lineage | None = None  # a deposed master's: its history with its dropped tail
         self._taken_back_in: Epoch | None = None  # the last mastership whose tail this node took back
+        # the tails this node took back as master, newest last: (its history with the tail, the seq
+        # it was cut at); kept past later claims and snapshots (see ClaimSide._choose_sources)
+        self._taken_back: list[tuple[Lineage, int]] = []
         self._next_hb = now
         self._reclaim_at = now
         self._started = now
@@ -202,6 +206,7 @@ class ReplicaBase:
             mine = [(e, f) for e, f in self.state.lineage if f > d and e[1] == self.id][:1]
             if mine or (lineage and lineage[-1][0][1] == self.id):
                 self._own_tail = [*lineage, *mine]
+                self._taken_back = [*self._taken_back, (self._own_tail, d)][-TAKEN_BACK_KEPT:]
             taken = self.state.last_seq - d
             changes = self.state.roll_back(d, report=self.wants_data())
             if changes is None:

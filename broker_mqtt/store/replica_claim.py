@@ -119,6 +119,12 @@ class ClaimSide(ReplicaBase):
         heads = {self.id: self._reported(), **claim.promises}
         for node in self._subsumed_heads(heads):
             del heads[node]
+        # a replica holding part of a tail this node took back as master holds records acknowledged
+        # to nobody on a line this node left: nothing to take from it (it takes the new state, the
+        # tail announced in active); merged as a diverged history, that tail went over acknowledged
+        # writes (queue topics fuzz seed 51 with long stalls: a message handed out twice)
+        for node in [n for n, (pos, _lin, _last) in heads.items() if n != self.id and self._in_taken_back(pos)]:
+            del heads[node]
         maximal: dict[Position, str] = {}
         for node in [n for n in [self.id, *sorted(claim.promises)] if n in heads]:
             pos = heads[node][0]
@@ -136,6 +142,10 @@ class ClaimSide(ReplicaBase):
             for s in sources:
                 self._send(Fetch(claim.epoch, self.id, s, None))  # None: a snapshot
         self._progress_claim(now)
+
+    def _in_taken_back(self, pos: Position) -> bool:
+        """``pos`` lies in a tail this node took back as master (past where it was cut)."""
+        return any(contains(lin, UNBOUNDED_SEQ, pos) and not contains(lin, cut, pos) for lin, cut in self._taken_back)
 
     def _subsumed_heads(self, heads: dict[str, tuple[Position, Lineage, int]]) -> list[str]:
         """The nodes (the claimant too) whose announced history an earlier merge subsumed, when
@@ -188,6 +198,9 @@ class ClaimSide(ReplicaBase):
             # this claimant is such a deposed master too: a follower may hold part of its tail (it
             # missed this claim: a claim held up on the way, a clustered broker's stalled topic)
             dropped.append((list(claim.own_tail), UNBOUNDED_SEQ))
+        for lineage, _cut in self._taken_back:  # (a replica left out for holding one: _choose_sources)
+            if (lineage, UNBOUNDED_SEQ) not in dropped:
+                dropped.append((list(lineage), UNBOUNDED_SEQ))
         conflicts: list[Conflict] = []
         subsumed: list[tuple[Lineage, int]] = []
         if claim.fetched:  # diverged histories: merge them all into a new line of this epoch
