@@ -185,6 +185,8 @@ class ReplicaBase:
         ``claim_timeout`` was short of it."""
         if now - self._now > self._pause_threshold:
             self._resumed = now
+            if self.role is Role.MASTER and self.durability is Durability.MASTER and not self.state.keeps_undo:
+                self.state.keep_undo()  # what it applies until it knows it is still master may be taken back
         self._now = now
 
     def _drop_unacknowledged_tail(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .packing import pack
 from .replica_base import CONFLICTS_KEPT, ReplicaBase, _Claim
-from .replica_events import ConflictsFound, DataChanged, ResolverRefused, Role
+from .replica_events import ConflictsFound, DataChanged, Durability, ResolverRefused, Role
 from .replica_messages import Active, Claim, Fetch, Promise
 from .state_merge import merge_histories
 from .versioned import (
@@ -227,7 +227,8 @@ class ClaimSide(ReplicaBase):
         self._verified = True
         self._discard_after = self._own_tail = None
         self._durable_seq = self.state.last_seq  # what we took over counts as acknowledged
-        self.state.keep_undo()  # from here: what it applies past its durable point it can take back
+        if self.durability is not Durability.MASTER:  # ("master": each record durable as applied, but
+            self.state.keep_undo()  # after a pause: _clock) what it applies past its durable point it can take back
         self.stats.masterships += 1
         self.stats.merges += bool(claim.fetched)
         at = self._subsumed_at

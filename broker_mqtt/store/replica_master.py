@@ -401,6 +401,7 @@ class MasterSide(ServingSide):
         last = self.state.last_seq
         if self.durability is Durability.MASTER and not self._woke_unconfirmed():
             durable = last
+            self.state.drop_undo()  # (kept only for a while after it woke from a pause: _clock)
         else:  # (durability master just after a pause: as "one", below)
             acks = [m.acked for m in self._live_members().values()]
             if not acks:

@@ -119,6 +119,11 @@ class UndoableState:
         acknowledged, so that :meth:`roll_back` can take it back (a master's state)."""
         self._undo = UndoLog(self.last_seq)
 
+    @property
+    def keeps_undo(self) -> bool:
+        """:meth:`keep_undo` is on."""
+        return self._undo is not None
+
     def drop_undo(self) -> None:
         """Stop keeping it (no longer master); a replace or a snapshot stops it too."""
         self._undo = None
