@@ -119,17 +119,17 @@ class ClaimSide(ReplicaBase):
         heads = {self.id: self._reported(), **claim.promises}
         for node in self._subsumed_heads(heads):
             del heads[node]
-        # a replica holding part of a tail this node took back as master holds records acknowledged
-        # to nobody on a line this node left: nothing to take from it (it takes the new state, the
-        # tail announced in active); merged as a diverged history, that tail went over acknowledged
-        # writes (queue topics fuzz seed 51 with long stalls: a message handed out twice)
-        for node in [n for n, (pos, _lin, _last) in heads.items() if n != self.id and self._in_taken_back(pos)]:
-            del heads[node]
-        maximal: dict[Position, str] = {}
-        for node in [n for n in [self.id, *sorted(claim.promises)] if n in heads]:
-            pos = heads[node][0]
-            if not any(opos != pos and contains(olin, olast, pos) for opos, olin, olast in heads.values()):
-                maximal.setdefault(pos, node)
+        maximal = self._maximal(heads, [self.id, *sorted(claim.promises)])
+        # A replica holding part of a tail this node took back as master holds records acknowledged
+        # to nobody on a line this node left: taken as the one most advanced history, its tail is
+        # applied again (its writers' repeats are recognised), but it is never merged as a diverged
+        # one, over another history's acknowledged writes (queue topics fuzz seed 51 with long
+        # stalls: a message handed out twice); it takes the new state (the tail announced in active)
+        taken_back = [n for n, (pos, _lin, _last) in heads.items() if n != self.id and self._in_taken_back(pos)]
+        if len(maximal) > 1 and taken_back:
+            for node in taken_back:
+                del heads[node]
+            maximal = self._maximal(heads, [self.id, *sorted(claim.promises)])
         sources = sorted(n for n in maximal.values() if n != self.id)
         claim.waiting.clear()
         claim.fetching = {s: now + self.config.fetch_timeout for s in sources}
@@ -142,6 +142,17 @@ class ClaimSide(ReplicaBase):
             for s in sources:
                 self._send(Fetch(claim.epoch, self.id, s, None))  # None: a snapshot
         self._progress_claim(now)
+
+    @staticmethod
+    def _maximal(heads: dict[str, tuple[Position, Lineage, int]], order: list[str]) -> dict[Position, str]:
+        """The most advanced histories of ``heads`` (those no other contains), each by the first
+        node of ``order`` at it."""
+        maximal: dict[Position, str] = {}
+        for node in [n for n in order if n in heads]:
+            pos = heads[node][0]
+            if not any(opos != pos and contains(olin, olast, pos) for opos, olin, olast in heads.values()):
+                maximal.setdefault(pos, node)
+        return maximal
 
     def _in_taken_back(self, pos: Position) -> bool:
         """``pos`` lies in a tail this node took back as master (past where it was cut)."""
