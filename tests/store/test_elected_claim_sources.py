@@ -95,3 +95,56 @@ def test_a_claims_snapshot_fetch_resumes_after_a_lost_chunk() -> None:
         assert net.masters() == ["c"]
         assert c.epoch == epoch and c.stats.claims == claims
         assert net.contents("c") == {f"k{i}": i for i in range(30)}
+
+
+def test_a_replica_past_a_dropped_tail_that_acknowledged_it_there_is_merged_not_left_out() -> None:
+    """Review of 090d3fc. n is master; b writes ``w2``, which n applies and logs to b and r only
+    (a and d cut off) while every ``ack`` is lost: not durable. a claims without b and r: n promises
+    up to its durable point (before ``w2``), so a announces n's dropped tail (n's lineage, unbounded);
+    a writes ``x``, d claims and holds the position a merge-less claim names (``subsumed_at``, in a's
+    epoch). Meanwhile b claims on its side with r, takes over the history holding ``w2`` and answers
+    b's writer: ``w2`` is acknowledged there, at a seq of n's epoch past n's durable point (b writes
+    nothing of its own epoch). Healed, d claims and b promises: b's history lies inside n's
+    unbounded dropped tail and does not hold d's ``subsumed_at``, but it holds an acknowledged write d
+    lacks. It must be merged (as before 090d3fc), not left out: left out, b and r took d's state and
+    ``w2``, acknowledged, was lost."""
+    with SimNet(["n", "a", "b", "d", "r"], seed=1) as net:
+        net.tag("n")
+        net.run(1.0)
+        net.write("n", Put("k1", 1))
+        net.run(0.5)
+        sent = net._send
+        drop = {"acks": True}
+
+        def lossy(name: str, msg: Any, receivers: set[str] | None = None) -> None:
+            if drop["acks"] and msg[0] == "ack":
+                return
+            sent(name, msg, receivers)
+
+        net._send = lossy  # type: ignore[method-assign]
+        net.partition({"n", "b", "r"}, {"a", "d"})
+        w2 = net.write("b", Put("w2", 2))
+        net.run(0.2)
+        assert net.contents("r") == {"k1": 1, "w2": 2} and net.nodes["n"].replica._durable_seq == 1
+        net.partition({"n", "a", "d"}, {"b", "r"})
+        net.untag("n")
+        net.tag("a")
+        net.run(4.0)
+        drop["acks"] = False
+        net.write("a", Put("x", "a"))
+        net.run(0.5)
+        net.untag("a")
+        net.tag("d")
+        net.run(4.0)
+        net.tag("b")
+        net.run(4.0)
+        assert net.masters() == ["b", "d"] or sorted(net.masters()) == ["b", "d"]
+        assert w2 in net.nodes["b"].done  # acknowledged by b, master of its own epoch
+        net.untag("b")
+        net.untag("d")
+        net.heal()
+        net.tag("d")  # b and r promise to d's claim
+        net.run(8.0)
+        assert net.masters() == ["d"]
+        for name in "nabdr":
+            assert net.contents(name) == {"k1": 1, "x": "a", "w2": 2}, (name, net.contents(name))
