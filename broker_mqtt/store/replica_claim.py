@@ -226,8 +226,11 @@ class ClaimSide(ReplicaBase):
             at = self._subsumed_at
             if at is not None and any(s.contains(at) for s in states):
                 # those an earlier merge subsumed are held by this one too: a replica still at one
-                # (left out of this claim: _subsumed_heads) takes this merge's state
-                subsumed = [*(h for h in self._subsumed if h not in subsumed), *subsumed]
+                # (left out of this claim: _subsumed_heads) takes this merge's state. Not the dropped
+                # tails (UNBOUNDED_SEQ): held only up to their durable points, carried on they made a
+                # replica that a claimant cut off from the drop took past it (and acknowledged there)
+                # take this state, as a merge before did not (test_a_dropped_tail_is_not_carried_...)
+                subsumed = [*(h for h in self._subsumed if h not in subsumed and h[1] != UNBOUNDED_SEQ), *subsumed]
             refused: list[str] = []
             parts, conflicts = merge_histories(states, claim.epoch, resolver=self.resolver, refused=refused)
             if refused:

@@ -148,3 +148,55 @@ def test_a_replica_past_a_dropped_tail_that_acknowledged_it_there_is_merged_not_
         assert net.masters() == ["d"]
         for name in "nabdr":
             assert net.contents(name) == {"k1": 1, "x": "a", "w2": 2}, (name, net.contents(name))
+
+
+def test_a_dropped_tail_is_not_carried_into_a_later_merge() -> None:
+    """Review of 090d3fc (the merge's carry-over). As above, n's unbounded dropped tail is announced
+    on a's side while b, on its own side, takes over the history past n's durable point and
+    acknowledges ``w2`` there; then d (master after a) merges a third side's history (e, f). The merge
+    carries over the histories an earlier merge subsumed, but not n's dropped tail: b, coming back
+    as a follower, is a diverged history the master merges (as before 090d3fc), not one at a
+    subsumed history that takes the merged state and loses ``w2``."""
+    with SimNet(["n", "a", "b", "d", "r", "e", "f"], seed=1) as net:
+        net.tag("n")
+        net.run(1.0)
+        net.write("n", Put("k1", 1))
+        net.run(0.5)
+        sent = net._send
+        drop = {"acks": True}
+
+        def lossy(name: str, msg: Any, receivers: set[str] | None = None) -> None:
+            if drop["acks"] and msg[0] == "ack":
+                return
+            sent(name, msg, receivers)
+
+        net._send = lossy  # type: ignore[method-assign]
+        net.partition({"n", "b", "r"}, {"a", "d"}, {"e", "f"})
+        w2 = net.write("b", Put("w2", 2))
+        net.run(0.2)
+        net.partition({"n", "a", "d"}, {"b", "r"}, {"e", "f"})
+        net.untag("n")
+        net.tag("a")
+        net.tag("e")
+        net.run(4.0)
+        drop["acks"] = False
+        net.write("a", Put("x", "a"))
+        net.write("e", Put("e1", "e"))
+        net.run(0.5)
+        net.untag("a")
+        net.tag("d")
+        net.run(4.0)
+        net.tag("b")
+        net.run(4.0)
+        assert w2 in net.nodes["b"].done  # acknowledged by b, master of its own epoch
+        net.untag("e")
+        net.partition({"n", "a", "d", "e", "f"}, {"b", "r"})
+        net.run(6.0)
+        d = net.nodes["d"].replica
+        assert net.masters() == ["b", "d"] and d.stats.merges >= 1
+        net.untag("b")
+        net.heal()
+        net.run(8.0)
+        assert net.masters() == ["d"]
+        for name in "nabdref":
+            assert net.contents(name) == {"k1": 1, "x": "a", "e1": "e", "w2": 2}, (name, net.contents(name))
