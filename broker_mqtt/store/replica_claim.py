@@ -257,7 +257,9 @@ class ClaimSide(ReplicaBase):
             self._subsumed_at = self.state.position
         else:  # took over a history without the merge that subsumed those listed (none there held it)
             self._subsumed_at = None
-        self._subsumed = [*(subsumed or self._subsumed), *dropped][-SUBSUMED_KEPT:]
+        listed = [*(subsumed or self._subsumed), *dropped]
+        # (each once: a tail announced again at every claim crowded out the others)
+        self._subsumed = [h for i, h in enumerate(listed) if h not in listed[:i]][-SUBSUMED_KEPT:]
         for m in self._members.values():
             m.acked = 0
         self._acked_n = {}

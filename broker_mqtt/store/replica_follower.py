@@ -121,6 +121,7 @@ class FollowerSide(MasterSide):
         if claim is not None and claim.fetching is not None and epoch == claim.epoch:
             if source in claim.fetching and claim.fetched is None:
                 claim.stalls.pop(source, None)
+                claim.fetching[source] = now + self.config.fetch_timeout  # (a long tail: it moves)
                 self._apply_records(recs)
                 if self.state.last_seq >= upto:
                     claim.fetching.pop(source)

@@ -439,10 +439,12 @@ def _decode_schunk(a: list[Any]) -> SnapChunk:
 def _decode_active(a: list[Any]) -> Active:
     epoch, pos, lineage, conflicts, subsumed = a[:5]
     at = a[5] if len(a) > 5 else None  # (a master from before 2026-11-29 sends none)
+    held = None if at is None else position_from_wire(at)
+    if held is not None and held[1] is None:
+        held = None  # no epoch: no history holds it (contains() would take any short one as holding it)
     return Active(epoch_from_wire(epoch), position_from_wire(pos), lineage_from_wire(lineage),
                   [Conflict.from_wire(c) for c in conflicts],
-                  [(lineage_from_wire(lin), int(last)) for lin, last in subsumed],
-                  None if at is None else position_from_wire(at))
+                  [(lineage_from_wire(lin), int(last)) for lin, last in subsumed], held)
 
 
 def _decode_log(a: list[Any]) -> Log:

@@ -170,3 +170,12 @@ def test_a_wack_with_a_lower_bound_reads_as_before_to_a_decoder_from_before_it()
     assert old == ["wack", [2, "b.0"], "w", 10, [[9, False]], "b"] and decode(old).after is None
     with pytest.raises(StoreDecodeError):
         decode(["wack", [2, "b.0"], "w", 10, [], "", "4"])
+
+
+def test_an_actives_held_position_without_an_epoch_is_taken_as_none() -> None:
+    """``subsumed_at`` names a history; a position with no epoch is held by every short history
+    (``contains``), so a hostile or broken one would make claimants leave replicas out: dropped."""
+    wire = encode(Active((2, "m"), (5, (2, "m")), [((2, "m"), 1)], [], [([((1, "a"), 1)], 3)], (5, (2, "m"))))
+    assert decode(wire).subsumed_at == (5, (2, "m"))
+    wire[6] = [7, None]
+    assert decode(wire).subsumed_at is None
