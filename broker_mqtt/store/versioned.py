@@ -369,8 +369,9 @@ class VersionedState(UndoableState):
     def _set(self, k: bytes, key: Any, value: Any, stamp: int, origin: str, expiry: float | None,
              changes: list[Change] | None) -> None:
         old = self._values.get(k, _ABSENT)
-        if self._undo_keys is not None:
-            self._undo_keys.append(self._key_before(k, old))
+        if self._undo_keys is not None:  # (_key_before, inline: the master's hottest path)
+            self._undo_keys.append((k, old, self._stamps[k], self._expiring.get(k) if self._expiring else None)
+                                   if old is not _ABSENT else (k, old, self._tombstones.get(k), None))
         self._values[k] = value
         self._stamps[k] = stamp
         self._dirty.add(k)
