@@ -14,8 +14,7 @@ as ``Replica.to_send`` does after each input:
 
 - master: ``compute_op`` (a ComputedCommand returning the op, as the queue commands do) + a
   ``Record`` + ``VersionedState.apply`` + ``Record.to_wire`` (the log message), as
-  ``Replica._apply_write`` / ``_append`` do, with the undo log a master of durability "one" keeps
-  (``keep_undo``; the records acknowledged every ``LOG_GROUP``, one log message's worth);
+  ``Replica._apply_write`` / ``_append`` do;
 - replica: ``Record.from_wire`` of the decoded log wire (checking every op) + ``Clock.observe`` +
   ``apply``, as ``Replica._on_log`` / ``_apply_records`` do.
 
@@ -114,13 +113,9 @@ class _Given(ComputedCommand):
 
 # -- the timed paths -----------------------------------------------------------------------------------
 
-LOG_GROUP = 64  # records a log message carries at most (replica_messages.LOG_GROUP), acknowledged together
-
-
 def run_master(state: VersionedState, records: list[Item]) -> None:
     clock = Clock(lambda: WALL)
     commands = [(writer, _Given(op, answer)) for writer, op, answer in records]
-    state.keep_undo()
     for n, (writer, cmd) in enumerate(commands, 1):
         wall = clock.now() / 1_000_000
         op, result = compute_op(state, cmd, wall)
@@ -128,8 +123,6 @@ def run_master(state: VersionedState, records: list[Item]) -> None:
         state.apply(record)
         record.to_wire()
         state.commit()
-        if n % LOG_GROUP == 0:
-            state.undo_durable(state.last_seq)
 
 
 def log_wires(records: list[Item]) -> list[Any]:

@@ -85,8 +85,6 @@ ENDPOINT_COUNTERS: dict[str, tuple[str, str]] = {
 #: ``ReplicaStatistics`` field -> (metric name without ``_total``, help)
 STORE_COUNTERS: dict[str, tuple[str, str]] = {
     "records_applied": ("broker_mqtt_store_records_applied", "Log records applied here (as master or follower)."),
-    "records_taken_back": ("broker_mqtt_store_records_taken_back",
-                           "Log records this node applied as master and took back on leaving the role (acknowledged to nobody)."),
     "claims": ("broker_mqtt_store_claims", "Mastership claims this node started."),
     "masterships": ("broker_mqtt_store_masterships", "Claims that made this node the master."),
     "merges": ("broker_mqtt_store_merges", "Masterships that merged diverged histories."),

@@ -94,7 +94,7 @@ SANS_IO = sorted({
     *(f"broker_mqtt.store.{m}" for m in (
         "master", "clone", "commands", "replication", "replica_base", "replica_claim", "replica_events",
         "replica_follower", "replica_master", "replica_messages", "versioned", "history", "writer_core",
-        "record_log", "packing", "backend", "undo_log", "persistence")),
+        "record_log", "packing", "backend")),
     "broker_mqtt.queue.model", "broker_mqtt.queue.commands",
     "broker_mqtt.endpoint.dispatch", "broker_mqtt.endpoint.presence", "broker_mqtt.endpoint.outbox",
     "broker_mqtt.endpoint.backoff",

@@ -63,12 +63,6 @@ class RecordLog:
         self._records.clear()
         self.ops = 0
 
-    def drop_after(self, seq: int) -> None:
-        """Drop the records after ``seq`` (a master took them back: :mod:`.undo_log`)."""
-        records = self._records
-        while records and records[-1][_SEQ] > seq:
-            self.ops -= op_count(records.pop()[_OP])
-
     def covers(self, after: int, last: int) -> bool:
         """True when the log holds every record after ``seq`` ``after`` up to ``last``."""
         records = self._records

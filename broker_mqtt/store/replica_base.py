@@ -47,7 +47,6 @@ __all__ = ["ReplicaBase", "CONFLICTS_KEPT", "MAX_ORIGINS"]
 
 CONFLICTS_KEPT = 100_000  #: conflicts a replica remembers, so that it reports each one once
 MAX_ORIGINS = 100_000  #: writers whose endpoint the master remembers, to answer them there
-TAKEN_BACK_KEPT = 16  #: tails a replica took back as master that it remembers (ClaimSide._choose_sources)
 
 
 def _always() -> bool:
@@ -159,11 +158,6 @@ class ReplicaBase:
         self._verified = False  # our history is known to be a prefix of the master's: apply its log
         self._durable_seq = 0  # as master: the highest durable seq
         self._discard_after: int | None = None  # a deposed master's unacknowledged tail starts after this
-        self._own_tail: Lineage | None = None  # a deposed master's: its history with its dropped tail
-        self._taken_back_in: Epoch | None = None  # the last mastership whose tail this node took back
-        # the tails this node took back as master, newest last: (its history with the tail, the seq
-        # it was cut at); kept past later claims and snapshots (see ClaimSide._choose_sources)
-        self._taken_back: list[tuple[Lineage, int]] = []
         self._next_hb = now
         self._reclaim_at = now
         self._started = now
@@ -185,46 +179,15 @@ class ReplicaBase:
         ``claim_timeout`` was short of it."""
         if now - self._now > self._pause_threshold:
             self._resumed = now
-            if self.role is Role.MASTER and self.durability is Durability.MASTER and not self.state.keeps_undo:
-                self.state.keep_undo()  # what it applies until it knows it is still master may be taken back
         self._now = now
 
     def _drop_unacknowledged_tail(self) -> None:
-        """A master that leaves the role (steps down, or claims again: :meth:`_start_claim`) takes
-        back the records past its durable point (:mod:`.undo_log`): they were acknowledged to nobody
-        (their writers send them again to the next master), and must not be merged, served or
-        announced over another master's acknowledged writes. Its history with that tail is kept as
-        ``_own_tail``: a claim of its own announces it (a follower may hold part of the tail). If
-        its undo log does not reach back that far (:data:`.undo_log.UNDO_KEPT`), it announces its
-        history only up to the durable point and drops the tail for the next master's snapshot
-        (``_discard_after``; a merge of its history then takes the tail too: docs § 3)."""
-        if self.role is not Role.MASTER:
-            return
-        d = self._durable_seq
-        if d < self.state.last_seq:
-            lineage = [(e, f) for e, f in self.state.lineage if f <= d]
-            # its own epoch past the durable point: also when no record of it was durable (the
-            # lineage cut there then ends in an older master's epoch: a review's case)
-            mine = [(e, f) for e, f in self.state.lineage if f > d and e[1] == self.id][:1]
-            if mine or (lineage and lineage[-1][0][1] == self.id):
-                self._own_tail = [*lineage, *mine]
-                self._taken_back = [*self._taken_back, (self._own_tail, d)][-TAKEN_BACK_KEPT:]
-            taken = self.state.last_seq - d
-            changes = self.state.roll_back(d, report=self.wants_data())
-            if changes is None:
-                self._discard_after = d
-            else:
-                self._log.drop_after(d)
-                keep = [i for i, rec in enumerate(self._out_log) if rec.seq <= d]  # (durability "master")
-                self._out_log = [self._out_log[i] for i in keep]
-                self._out_writes = [self._out_writes[i] for i in keep]
-                self.stats.records_taken_back += taken
-                # a snapshot pass it serves in that epoch may hold what it took back (read before):
-                # its final header, the durable point, would hide it (_serve_snapshot serves none)
-                self._taken_back_in = self.epoch
-                if changes:
-                    self._data_changed(changes)
-        self.state.drop_undo()
+        """A master that leaves the role (steps down, or claims again: :meth:`_start_claim`)
+        announces its history only up to its durable point: the records after it were acknowledged
+        to nobody, and are dropped for the next master's snapshot rather than merged over another
+        master's acknowledged writes."""
+        if self.role is Role.MASTER and self._durable_seq < self.state.last_seq:
+            self._discard_after = self._durable_seq
 
     def _step_down(self) -> None:
         """Stop being master (or claiming). Records past the durable point were acknowledged to

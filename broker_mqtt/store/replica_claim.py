@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .packing import pack
 from .replica_base import CONFLICTS_KEPT, ReplicaBase, _Claim
-from .replica_events import ConflictsFound, DataChanged, Durability, ResolverRefused, Role
+from .replica_events import ConflictsFound, DataChanged, ResolverRefused, Role
 from .replica_messages import Active, Claim, Fetch, Promise
 from .state_merge import merge_histories
 from .versioned import (
@@ -52,10 +52,10 @@ class ClaimSide(ReplicaBase):
 
     def _start_claim(self, now: float) -> None:
         # A master claiming again (to merge a diverged history, or above a member fenced by a claimant
-        # that is gone) takes back its unacknowledged tail, as a deposed one does: if another claim
-        # supersedes this one, the adoption steps down a claimant, not a master, and would not
-        # (test_replica_cluster_order: a master woken from a pause claimed above a dead claimant's
-        # epoch, lost to the claim that had deposed it, and its tail was merged)
+        # that is gone) announces its history up to its durable point, as a deposed one does: if another
+        # claim supersedes this one, the adoption steps down a claimant, not a master, and would not
+        # drop the tail (test_replica_cluster_order: a master woken from a pause claimed above a dead
+        # claimant's epoch, lost to the claim that had deposed it, and its tail was merged)
         self._drop_unacknowledged_tail()
         self.max_term = max(self.max_term, self.epoch[0] if self.epoch else 0)
         self.max_term += 1
@@ -69,7 +69,14 @@ class ClaimSide(ReplicaBase):
         # woke from a pause too: _progress_claim)
         ready = max(now, self._started + self.config.member_timeout)
         self._claim = _Claim(epoch, max(now + self.config.claim_timeout, ready), live, {}, ready=ready)
-        self._claim.own_tail = self._own_tail  # (taken now: a snapshot installed for the claim forgets it)
+        if self._discard_after is not None and self._discard_after < self.state.last_seq:
+            lineage = self._reported()[1]  # (taken now: a snapshot installed for the claim forgets it)
+            d = self._discard_after
+            # its own epoch past the durable point: also when no record of it was durable (the
+            # announced lineage, cut there, then ends in an older master's epoch: a review's case)
+            mine = [(e, f) for e, f in self.state.lineage if f > d and e[1] == self.id][:1]
+            if mine or (lineage and lineage[-1][0][1] == self.id):
+                self._claim.own_tail = [*lineage, *mine]
         self._send(Claim(epoch, self.state.position))
         self._progress_claim(now)
 
@@ -119,17 +126,11 @@ class ClaimSide(ReplicaBase):
         heads = {self.id: self._reported(), **claim.promises}
         for node in self._subsumed_heads(heads):
             del heads[node]
-        maximal = self._maximal(heads, [self.id, *sorted(claim.promises)])
-        # A replica holding part of a tail this node took back as master holds records acknowledged
-        # to nobody on a line this node left: taken as the one most advanced history, its tail is
-        # applied again (its writers' repeats are recognised), but it is never merged as a diverged
-        # one, over another history's acknowledged writes (queue topics fuzz seed 51 with long
-        # stalls: a message handed out twice); it takes the new state (the tail announced in active)
-        taken_back = [n for n, (pos, _lin, _last) in heads.items() if n != self.id and self._in_taken_back(pos)]
-        if len(maximal) > 1 and taken_back:
-            for node in taken_back:
-                del heads[node]
-            maximal = self._maximal(heads, [self.id, *sorted(claim.promises)])
+        maximal: dict[Position, str] = {}
+        for node in [n for n in [self.id, *sorted(claim.promises)] if n in heads]:
+            pos = heads[node][0]
+            if not any(opos != pos and contains(olin, olast, pos) for opos, olin, olast in heads.values()):
+                maximal.setdefault(pos, node)
         sources = sorted(n for n in maximal.values() if n != self.id)
         claim.waiting.clear()
         claim.fetching = {s: now + self.config.fetch_timeout for s in sources}
@@ -142,21 +143,6 @@ class ClaimSide(ReplicaBase):
             for s in sources:
                 self._send(Fetch(claim.epoch, self.id, s, None))  # None: a snapshot
         self._progress_claim(now)
-
-    @staticmethod
-    def _maximal(heads: dict[str, tuple[Position, Lineage, int]], order: list[str]) -> dict[Position, str]:
-        """The most advanced histories of ``heads`` (those no other contains), each by the first
-        node of ``order`` at it."""
-        maximal: dict[Position, str] = {}
-        for node in [n for n in order if n in heads]:
-            pos = heads[node][0]
-            if not any(opos != pos and contains(olin, olast, pos) for opos, olin, olast in heads.values()):
-                maximal.setdefault(pos, node)
-        return maximal
-
-    def _in_taken_back(self, pos: Position) -> bool:
-        """``pos`` lies in a tail this node took back as master (past where it was cut)."""
-        return any(contains(lin, UNBOUNDED_SEQ, pos) and not contains(lin, cut, pos) for lin, cut in self._taken_back)
 
     def _subsumed_heads(self, heads: dict[str, tuple[Position, Lineage, int]]) -> list[str]:
         """The nodes (the claimant too) whose announced history an earlier merge subsumed, when
@@ -214,9 +200,6 @@ class ClaimSide(ReplicaBase):
             # this claimant is such a deposed master too: a follower may hold part of its tail (it
             # missed this claim: a claim held up on the way, a clustered broker's stalled topic)
             dropped.append((list(claim.own_tail), UNBOUNDED_SEQ))
-        for lineage, _cut in self._taken_back:  # (a replica left out for holding one: _choose_sources)
-            if (lineage, UNBOUNDED_SEQ) not in dropped:
-                dropped.append((list(lineage), UNBOUNDED_SEQ))
         conflicts: list[Conflict] = []
         subsumed: list[tuple[Lineage, int]] = []
         if claim.fetched:  # diverged histories: merge them all into a new line of this epoch
@@ -244,10 +227,8 @@ class ClaimSide(ReplicaBase):
         self._claim = None
         self.role = Role.MASTER
         self._verified = True
-        self._discard_after = self._own_tail = None
+        self._discard_after = None
         self._durable_seq = self.state.last_seq  # what we took over counts as acknowledged
-        if self.durability is not Durability.MASTER:  # ("master": each record durable as applied, but
-            self.state.keep_undo()  # after a pause: _clock) what it applies past its durable point it can take back
         self.stats.masterships += 1
         self.stats.merges += bool(claim.fetched)
         at = self._subsumed_at

@@ -160,9 +160,6 @@ class ReplicaStatistics:
     snapshots_installed: int = 0  #: snapshots installed (or fetched for a merge)
     snapshot_entries: int = 0  #: entries (tombstones included) in those snapshots
     records_applied: int = 0  #: records applied (as master or follower)
-    #: records this node applied as master and took back when it left the role: acknowledged to nobody
-    #: (their writers send them again to the next master)
-    records_taken_back: int = 0
     #: messages that did not decode (counted by the I/O layer), and snapshot chunks whose entries did not
     #: (counted as they are staged)
     malformed: int = 0

@@ -278,7 +278,7 @@ class FollowerSide(MasterSide):
             self._report_conflicts(epoch, conflicts)
         mine = self.state.position
         if contains(lineage, pos[0], mine):
-            self._discard_after = self._own_tail = None
+            self._discard_after = None
             if mine[0] < pos[0]:
                 self._mark_stale("catching up")
                 self._request_fetch(epoch[1], now)
@@ -365,7 +365,7 @@ class FollowerSide(MasterSide):
     def _install(self, parts: dict[str, Any]) -> None:
         # first: raises StoreDecodeError with nothing changed
         changes = self.state.adopt(**parts, report=self.wants_data())
-        self._discard_after = self._own_tail = None
+        self._discard_after = None
         self._verified = True
         self.clock.observe(self.state.max_hlc)
         self._log.clear()

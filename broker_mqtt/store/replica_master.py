@@ -401,7 +401,6 @@ class MasterSide(ServingSide):
         last = self.state.last_seq
         if self.durability is Durability.MASTER and not self._woke_unconfirmed():
             durable = last
-            self.state.drop_undo()  # (kept only for a while after it woke from a pause: _clock)
         else:  # (durability master just after a pause: as "one", below)
             acks = [m.acked for m in self._live_members().values()]
             if not acks:
@@ -411,7 +410,6 @@ class MasterSide(ServingSide):
             else:
                 durable = min(acks)
         self._durable_seq = max(self._durable_seq, durable)
-        self.state.undo_durable(self._durable_seq)
         members: dict[str, _Member] | None = None
         answered: list[str] = []
         for writer in list(self._unacked):  # not every writer this master has heard: an ack costs what it answers

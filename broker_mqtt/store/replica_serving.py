@@ -56,12 +56,6 @@ class ServingSide(ClaimSide):
         is little, the final burst that completes the snapshot at this node's position. A pass that
         needs a key order of more keys than one step sorts waits for it (:meth:`_take_order`; ``taken``:
         the order it waited for is there)."""
-        if epoch == self._taken_back_in:
-            # a follower's pass of the mastership whose tail this node took back: chunks it read
-            # before may hold that tail, and the final header (the durable point) would hide it. The
-            # requester learns the new epoch and fetches from the new master (a claim's fetch is in
-            # the claim's epoch, never this one)
-            return
         if self._now - self._snap_served_at >= 2 * self.config.fetch_timeout:
             self._snap_paused_at = self._now  # no tombstone is forgotten from now, for a while (_expire)
         self._snap_served_at = self._now

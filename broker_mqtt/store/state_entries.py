@@ -11,10 +11,9 @@ from typing import Any
 
 from .history import Stamps, Version
 
-__all__ = ["StateEntries", "ABSENT"]
+__all__ = ["StateEntries"]
 
-ABSENT: Any = object()  #: "no value" where None is a value (here, and in a VersionedState)
-_ABSENT = ABSENT
+_ABSENT: Any = object()
 
 
 class StateEntries:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import NoSuchKey, StoreDecodeError
 from .history import (
@@ -70,10 +70,7 @@ from .history import (
     position_to_wire,
 )
 from .packing import pack, unpack, unpack_key
-from .persistence import Persistence
-from .state_entries import ABSENT as _ABSENT
 from .state_entries import StateEntries
-from .undo_log import PRUNED, RESULT, KeyBefore, UndoableState, UndoLog
 from .writer_table import _Applied, applied_from_wire
 
 __all__ = [
@@ -111,14 +108,36 @@ NEW_KEYS_NOTED = 131_072  # new keys noted for a snapshot reader's order, at mos
 
 # -- the state -------------------------------------------------------------------------------------------
 
+class Persistence(Protocol):
+    """Where a state's committed batches go (:class:`~.versioned_sqlite.StateFile`: an SQLite file)."""
+
+    def write(self, header: dict[str, Any], rows: Iterable[tuple[bytes, bytes]], gone: list[tuple[bytes]],
+              *, replace_all: bool, from_staged: bool = False) -> None:
+        """Durably, atomically: drop the ``gone`` keys (or every row, ``replace_all``; or take the
+        staging area's rows in place of every row, ``from_staged``), store ``rows`` (packed key,
+        packed version) and ``header``. Raises BackendError (nothing written)."""
+        ...
+
+    def stage(self, rows: Iterable[tuple[bytes, bytes]], gone: list[tuple[bytes]], *, fresh: bool) -> None:
+        """In one transaction, to the staging area (a snapshot as it arrives; dropped if the process
+        dies before ``write(..., from_staged=True)`` takes it): (``fresh``: empty it first) drop the
+        ``gone`` keys, store ``rows``. Raises BackendError (nothing staged)."""
+        ...
+
+    def close(self) -> None:
+        """Release it; idempotent."""
+        ...
+
+
 # The state holds no object per key that the garbage collector tracks (unless the value is a list or a
 # dict): per key the value, an int stamp (hlc, seq and origin in one) and, if it expires, a float, in
 # three dicts; the key itself is its packed bytes. A dict holding no tracked object is one the collector
 # stops walking, and a full collection walks every object it tracks: with a Version object per key, a
 # store's every key (bench/state_gc.py, 1,000,000 keys: 232 ms per full collection; now 9 ms).
+_ABSENT: Any = object()
 
 
-class VersionedState(UndoableState):
+class VersionedState:
     """One replica's copy; see the module docstring. In memory only until a :class:`Persistence` is
     attached (:meth:`attach`; ``versioned_sqlite.open_state(path)`` opens a state from its file)."""
 
@@ -147,8 +166,6 @@ class VersionedState(UndoableState):
         #: the largest log record, in bytes, this replica's broker carries (its I/O layer keeps it;
         #: None: unknown): a computed command keeps the records it makes under it
         self.record_limit: int | None = None
-        self._undo: UndoLog | None = None  # a master's: what its records past the durable point changed
-        self._undo_keys: list[KeyBefore] | None = None  # (the keys list of the record being applied)
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -296,11 +313,6 @@ class VersionedState(UndoableState):
         changes: list[Change] | None = [] if report else None
         op = record.op
         origin = record.origin
-        undo = self._undo
-        if undo is not None:
-            a = self.applied.get(record.writer)
-            self._undo_keys = undo.begin(record.seq, len(self.lineage), self.forgot_seq, record.writer,
-                                         None if a is None else (a.n, a.seq))
         stamp = self._stamper.stamp(record.hlc, origin, record.seq)
         for one in (op[1] if op[0] == "many" else (op,)):
             if one[0] == "put":  # the usual op: applied here, a call less per op
@@ -318,20 +330,12 @@ class VersionedState(UndoableState):
             a = self.applied[record.writer] = _Applied(0, 0)
         a.n, a.seq = max(a.n, record.n), record.seq
         if record.result is not None:
-            if undo is not None and undo.records:
-                undo.records[-1][RESULT] = (record.n, a.results.get(record.n, _ABSENT))
             a.results[record.n] = record.result
             if len(a.results) > RESULTS_KEPT:
-                pruned = min(a.results)
-                if undo is not None and undo.records:
-                    undo.records[-1][PRUNED] = (pruned, a.results[pruned])
-                del a.results[pruned]
+                del a.results[min(a.results)]
         if len(self.applied) > WRITERS_KEPT:  # deterministic: every replica applies the same records
             keep = sorted(self.applied.items(), key=lambda item: item[1].seq)[WRITERS_KEPT // 10:]
             self.applied = dict(keep)
-            if undo is not None:
-                undo.lose(record.seq)
-        self._undo_keys = None
         return [] if changes is None else changes
 
     def _apply_op(self, op: tuple[Any, ...], stamp: int, origin: str, changes: list[Change] | None) -> None:
@@ -342,17 +346,12 @@ class VersionedState(UndoableState):
             key = op[1]
             self._tombstone(pack(key), key, stamp, origin, changes, kind == "expire")
         elif kind == "clear":
-            if self._undo is not None:  # (its undo would be the whole state: not kept, a gap)
-                self._undo.lose(Stamps.seq_of(stamp))
-                self._undo_keys = None
             for k in list(self._values):
                 self._tombstone(k, unpack_key(k), stamp, origin, changes, False)
         elif kind == "forget":
             k = pack(op[1])
             erased = self._tombstones.pop(k, None)
             if erased is not None:
-                if self._undo_keys is not None:
-                    self._undo_keys.append((k, _ABSENT, erased, None))
                 self._dirty.add(k)
                 self.forgot_seq = max(self.forgot_seq, Stamps.seq_of(erased))
         elif kind == "push" or kind == "pop":
@@ -369,9 +368,6 @@ class VersionedState(UndoableState):
     def _set(self, k: bytes, key: Any, value: Any, stamp: int, origin: str, expiry: float | None,
              changes: list[Change] | None) -> None:
         old = self._values.get(k, _ABSENT)
-        if self._undo_keys is not None:  # (_key_before, inline: the master's hottest path)
-            self._undo_keys.append((k, old, self._stamps[k], self._expiring.get(k) if self._expiring else None)
-                                   if old is not _ABSENT else (k, old, self._tombstones.get(k), None))
         self._values[k] = value
         self._stamps[k] = stamp
         self._dirty.add(k)
@@ -389,8 +385,6 @@ class VersionedState(UndoableState):
 
     def _tombstone(self, k: bytes, key: Any, stamp: int, origin: str, changes: list[Change] | None,
                    expired: bool) -> None:
-        if self._undo_keys is not None:
-            self._undo_keys.append(self._key_before(k, self._values.get(k, _ABSENT)))
         old = self._values.pop(k, _ABSENT)
         self._dirty.add(k)
         if old is _ABSENT:
@@ -442,7 +436,6 @@ class VersionedState(UndoableState):
         self._values, self._stamps, self._expiring, self._stamper = values, stamps, entries.expiring, entries.stamper
         self._index_tombstones([(hlc, k, stamp) for k, (hlc, stamp) in entries.dead.items()])
         self._changed = True
-        self._undo = None  # (a replaced state: nothing to take back)
         self.last_seq, self.lineage = last_seq, list(lineage)
         self.forgot_seq = last_seq
         self.applied = {w: _Applied(a.n, a.seq, dict(a.results)) for w, a in applied.items()}

@@ -6,11 +6,10 @@ broker orders messages per sender and topic only) claims again to merge that his
 announced the writes it had just applied, as a master acknowledging nobody (its own tail past the
 durable point), as part of its history: the merge took them over the new master's acknowledged
 writes (a put undone by an older value, a queue's message handed out twice: test_queue_fuzz_topics
-seed 80 with stalls). It now takes that tail back (``undo_log``), as it does when deposed. So does
-a woken master that claims again above a member fenced by a claimant that died, when the claim that
-deposed it supersedes its own (test_queue_fuzz_topics seed 93 with late duplicates and long stalls:
-an accepted message handed out again). Leaving the tail out of what it announced was not enough when
-its durable history had itself diverged: the merge took its whole state (the last test).
+seed 80 with stalls). It now drops that tail for the next master's snapshot, as it does when deposed.
+So does a woken master that claims again above a member fenced by a claimant that died, when the
+claim that deposed it supersedes its own (test_queue_fuzz_topics seed 93 with late duplicates and
+long stalls: an accepted message handed out again).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import heapq
 import pytest
 from _elected_sim import SimNet, record_sends
 
-from broker_mqtt.store import undo_log
 from broker_mqtt.store.commands import Put
 
 
@@ -89,7 +87,7 @@ def test_a_woken_master_claiming_above_a_dead_claimants_epoch_merges_nothing_it_
         assert net.nodes["c"].replica.stats.merges == 0  # a's tail dropped, not merged
 
 
-def _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first: bool, undo: bool = True) -> SimNet:
+def _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first: bool) -> SimNet:
     """c, master by handover at b's last record, applies d's ``x=old`` (its log reaches a only, whose
     ack never reaches c), pauses; a stalls; b claims and acknowledges ``x=new``; c wakes to b's claim
     (deposed: it drops its tail) and the tag, claims again and takes b's state by snapshot; then a
@@ -134,11 +132,7 @@ def _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first: bool, u
         net.tag("c")
 
     net.resume("c", first=first)
-    assert c._own_tail is not None
-    if undo:  # its tail, taken back
-        assert c.stats.records_taken_back > 0 and c.state.last_seq == c._durable_seq and c._discard_after is None
-    else:
-        assert c.stats.records_taken_back == 0 and c._discard_after is not None and c._discard_after < c.state.last_seq
+    assert c._discard_after is not None and c._discard_after < c.state.last_seq
     net.run(4.0)
     assert net.masters() == ["c"]
     net.resume("a")
@@ -146,29 +140,24 @@ def _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first: bool, u
     return net
 
 
-@pytest.mark.parametrize("undo", [True, False], ids=["taken-back", "undo-log-full"])
 @pytest.mark.parametrize("durable_first", [True, False])
-def test_a_follower_holding_a_deposed_claimants_tail_takes_its_snapshot(durable_first: bool, undo: bool,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_follower_holding_a_deposed_claimants_tail_takes_its_snapshot(durable_first: bool) -> None:
     """The claimant announces its own dropped tail as subsumed, also when no record of its epoch was
     acknowledged (its announced lineage, cut at the durable point, then ends in b's epoch: before,
     it announced none, and a's copy was merged, x=old over the acknowledged x=new; a review's case)."""
-    if not undo:  # the fallback: the tail left out of what it announces, replaced by a snapshot
-        monkeypatch.setattr(undo_log, "UNDO_KEPT", 0)
-    with _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first, undo) as net:
+    with _deposed_claimant_whose_tail_a_stalled_follower_holds(durable_first) as net:
         assert len(net.masters()) == 1
         assert all(net.nodes[n].replica.stats.merges == 0 for n in net.nodes)
         assert not any(net.nodes[n].conflicts for n in net.nodes)
         assert {net.contents(n).get("x") for n in "abcd"} == {"new"}
 
 
+@pytest.mark.xfail(strict=True, reason="open: a woken master's re-claim drops its unacknowledged tail only from "
+                   "what it announces; when its durable history is itself diverged (a write acknowledged "
+                   "through one follower the new master lacks), the claim merges its whole state, tail "
+                   "included, or a later claimant fetches it whole (a review's case, 2026-11-29)")
 @pytest.mark.parametrize("tagged", ["c", "b"])  # c: its own claim merges self.state; b: b fetches c's whole state
 def test_a_woken_master_with_a_diverged_durable_history_merges_nothing_it_alone_applied(tagged: str) -> None:
-    """A woken master whose durable history diverged from the new master's (k1, acknowledged
-    through d alone, which missed b's claim) takes back what it applied for nobody on waking (x=old)
-    before its history is merged: by its own claim (``c``) or fetched whole by b's (``b``). Before
-    (a review's case, 2026-11-29), it only left that tail out of what it announced, and the merge
-    took its whole state: x=old over the acknowledged x=new on all four nodes."""
     with SimNet(["a", "b", "c", "d"], seed=11) as net:
         net.tag("c")
         net.run(1.0)
@@ -200,52 +189,3 @@ def test_a_woken_master_with_a_diverged_durable_history_merges_nothing_it_alone_
         assert len(net.masters()) == 1
         assert [net.contents(n).get("k1") for n in "abcd"] == [1] * 4  # (the merge brings it back)
         assert [net.contents(n)["x"] for n in "abcd"] == ["new"] * 4  # acknowledged last
-
-
-def test_a_snapshot_pass_under_way_when_its_source_takes_its_tail_back_is_not_finished_by_it() -> None:
-    """j joins from m by snapshot (small chunks, one per window). m applies w's x=TAIL (w dies before
-    its ack: acknowledged to nobody), j's pass reads it, and m, deposed by n's claim (j does not
-    hear n), takes it back and finishes j's pass: its final header is m's durable point. j lost
-    m's log message of the tail (a broker crash): without it, j installs the durable point's
-    position holding TAIL, which nobody else holds, and catches up by tail (the review of 2445c62:
-    before it, m's header said 201, and j's position past m's announced history made it take n's
-    snapshot). Now m serves no snapshot in the epoch whose tail it took back."""
-    import heapq
-
-    from broker_mqtt.store.packing import pack, unpack
-    from broker_mqtt.store.replication import ReplicaConfig
-
-    n_keys = 200
-    with SimNet(["m", "f", "n", "w"], seed=5, config=ReplicaConfig(log_keep=50, snapshot_chunk=2048,
-                                                                   snapshot_window=1)) as net:
-        net.tag("m")
-        net.run(1.0)
-        for i in range(n_keys):
-            net.write("m", Put(i, f"v{i}-" + "x" * 40))
-        net.run(1.0)
-        net.partition({"m", "j", "w"}, {"m", "n", "f"})
-        net.add("j")
-        j, m = net.nodes["j"].replica, net.nodes["m"].replica
-        inc = None
-        while inc is None or inc.cursor is None:
-            net.run(0.001)
-            inc = j._snaps.get("m.0")
-        key = unpack(inc.cursor) + 20  # a key j's pass reads after the tail is applied
-        net.partition({"m", "j", "w"}, {"n", "f"})
-        net.write("w", Put(key, "TAIL"))
-        while m.state.last_seq == n_keys:
-            net.run(0.0001)
-        net.kill("w")  # before its ack reaches m
-        net._queue = [it for it in net._queue if not (it[2:4] == ("m", "j") and it[4][0] == "log")]  # lost
-        heapq.heapify(net._queue)
-        net.partition({"m", "j"}, {"m", "n", "f"})
-        net.run(0.03)
-        assert j._snaps["m.0"].staged.values.get(pack(key)) == "TAIL"  # read before the take-back
-        net.tag("n")
-        net.run(0.5)  # (j's pass ends: before 2445c62's fix, with TAIL under m's durable point)
-        assert m.stats.records_taken_back == 1
-        net.untag("m")
-        net.heal()
-        net.run(6.0)
-        assert net.masters() == ["n"]
-        assert {net.contents(x)[key] for x in "mnfj"} == {f"v{key}-" + "x" * 40}
