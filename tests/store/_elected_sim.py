@@ -251,3 +251,18 @@ def record_sends(replica: Replica) -> list[list[Any]]:
 
     replica.to_send = recorded  # type: ignore[method-assign]
     return out
+
+
+def drop_acks(net: SimNet) -> dict[str, bool]:
+    """From now on ``net`` loses every ``ack`` while the returned switch's ``"acks"`` is True (set it
+    False to deliver them again): records a master applied stay short of durable."""
+    drop = {"acks": True}
+    sent = net._send
+
+    def lossy(name: str, msg: Any, receivers: set[str] | None = None) -> None:
+        if drop["acks"] and msg[0] == "ack":
+            return
+        sent(name, msg, receivers)
+
+    net._send = lossy  # type: ignore[method-assign]
+    return drop

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _elected_sim import SimNet
+from _elected_sim import SimNet, drop_acks
 
 from broker_mqtt.store.commands import Erase, Put
 from broker_mqtt.store.replication import ReplicaConfig
@@ -113,15 +113,7 @@ def test_a_replica_past_a_dropped_tail_that_acknowledged_it_there_is_merged_not_
         net.run(1.0)
         net.write("n", Put("k1", 1))
         net.run(0.5)
-        sent = net._send
-        drop = {"acks": True}
-
-        def lossy(name: str, msg: Any, receivers: set[str] | None = None) -> None:
-            if drop["acks"] and msg[0] == "ack":
-                return
-            sent(name, msg, receivers)
-
-        net._send = lossy  # type: ignore[method-assign]
+        drop = drop_acks(net)
         net.partition({"n", "b", "r"}, {"a", "d"})
         w2 = net.write("b", Put("w2", 2))
         net.run(0.2)
@@ -162,15 +154,7 @@ def test_a_dropped_tail_is_not_carried_into_a_later_merge() -> None:
         net.run(1.0)
         net.write("n", Put("k1", 1))
         net.run(0.5)
-        sent = net._send
-        drop = {"acks": True}
-
-        def lossy(name: str, msg: Any, receivers: set[str] | None = None) -> None:
-            if drop["acks"] and msg[0] == "ack":
-                return
-            sent(name, msg, receivers)
-
-        net._send = lossy  # type: ignore[method-assign]
+        drop = drop_acks(net)
         net.partition({"n", "b", "r"}, {"a", "d"}, {"e", "f"})
         w2 = net.write("b", Put("w2", 2))
         net.run(0.2)

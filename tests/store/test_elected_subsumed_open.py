@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _elected_sim import SimNet
+from _elected_sim import SimNet, drop_acks
 
 from broker_mqtt.store.commands import Put
 
@@ -30,15 +30,7 @@ def test_a_write_acknowledged_past_a_dropped_tails_durable_point_survives() -> N
         net.run(1.0)
         net.write("n", Put("k1", 1))
         net.run(0.5)
-        sent = net._send
-        drop = {"acks": True}
-
-        def lossy(name: str, msg: Any, receivers: set[str] | None = None) -> None:
-            if drop["acks"] and msg[0] == "ack":
-                return
-            sent(name, msg, receivers)
-
-        net._send = lossy  # type: ignore[method-assign]
+        drop = drop_acks(net)
         net.partition({"n", "b", "r"}, {"a", "d"})
         w2 = net.write("b", Put("w2", 2))
         net.run(0.2)
