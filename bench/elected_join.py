@@ -5,7 +5,8 @@ A store of N keys (100-byte values) is written into the master's SQLite file bef
 peak RSS of the master and the joiner, and the master's and the joiner's longest event-loop stall
 during the join (a 2 ms sleep that came back late: no heartbeat, no keepalive meanwhile)
 (bench/elected_store.py's ``join_rows``, reused).
-Run: ``python bench/elected_join.py [--sizes 10000,1000000] [--backends memory,sqlite] [--random-keys]``.
+Run: ``python bench/elected_join.py [--sizes 10000,1000000] [--backends memory,sqlite,disk] [--master-resident disk]
+[--random-keys]``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ import elected_store  # noqa: E402 - bench/ is this script's own directory
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,1000000", help="store sizes, comma separated")
-    parser.add_argument("--backends", default="memory,sqlite", help="the joiner's backends, comma separated")
+    parser.add_argument("--backends", default="memory,sqlite",
+                        help="the joiner's backends, comma separated: memory, sqlite (entries in memory, the file "
+                             "their copy), disk (entries kept in the SQLite file only)")
+    parser.add_argument("--master-resident", choices=["memory", "disk"], default="memory",
+                        help="where the master keeps its entries (its SQLite file, or memory as well)")
     parser.add_argument("--cycle", type=float, default=2.0)
     parser.add_argument("--gap", type=float, default=0.5)
     parser.add_argument("--join-timeout", type=float, default=1800.0)
@@ -40,11 +45,13 @@ def main() -> None:
     rows = []
     with EmbeddedBroker(max_packet_size=args.max_packet) as broker, tempfile.TemporaryDirectory() as tmp:
         for n in (int(s) for s in args.sizes.split(",")):
-            rows += elected_store.join_rows(broker.url, n, args.backends.split(","), Path(tmp), args)
+            rows += elected_store.join_rows(broker.url, n, args.backends.split(","), Path(tmp), args,
+                                            master_resident=args.master_resident)
     print(f"{'case':32} {'join s':>7} {'keys/s':>9} {'master MB':>14} {'joiner MB':>14} {'stall s':>13}  "
           f"via / snapshots")
     for r in rows:
-        case = f"{r['keys']:,} keys, joiner {r['joiner_backend']}"
+        case = f"{r['keys']:,} keys, joiner {r['joiner_backend']}" + (
+            ", master disk" if r.get("master_resident") == "disk" else "")
         if "error" in r:
             print(f"{case:32} failed: {r['error']}")
             continue

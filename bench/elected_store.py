@@ -38,6 +38,7 @@ import gc
 import itertools
 import json
 import os
+import sqlite3
 import sys
 import tempfile
 import time
@@ -94,6 +95,7 @@ async def _node_op(ep: Any, mine: dict[str, Any], op: str, kw: dict[str, Any]) -
         mine["t_attach"] = time.perf_counter()
         mine["store"] = await attach_store(
             ep, kw.get("store", STORE), backend=kw.get("backend", "memory"), path=kw.get("path"),
+            resident=kw.get("resident", "memory"),
             election={"cycle": kw["cycle"], "gap": kw["gap"]}, durability=kw.get("durability", "one"),
             candidate=kw.get("candidate", True), write_timeout=120)
         return None
@@ -229,12 +231,15 @@ def elected_rows(url: str, durability: str, master_here: bool, inflights: list[i
             n.stop()
 
 
-def fill_state_file(path: Path, n: int, random_keys: bool = False) -> float:
+def fill_state_file(path: Path, n: int, random_keys: bool = False, resident: str = "memory") -> float:
     """Write an n-key state (keys ``k<i>``, or with ``random_keys`` a random 32-character hex string
     before it, as UUID keys come; 100-byte str values, 1,000 keys a record) with the store's own state
-    file, in transactions of 100,000 rows; return the seconds taken."""
+    file, in transactions of 100,000 rows; ``resident="disk"``: in the form a disk-resident state
+    keeps (``versions`` with its columns, the header saying so), as ``open_disk_state`` would have
+    written it. Return the seconds taken."""
     from broker_mqtt.store.history import Version, lineage_to_wire
     from broker_mqtt.store.packing import pack
+    from broker_mqtt.store.versioned_disk import open_disk_state
     from broker_mqtt.store.versioned_sqlite import StateFile
 
     t0 = time.perf_counter()
@@ -244,38 +249,62 @@ def fill_state_file(path: Path, n: int, random_keys: bool = False) -> float:
     per_record, last_seq = 1000, (n + 999) // 1000
     header = {"seq": last_seq, "lineage": lineage_to_wire([(epoch, 1)]), "hlc": hlc,
               "applied": [[writer, last_seq, last_seq, []]]}
+
+    def rows(start: int) -> list[tuple[bytes, bytes]]:
+        return [(pack(f"{uuid.uuid4().hex}-k{i}" if random_keys else f"k{i}"),
+                 pack(Version(f"{i:0{VALUE_SIZE}d}", hlc, origin, i // per_record + 1).to_wire()))
+                for i in range(start, min(n, start + 100_000))]
+
+    if resident == "disk":
+        open_disk_state(path).close()  # its schema and indexes
+        db = sqlite3.connect(path, isolation_level=None)
+        try:
+            for start in range(0, n, 100_000):
+                db.execute("BEGIN")
+                db.executemany("INSERT INTO versions (k, v, seq) VALUES (?, ?, ?)",
+                               ((k, v, i // per_record + 1) for i, (k, v) in enumerate(rows(start), start)))
+                db.execute("COMMIT")
+            db.execute("INSERT OR REPLACE INTO meta (name, v) VALUES ('state', ?)",
+                       (pack({**header, "disk": 1, "live": n, "dead": 0}),))
+        finally:
+            db.close()
+        return time.perf_counter() - t0
     file = StateFile.open(path, lambda rows, meta: None)
     try:
         for start in range(0, n, 100_000):
-            rows = [(pack(f"{uuid.uuid4().hex}-k{i}" if random_keys else f"k{i}"),
-                     pack(Version(f"{i:0{VALUE_SIZE}d}", hlc, origin, i // per_record + 1).to_wire()))
-                    for i in range(start, min(n, start + 100_000))]
-            file.write(header, rows, [], replace_all=False)
+            file.write(header, rows(start), [], replace_all=False)
     finally:
         file.close()
     return time.perf_counter() - t0
 
 
-def join_rows(url: str, n: int, backends: list[str], tmp: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+def join_rows(url: str, n: int, backends: list[str], tmp: Path, args: argparse.Namespace,
+              master_resident: str = "memory") -> list[dict[str, Any]]:
+    """A new replica joins an n-key store, once per joiner backend: ``memory``, ``sqlite`` (its entries
+    in memory, the file their copy) or ``disk`` (an SQLite file, the entries kept there only). The
+    master's SQLite file is written first, its entries in memory or (``master_resident="disk"``) kept
+    in the file."""
     ns = "j" + uuid.uuid4().hex[:8]
     path = tmp / f"master-{n}.db"
-    fill_s = fill_state_file(path, n, getattr(args, "random_keys", False))
+    fill_s = fill_state_file(path, n, getattr(args, "random_keys", False), master_resident)
     common = {"cycle": args.cycle, "gap": args.gap}
     master = node(url, ns)
     rows: list[dict[str, Any]] = []
     try:
         t0 = time.perf_counter()
-        master.call("attach", **common, backend="sqlite", path=str(path))
+        master.call("attach", **common, backend="sqlite", path=str(path), resident=master_resident)
         assert master.call("await_master", timeout=600)["is_master"]
         load_s = time.perf_counter() - t0
         for backend in backends:
-            row: dict[str, Any] = {"keys": n, "joiner_backend": backend, "fill_s": fill_s, "master_load_s": load_s}
+            row: dict[str, Any] = {"keys": n, "joiner_backend": backend, "master_resident": master_resident,
+                                   "fill_s": fill_s, "master_load_s": load_s}
             joiner = node(url, ns)
             try:
                 row["master_before_mb"] = master.call("reset_peak")["rss_mb"]
                 row["joiner_before_mb"] = joiner.call("memory")["rss_mb"]
-                jpath = str(tmp / f"joiner-{n}-{uuid.uuid4().hex[:6]}.db") if backend == "sqlite" else None
-                joiner.call("attach", **common, backend=backend, path=jpath, candidate=False)
+                jpath = str(tmp / f"joiner-{n}-{uuid.uuid4().hex[:6]}.db") if backend != "memory" else None
+                joiner.call("attach", **common, backend="memory" if backend == "memory" else "sqlite", path=jpath,
+                            resident="disk" if backend == "disk" else "memory", candidate=False)
                 joined = joiner.call("await_len", n=n, timeout=args.join_timeout)
                 row["join_s"], row["joiner_stall_s"] = joined["join_s"], joined["stall_s"]
                 row["keys_per_s"] = n / row["join_s"]
@@ -333,6 +362,8 @@ def print_tables(result: dict[str, Any]) -> None:
           f"{'master MB':>14} {'joiner MB':>14} {'stall s':>13}  via / target")
     for r in result["joins"]:
         case = f"{r['keys']:,} keys, joiner {r['joiner_backend']}"
+        if r.get("master_resident") == "disk":
+            case += ", master disk"
         if "error" in r:
             print(f"{case:48} FAILED: {r['error'][:100]}")
             continue
@@ -378,8 +409,9 @@ def orchestrate(args: argparse.Namespace) -> None:
             result["queue"] = queue_row(url, 3_000 if quick else args.queue_n)
         result["joins"] = []
         for n in sizes:
-            backends = ["sqlite"] if n >= 10_000_000 else ["memory", "sqlite"]
-            result["joins"] += join_rows(url, n, backends, Path(tmp), args)
+            if n < 10_000_000:  # (a 10M-key store held in memory takes 3 GB a process)
+                result["joins"] += join_rows(url, n, ["memory", "sqlite"], Path(tmp), args)
+            result["joins"] += join_rows(url, n, ["disk"], Path(tmp), args, master_resident="disk")
     print_tables(result)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from .elected import ElectedStore, _replicas
 from .replica_events import TOMBSTONE_TTL
 from .replication import Durability, Replica, ReplicaConfig
 from .versioned import Clock, Resolver, VersionedState, last_writer_wins
+from .versioned_disk import open_disk_state
 from .versioned_sqlite import open_state
 
 if TYPE_CHECKING:
@@ -30,14 +31,15 @@ if TYPE_CHECKING:
 __all__ = ["attach_store"]
 
 
-async def _open_state(path: str | Path) -> VersionedState:
-    """``open_state(path)`` in a worker thread: a large file takes long to load (60 s for 10,000,000
-    keys), and on the event loop that was as long without keepalive or heartbeat (the connection
-    dropped). Cancelled, it waits for the open to end and closes the state again."""
+async def _open_state(path: str | Path, resident: str) -> VersionedState:
+    """``open_state(path)`` (``resident="disk"``: ``open_disk_state(path)``) in a worker thread: a large
+    file takes long to load (60 s for 10,000,000 keys), and on the event loop that was as long without
+    keepalive or heartbeat (the connection dropped). Cancelled, it waits for the open to end and closes
+    the state again."""
     opened: list[VersionedState] = []
 
     def opening() -> VersionedState:
-        state = open_state(path)
+        state = open_disk_state(path) if resident == "disk" else open_state(path)
         opened.append(state)
         return state
 
@@ -56,6 +58,7 @@ async def attach_store(
     *,
     backend: str = "memory",
     path: str | Path | None = None,
+    resident: str = "memory",
     election: dict[str, Any] | None = None,
     mode: str = "sticky",
     durability: str = "one",
@@ -68,7 +71,11 @@ async def attach_store(
 ) -> ElectedStore:
     """Join elected store ``name`` on ``ep``; see :class:`ElectedStore` and ``docs/elected-stores.md``.
 
-    ``backend``: ``"memory"`` or ``"sqlite"`` (with ``path``: survives restarts). ``election``: the
+    ``backend``: ``"memory"`` or ``"sqlite"`` (with ``path``: survives restarts). ``resident``, with
+    ``"sqlite"``: where the entries are kept while the store runs, ``"memory"`` (default: all of them,
+    loaded at open; the file is their durable copy) or ``"disk"`` (in the file only, read and written
+    there: memory stays flat whatever the store's size, writes cost a few µs more each; for stores
+    larger than the memory, docs/elected-stores.md § 3). ``election``: the
     actor's configuration (``cycle``, ``gap``, ...; default cycle 10 s, gap 1.5 s). ``mode``:
     ``"sticky"`` (the master keeps the role while it lives) or ``"rotate"`` (a new master every slot).
     ``durability``: ``"one"`` (default: the master and one other replica), ``"master"``, ``"all"``.
@@ -94,6 +101,10 @@ async def attach_store(
         raise ValueError(f"backend must be 'memory' or 'sqlite', not {backend!r}")
     if backend == "sqlite" and path is None:
         raise ValueError("backend='sqlite' needs a path")
+    if resident not in ("memory", "disk"):
+        raise ValueError(f"resident must be 'memory' or 'disk', not {resident!r}")
+    if resident == "disk" and backend != "sqlite":
+        raise ValueError("resident='disk' needs backend='sqlite'")
     if not name or "/" in name or "+" in name or "#" in name:
         raise ValueError(f"bad store name {name!r}")
     durability = Durability(durability).value
@@ -114,7 +125,7 @@ async def attach_store(
     held.add(name)
     state: VersionedState | None = None
     try:
-        state = await _open_state(path) if backend == "sqlite" and path is not None else VersionedState()
+        state = await _open_state(path, resident) if backend == "sqlite" and path is not None else VersionedState()
         node_id = f"{ep.id.hex}.{secrets.token_hex(4)}"
         replica = Replica(name, node_id, state, anyio.current_time(), durability=durability, config=config,
                           resolver=resolver, clock=Clock(clock))

@@ -33,7 +33,7 @@ def forget_ops(state: VersionedState, wall: float, ttl: float | None, *, records
         return
     before = int((wall - ttl) * 1_000_000)
     for _ in range(records):
-        keys = state._old_tombstones(before, FORGET_KEYS, FORGET_BYTES) if state._tombstones else []
+        keys = state._old_tombstones(before, FORGET_KEYS, FORGET_BYTES) if state.tombstones else []
         if not keys:
             state._forget_after = wall + ttl / 4
             return

@@ -240,7 +240,8 @@ class FollowerSide(MasterSide):
             self._fetch_deadline = now + self.config.fetch_timeout
 
     def _take_snapshot(self, parts: dict[str, Any], epoch: Any, source: str, now: float) -> None:
-        entries = len(parts["entries"])
+        # (None: staged in a state on disk, which counts what it took)
+        entries = -1 if parts["entries"] is None else len(parts["entries"])
         claim = self._claim
         if claim is not None and claim.fetching is not None and epoch == claim.epoch:
             if source not in claim.fetching:
@@ -258,7 +259,7 @@ class FollowerSide(MasterSide):
         if epoch != self.epoch:
             return
         self._install(parts)
-        self._count_snapshot(entries)
+        self._count_snapshot(entries if entries >= 0 else len(self.state) + self.state.tombstones)
         self._drain_ahead()
         self._check_synced(parts["last_seq"])
 

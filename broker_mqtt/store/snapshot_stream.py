@@ -46,6 +46,8 @@ __all__ = ["SnapshotReader", "ReadAhead", "Incoming", "touched_keys", "SCAN_LIMI
 SCAN_LIMIT = 50_000  #: keys a chunk of a pass of changes looks at, at most (it may then carry few)
 SORT_SLICE = 131_072  #: keys sorted in one step when a pass's key order is taken (~60 ms at most)
 ENTRY_OVERHEAD = 8  #: bytes counted per entry beside its packed key and version (the list around them)
+ROWS_PER_QUERY = 2_048  #: keys a chunk of a state on disk reads per query of its file
+PASS_BOUNDS_KEPT = 64  #: passes over a state on disk whose bound a source remembers (_chunk_on_disk)
 READ_AHEAD_DELAY = 0.005  #: s after serving a window before its source reads the next (ReadAhead)
 ASK_PENDING = 2  #: chunks a requester may still have to stage when it asks for the next window (Incoming)
 
@@ -95,6 +97,8 @@ class SnapshotReader:
         self._stamp: tuple[int, int, int] | None = None
         self._pos: Position = (0, None)
         self._next: _Ordering | None = None  # an order being taken, a slice at a time
+        # a state on disk: (generation, since seq) of a pass -> the seq it reads up to (_chunk_on_disk)
+        self._bounds: dict[tuple[int, int], int] = {}
 
     @property
     def taking(self) -> bool:
@@ -108,6 +112,8 @@ class SnapshotReader:
         :meth:`step` (False until the last one; an order already being taken is waited for, whenever
         it began: its position is a lower bound, which is all a fuzzy pass needs)."""
         s = self.state
+        if s.on_disk:  # it reads its file in key order: no order to take
+            return True
         stamp = (s.generation, s.last_seq, id(s))
         if self._stamp is not None and (not fresh or stamp == self._stamp):
             return True
@@ -154,6 +160,8 @@ class SnapshotReader:
         """Entries after key ``after`` written after seq ``since_seq``, up to ``budget`` bytes (at least
         one entry): ``(entries, the last key covered or None at the end, the position of the key order)``.
         Takes the order at once if it is not :meth:`ready`."""
+        if self.state.on_disk:
+            return self._chunk_on_disk(after, since_seq, budget)
         while not self.ready(after is None):
             self.step()
         versions = self.state
@@ -177,6 +185,44 @@ class SnapshotReader:
         else:
             return entries, None, self._pos
         return entries, (last if next(keys, None) is not None else None), self._pos
+
+    def _chunk_on_disk(self, after: bytes | None, since_seq: int, budget: int) -> Chunk:
+        """:meth:`chunk` of a state that reads its file in key order (:attr:`VersionedState.on_disk`).
+
+        Such a pass reads the entries as they are when each chunk is read, not as of a key order
+        taken at its start, so keys written behind its cursor would keep it going for as long as
+        the writes do (keys that grow, as a queue's ids). So a pass has a bound, the source's seq
+        when it began (kept per pass start and pass, ``_bounds``): an entry written after it is left
+        to the next pass, and the chunk's position is the bound's. Any bound is correct (the next
+        pass asks for what changed since the lowest position of this one's chunks); a bound that
+        stays put is what ends the pass."""
+        state = self.state
+        key = (state.generation, since_seq)
+        bound = None if after is None else self._bounds.get(key)
+        if bound is None or bound > state.last_seq:
+            bound = self._bounds[key] = state.last_seq
+            while len(self._bounds) > PASS_BOUNDS_KEPT:
+                del self._bounds[next(iter(self._bounds))]
+        pos: Position = (bound, state.epoch_at(bound))
+        entries: list[Entry] = []
+        size = scanned = 0
+        last = after
+        while True:
+            rows = state.rows_after(last, since_seq, bound, ROWS_PER_QUERY)
+            for k, pv in rows:
+                if pv is not None:
+                    n = len(k) + len(pv) + ENTRY_OVERHEAD
+                    if entries and size + n > budget:
+                        return entries, last, pos  # k is not covered: the next chunk begins with it
+                    entries.append((k, pv))
+                    size += n
+                last = k
+                scanned += 1
+                if scanned >= SCAN_LIMIT and since_seq:
+                    more = bool(state.rows_after(last, since_seq, bound, 1))
+                    return entries, (last if more else None), pos
+            if len(rows) < ROWS_PER_QUERY:
+                return entries, None, pos
 
     def final(self, keys: Iterable[bytes], budget: int) -> list[tuple[list[Entry], list[Any]]]:
         """The current versions of ``keys`` (None: gone) and the writer table, as chunks of at most
@@ -316,8 +362,11 @@ class Incoming:
     # takes them in one step: ``token`` is the staging's, None once the file is not (or no longer) staged
     file: VersionedState | None = None
     token: int | None = None
+    # a state on disk (VersionedState.on_disk) takes the staged rows only: nothing is decoded into ``staged``
+    on_disk: bool = False
 
     def __post_init__(self) -> None:
+        self.on_disk = self.file is not None and self.file.on_disk
         self._begin_file()
 
     def _begin_file(self) -> None:
@@ -359,23 +408,30 @@ class Incoming:
         self._stage(entries, applied)
 
     def _stage(self, entries: list[Entry], applied: list[Any]) -> None:
-        staged = self.staged
-        rows: dict[bytes, bytes | None] | None = {} if self.token is not None else None
+        staged, file = self.staged, self.file
+        rows: dict[bytes, tuple[Any, ...] | None] | None = {} if self.token is not None else None
         try:
             for k, v in entries:
                 key = canonical(k)  # as the state keys it (a peer's packing may not be canonical)
                 if v is None:
-                    staged.drop(key)
-                else:
-                    staged.set(key, Version.from_wire(unpack(v)))
-                if rows is not None:
-                    rows[key] = v  # (a malformed entry raised above: the file stages whole chunks only)
+                    if not self.on_disk:
+                        staged.drop(key)
+                    if rows is not None:
+                        rows[key] = None
+                    continue
+                version = Version.from_wire(unpack(v))
+                if not self.on_disk:
+                    staged.set(key, version)
+                if rows is not None and file is not None:
+                    rows[key] = file.staging_row(key, v, version)  # (a malformed entry raised above: whole chunks only)
         except (TypeError, ValueError, OverflowError, BackendError) as exc:  # (BackendError: not CBOR)
             raise StoreDecodeError(f"bad snapshot chunk: {exc}") from exc
-        if rows and self.file is not None and self.token is not None:
-            filed = [(k, v) for k, v in rows.items() if v is not None]
-            if not self.file.stage_rows(self.token, filed, [(k,) for k, v in rows.items() if v is None]):
+        if rows and file is not None and self.token is not None:
+            filed = [row for row in rows.values() if row is not None]
+            if not file.stage_rows(self.token, filed, [(k,) for k, row in rows.items() if row is None]):
                 self.token = None  # staging began again elsewhere: this snapshot installs in full
+        if self.on_disk and self.token is None:
+            raise StoreDecodeError("the snapshot's staged rows were dropped (staging began again): start over")
         self.applied.extend(applied)
 
     def next_pass(self) -> None:
@@ -395,6 +451,6 @@ class Incoming:
         :meth:`~.versioned.VersionedState.adopt`. Raises StoreDecodeError for a malformed writer row."""
         assert not self.pending
         seq, lineage, hlc = header
-        return {"entries": self.staged, "last_seq": seq, "lineage": lineage,
+        return {"entries": None if self.on_disk else self.staged, "last_seq": seq, "lineage": lineage,
                 "applied": applied_from_wire(self.applied), "max_hlc": hlc,
                 "staged": self.token}

@@ -141,6 +141,10 @@ class VersionedState:
     """One replica's copy; see the module docstring. In memory only until a :class:`Persistence` is
     attached (:meth:`attach`; ``versioned_sqlite.open_state(path)`` opens a state from its file)."""
 
+    #: its entries stay in its file (:class:`~.versioned_disk.DiskState`): a snapshot reader reads them
+    #: in key order with :meth:`rows_after`, and a snapshot received is staged there only
+    on_disk = False
+
     def __init__(self) -> None:
         # live keys: packed key -> value, -> stamp (Stamps), -> expiry (only the keys that expire)
         self._values: dict[bytes, Any] = {}
@@ -270,6 +274,11 @@ class VersionedState:
             return None
         hlc, origin, seq = self._stamper.parts(stamp)
         return Version(None, hlc, origin, seq, True)
+
+    def rows_after(self, after: bytes | None, since_seq: int, upto_seq: int,
+                   limit: int) -> list[tuple[bytes, bytes | None]]:
+        """Only a state :attr:`on_disk` reads its entries in key order (:class:`~.versioned_disk.DiskState`)."""
+        raise NotImplementedError("a memory-resident state keeps no key order")
 
     def begin_new_keys(self) -> None:
         """From now on note the keys that come into the state (written or erased for the first time,
@@ -493,7 +502,11 @@ class VersionedState:
         self._file.stage((), [], fresh=True)
         return self._staging
 
-    def stage_rows(self, token: int, rows: Iterable[tuple[bytes, bytes]], gone: list[tuple[bytes]]) -> bool:
+    def staging_row(self, k: bytes, v: bytes, version: Version) -> tuple[Any, ...]:
+        """The row :meth:`stage_rows` takes for key ``k`` at packed version ``v`` (``version``, decoded)."""
+        return (k, v)
+
+    def stage_rows(self, token: int, rows: Iterable[tuple[Any, ...]], gone: list[tuple[bytes]]) -> bool:
         """Stage ``rows`` (packed key, packed version, as :meth:`packed_row` gives it) and drop the
         ``gone`` keys, in one transaction. False, and nothing staged, if ``token`` is not the current
         staging's (staging began again, or an adopt took it). Raises BackendError, and the staging

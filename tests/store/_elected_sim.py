@@ -10,7 +10,10 @@ after each message it handles, or (``batch``) after all those that reached it wi
 from __future__ import annotations
 
 import heapq
+import itertools
+import os
 import random
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +30,33 @@ from broker_mqtt.store.replication import (
     WriteFailed,
 )
 from broker_mqtt.store.versioned import Clock, VersionedState
+from broker_mqtt.store.versioned_disk import open_disk_state
 from broker_mqtt.store.versioned_sqlite import open_state
+
+#: ``disk``: the simulated replicas keep their entries in SQLite files (DiskState), not in memory
+RESIDENT = os.environ.get("BROKER_MQTT_TEST_RESIDENT", "memory")
+_disk_dir: tempfile.TemporaryDirectory[str] | None = None
+_disk_files = itertools.count()
+
+
+def fresh_state(resident: str | None = None) -> VersionedState:
+    """An empty state for a simulated replica: in memory, or (``resident`` or ``RESIDENT`` is
+    ``"disk"``) a :class:`~broker_mqtt.store.versioned_disk.DiskState` in a new file of a temporary
+    directory kept for the test process."""
+    global _disk_dir
+    if (resident or RESIDENT) != "disk":
+        return VersionedState()
+    if _disk_dir is None:
+        _disk_dir = tempfile.TemporaryDirectory(prefix="disk-states-")
+    return open_disk_state(os.path.join(_disk_dir.name, f"s{next(_disk_files)}.db"))
+
+
+def staged_entries(inc: Any) -> int:
+    """How many entries a snapshot being received (an :class:`~broker_mqtt.store.snapshot_stream.Incoming`)
+    holds so far: decoded in memory, or (a state on disk) staged in its file."""
+    if not inc.on_disk:
+        return len(inc.staged)
+    return int(inc.file._read("SELECT count(*) FROM staging").fetchone()[0])
 
 
 @dataclass
@@ -75,7 +104,7 @@ class SimNet:
         old = self.nodes.get(name)
         if old is not None:
             old.replica.state.close()
-        replica = Replica("s", f"{name}.0", VersionedState() if path is None else open_state(path), self.now, durability=self.durability,
+        replica = Replica("s", f"{name}.0", fresh_state() if path is None else open_state(path), self.now, durability=self.durability,
                           config=self.config, clock=clock, resolver=self.resolver)
         node = self.nodes[name] = Node(replica)
         self.dead.discard(name)

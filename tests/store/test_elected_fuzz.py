@@ -37,13 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 import pytest
-from _elected_sim import Node, SimNet
+from _elected_sim import Node, SimNet, fresh_state
 
 from broker_mqtt.store.commands import Increment, Put, PutUnique
 from broker_mqtt.store.errors import AnswerForgotten
 from broker_mqtt.store.record_log import RecordLog
 from broker_mqtt.store.replication import Replica
-from broker_mqtt.store.versioned import Clock, Record, VersionedState
+from broker_mqtt.store.versioned import Clock, Record
 
 #: the seeds the suite runs (0..119: 2, 30, 38, 39, 69 and 95 found a deposed master's records sent
 #: in a newer epoch); ``BROKER_MQTT_FUZZ_SEEDS=1000`` runs more (seeds 0..799 passed on 2026-11-29)
@@ -140,7 +140,7 @@ class FuzzNet(SimNet):
         gen = self.generations[name] = self.generations.get(name, -1) + 1
         self.retire(name)
         clock = Clock(wall=lambda: 1_000_000 + self.now)
-        replica = Replica("s", f"{name}.{gen}", VersionedState(), self.now, durability=self.durability,
+        replica = Replica("s", f"{name}.{gen}", fresh_state(), self.now, durability=self.durability,
                           config=self.config, clock=clock, resolver=self.resolver)
         node = self.nodes[name] = Node(self.watch(replica))
         self.dead.discard(name)

@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from _elected_sim import Node
+from _elected_sim import Node, fresh_state
 from test_elected_fuzz import EPISODE_KINDS, SAFE_KINDS, Fuzz, FuzzNet
 
 from broker_mqtt.store.commands import Erase, Put
 from broker_mqtt.store.errors import AnswerForgotten
 from broker_mqtt.store.replication import Replica, ReplicaConfig
-from broker_mqtt.store.versioned import Clock, VersionedState
+from broker_mqtt.store.versioned import Clock
 from broker_mqtt.store.writer_core import NoMaster
 
 #: the seeds the suite runs; ``BROKER_MQTT_FUZZ_OPS_SEEDS=N`` runs 0..N-1. Seed 96 failed until
@@ -68,7 +68,7 @@ class SkewNet(FuzzNet):
         old = self.nodes.get(name)
         if old is not None:
             old.replica.state.close()
-        replica = Replica("s", f"{name}.{gen}", VersionedState(), self.now, durability=self.durability,
+        replica = Replica("s", f"{name}.{gen}", fresh_state(), self.now, durability=self.durability,
                           config=self.config, clock=Clock(wall=lambda: self.wall(name)), resolver=self.resolver)
         tick = replica.tick
 

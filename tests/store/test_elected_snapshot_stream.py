@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _elected_sim import SimNet, record_sends
+from _elected_sim import SimNet, record_sends, staged_entries
 
 from broker_mqtt.store import replica_serving, snapshot_stream, versioned
 from broker_mqtt.store.commands import Erase, Put
@@ -124,7 +124,7 @@ def test_a_cut_mid_snapshot_resumes_from_the_last_key_held() -> None:
         until_chunks(net, sent, 6)
         net.partition({"a", "b"}, {"c"})
         net.run(3.0)  # fetches time out while cut off
-        held = len(net.nodes["c"].replica._snaps["a.0"].staged)
+        held = staged_entries(net.nodes["c"].replica._snaps["a.0"])
         assert 0 < held < 400
         asks = record_sends(net.nodes["c"].replica)
         net.heal()
