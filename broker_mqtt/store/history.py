@@ -105,14 +105,28 @@ class Version:
 
     @classmethod
     def from_wire(cls, wire: Any) -> Version:
-        try:
-            value, hlc, origin, seq, deleted, expiry = wire
-        except (TypeError, ValueError) as exc:
-            raise StoreDecodeError(f"bad version {peer_repr(wire, 100)}") from exc
-        if not (isinstance(hlc, int) and isinstance(origin, str) and isinstance(seq, int) and 0 <= seq <= _SEQ_MASK
-                and isinstance(deleted, bool) and (expiry is None or isinstance(expiry, (int, float)))):
-            raise StoreDecodeError(f"bad version {peer_repr(wire, 100)}")
+        value, hlc, origin, seq, deleted, expiry = _checked_wire(wire)
         return cls(value, hlc, origin, seq, deleted, expiry)
+
+
+def _checked_wire(wire: Any) -> tuple[Any, int, str, int, bool, float | None]:
+    """A version's wire form's six fields, checked (StoreDecodeError if malformed)."""
+    try:
+        value, hlc, origin, seq, deleted, expiry = wire
+    except (TypeError, ValueError) as exc:
+        raise StoreDecodeError(f"bad version {peer_repr(wire, 100)}") from exc
+    if not (isinstance(hlc, int) and isinstance(origin, str) and isinstance(seq, int) and 0 <= seq <= _SEQ_MASK
+            and isinstance(deleted, bool) and (expiry is None or isinstance(expiry, (int, float)))):
+        raise StoreDecodeError(f"bad version {peer_repr(wire, 100)}")
+    return value, hlc, origin, seq, deleted, expiry
+
+
+def version_columns(wire: Any) -> tuple[int, int | None, float | None]:
+    """``(seq, tombstone's hlc or None, expiry of a live key or None)`` of a version's wire form, checked
+    as :meth:`Version.from_wire` checks it, without building the version (a state on disk keeps
+    these beside the packed version: ``versioned_disk``). Raises StoreDecodeError."""
+    _, hlc, _, seq, deleted, expiry = _checked_wire(wire)
+    return (seq, hlc, None) if deleted else (seq, None, expiry)
 
 
 # -- stamps: (hlc, origin, seq) as one int ----------------------------------------------------------------

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import BackendError, StoreDecodeError
-from .history import Epoch, Position, Record, Version
+from .history import Epoch, Position, Record, Version, version_columns
 from .packing import canonical, pack, unpack
 from .versioned import StateEntries, VersionedState
 from .writer_table import applied_from_wire
@@ -408,31 +408,48 @@ class Incoming:
         self._stage(entries, applied)
 
     def _stage(self, entries: list[Entry], applied: list[Any]) -> None:
+        if self.on_disk:
+            self._stage_on_disk(entries)
+            self.applied.extend(applied)
+            return
         staged, file = self.staged, self.file
-        rows: dict[bytes, tuple[Any, ...] | None] | None = {} if self.token is not None else None
+        rows: dict[bytes, bytes | None] | None = {} if self.token is not None else None
         try:
             for k, v in entries:
                 key = canonical(k)  # as the state keys it (a peer's packing may not be canonical)
                 if v is None:
-                    if not self.on_disk:
-                        staged.drop(key)
-                    if rows is not None:
-                        rows[key] = None
-                    continue
-                version = Version.from_wire(unpack(v))
-                if not self.on_disk:
-                    staged.set(key, version)
-                if rows is not None and file is not None:
-                    rows[key] = file.staging_row(key, v, version)  # (a malformed entry raised above: whole chunks only)
+                    staged.drop(key)
+                else:
+                    staged.set(key, Version.from_wire(unpack(v)))
+                if rows is not None:
+                    rows[key] = v  # (a malformed entry raised above: the file stages whole chunks only)
         except (TypeError, ValueError, OverflowError, BackendError) as exc:  # (BackendError: not CBOR)
             raise StoreDecodeError(f"bad snapshot chunk: {exc}") from exc
         if rows and file is not None and self.token is not None:
-            filed = [row for row in rows.values() if row is not None]
-            if not file.stage_rows(self.token, filed, [(k,) for k, row in rows.items() if row is None]):
+            filed = [(k, v) for k, v in rows.items() if v is not None]
+            if not file.stage_rows(self.token, filed, [(k,) for k, v in rows.items() if v is None]):
                 self.token = None  # staging began again elsewhere: this snapshot installs in full
-        if self.on_disk and self.token is None:
-            raise StoreDecodeError("the snapshot's staged rows were dropped (staging began again): start over")
         self.applied.extend(applied)
+
+    def _stage_on_disk(self, entries: list[Entry]) -> None:
+        """:meth:`_stage` into the file of a state on disk: each entry checked (its columns taken
+        from its version, as the state keeps them), none decoded into ``staged``."""
+        file, token = self.file, self.token
+        assert file is not None
+        rows: list[tuple[Any, ...]] = []
+        gone: list[tuple[bytes]] = []
+        try:
+            for k, v in entries:
+                key = canonical(k)  # as the state keys it (a peer's packing may not be canonical)
+                if v is None:
+                    gone.append((key,))
+                else:
+                    rows.append((key, v, *version_columns(unpack(v))))
+        except (TypeError, ValueError, OverflowError, BackendError) as exc:  # (BackendError: not CBOR)
+            raise StoreDecodeError(f"bad snapshot chunk: {exc}") from exc
+        if token is None or not file.stage_rows(token, rows, gone):
+            self.token = None
+            raise StoreDecodeError("the snapshot's staged rows were dropped (staging began again): start over")
 
     def next_pass(self) -> None:
         """The pass is complete: next, what changed since the lowest position of its chunks."""

@@ -502,10 +502,6 @@ class VersionedState:
         self._file.stage((), [], fresh=True)
         return self._staging
 
-    def staging_row(self, k: bytes, v: bytes, version: Version) -> tuple[Any, ...]:
-        """The row :meth:`stage_rows` takes for key ``k`` at packed version ``v`` (``version``, decoded)."""
-        return (k, v)
-
     def stage_rows(self, token: int, rows: Iterable[tuple[Any, ...]], gone: list[tuple[bytes]]) -> bool:
         """Stage ``rows`` (packed key, packed version, as :meth:`packed_row` gives it) and drop the
         ``gone`` keys, in one transaction. False, and nothing staged, if ``token`` is not the current

@@ -49,7 +49,8 @@ from .writer_table import _Applied, applied_from_wire
 
 __all__ = ["DiskState", "open_disk_state", "ROWS_PER_READ"]
 
-ROWS_PER_READ = 2_048  #: rows one query of a snapshot chunk or a whole-state walk reads at most
+ROWS_PER_READ = 2_048  #: rows one query of a whole-state walk reads at most
+STAGE_COMMIT_ROWS = 16_384  #: rows of a snapshot staged in one transaction, about (see stage_rows)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS versions (k BLOB PRIMARY KEY, v BLOB NOT NULL, seq INTEGER, dead INTEGER,
@@ -95,6 +96,7 @@ class DiskState(VersionedState):
         self.path = path
         self._live = 0  # live keys and tombstones, counted as they change (a count(*) walks the table)
         self._dead = 0
+        self._staged_rows = 0  # rows staged in the open transaction
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -359,31 +361,27 @@ class DiskState(VersionedState):
         self._commit_tx()
         return self._staging
 
-    def staging_row(self, k: bytes, v: bytes, version: Version) -> tuple[Any, ...]:
-        """The staged row of key ``k``, packed version ``v`` (``version`` decoded)."""
-        return (k, v, *row_columns(version))
-
     def stage_rows(self, token: int, rows: Iterable[tuple[Any, ...]], gone: list[tuple[bytes]]) -> bool:
-        """Stage ``rows`` (:meth:`staging_row`'s) and drop ``gone`` in the staging table, in one
-        transaction (``synchronous=NORMAL``: the commit of the install syncs it all); False, nothing
-        staged, if ``token`` is not the current staging's. Raises BackendError (the staging is then
-        stale: the snapshot starts over)."""
+        """Stage ``rows`` (``(k, v, seq, dead, expiry)``, as ``versions`` holds them) and drop ``gone``
+        in the staging table; False, nothing staged, if ``token`` is not the current staging's. The
+        rows go into the open transaction (begun here if none is), committed once STAGE_COMMIT_ROWS
+        rows wait in it or by the next :meth:`commit` (one sync per a few MB staged, not per chunk). Raises BackendError (rolled back: the staging is then stale, and the
+        replica stops)."""
         if self._db is None or token != self._staging:
             return False
-        self.commit()
         db = self._conn()
         try:
-            db.execute("PRAGMA synchronous=NORMAL")
-            try:
+            if not db.in_transaction:
                 db.execute("BEGIN IMMEDIATE")
-                if gone:
-                    db.executemany("DELETE FROM staging WHERE k = ?", gone)
-                db.executemany("INSERT OR REPLACE INTO staging (k, v, seq, dead, expiry) VALUES (?, ?, ?, ?, ?)", rows)
-                db.execute("COMMIT")
-            finally:
-                self._rollback()
-                db.execute("PRAGMA synchronous=FULL")
+            if gone:
+                db.executemany("DELETE FROM staging WHERE k = ?", gone)
+            before = db.total_changes
+            db.executemany("INSERT OR REPLACE INTO staging (k, v, seq, dead, expiry) VALUES (?, ?, ?, ?, ?)", rows)
+            self._staged_rows += db.total_changes - before
+            if self._staged_rows >= STAGE_COMMIT_ROWS:
+                self.commit()  # (with what was applied meanwhile, if anything was)
         except sqlite3.Error as exc:
+            self._rollback()
             self._staging += 1  # the table misses these rows: no adopt may take it
             raise BackendError(f"{self.path}: {exc}") from exc
         return True
@@ -407,6 +405,7 @@ class DiskState(VersionedState):
             self._write("INSERT OR REPLACE INTO meta (name, v) VALUES ('state', ?)", (pack(self.header()),))
             self._changed = False
         self._commit_tx()
+        self._staged_rows = 0
 
     def _commit_tx(self) -> None:
         db = self._conn()
