@@ -15,6 +15,7 @@ reads ``BROKER_MQTT_URL``)::
     name = "site-config"
     backend = "sqlite"          # or "memory"
     path = "site-config.db"
+    resident = "memory"         # or "disk": the entries stay in the file (a store larger than memory)
     mode = "sticky"             # or "rotate"
     durability = "one"          # or "master", "all"
     election = { cycle = 2.0, gap = 0.5 }

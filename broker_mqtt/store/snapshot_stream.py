@@ -364,6 +364,7 @@ class Incoming:
     token: int | None = None
     # a state on disk (VersionedState.on_disk) takes the staged rows only: nothing is decoded into ``staged``
     on_disk: bool = False
+    staged_upto: bytes = b""  # on disk: the largest key staged (a first pass's keys come after it)
 
     def __post_init__(self) -> None:
         self.on_disk = self.file is not None and self.file.on_disk
@@ -433,21 +434,35 @@ class Incoming:
 
     def _stage_on_disk(self, entries: list[Entry]) -> None:
         """:meth:`_stage` into the file of a state on disk: each entry checked (its columns taken
-        from its version, as the state keeps them), none decoded into ``staged``."""
+        from its version, as the state keys and keeps them), none decoded into ``staged``."""
         file, token = self.file, self.token
         assert file is not None
-        rows: list[tuple[Any, ...]] = []
-        gone: list[tuple[bytes]] = []
+        items: list[tuple[bytes, tuple[Any, ...] | None]] = []  # (key, its row, or None: gone)
+        # new keys only (counted without a lookup): a first pass's, each after every key staged before
+        last, fresh = self.staged_upto, self.since is None
         try:
             for k, v in entries:
                 key = canonical(k)  # as the state keys it (a peer's packing may not be canonical)
-                if v is None:
-                    gone.append((key,))
+                if key > last:
+                    last = key
                 else:
-                    rows.append((key, v, *version_columns(unpack(v))))
+                    fresh = False
+                if v is None:
+                    items.append((key, None))
+                    fresh = False
+                else:
+                    items.append((key, (key, v, *version_columns(unpack(v)))))
         except (TypeError, ValueError, OverflowError, BackendError) as exc:  # (BackendError: not CBOR)
             raise StoreDecodeError(f"bad snapshot chunk: {exc}") from exc
-        if token is None or not file.stage_rows(token, rows, gone):
+        self.staged_upto = last
+        if fresh:
+            rows: list[tuple[Any, ...]] = [row for _, row in items]  # type: ignore[misc]
+            gone: list[tuple[bytes]] = []
+        else:  # (a key twice, from a peer's packing: its last entry stands)
+            latest = dict(items)
+            rows = [row for row in latest.values() if row is not None]
+            gone = [(key,) for key, row in latest.items() if row is None]
+        if token is None or not file.stage_rows(token, rows, gone, first_pass=fresh):
             self.token = None
             raise StoreDecodeError("the snapshot's staged rows were dropped (staging began again): start over")
 
@@ -457,6 +472,7 @@ class Incoming:
 
     def restart(self) -> None:
         self.staged = StateEntries()
+        self.staged_upto = b""
         self.pending.clear()
         self.applied.clear()
         self.since = self.low = self.cursor = None

@@ -502,11 +502,13 @@ class VersionedState:
         self._file.stage((), [], fresh=True)
         return self._staging
 
-    def stage_rows(self, token: int, rows: Iterable[tuple[Any, ...]], gone: list[tuple[bytes]]) -> bool:
+    def stage_rows(self, token: int, rows: Iterable[tuple[Any, ...]], gone: list[tuple[bytes]], *,
+                   first_pass: bool = False) -> bool:
         """Stage ``rows`` (packed key, packed version, as :meth:`packed_row` gives it) and drop the
         ``gone`` keys, in one transaction. False, and nothing staged, if ``token`` is not the current
         staging's (staging began again, or an adopt took it). Raises BackendError, and the staging
-        is then stale (an adopt naming it writes every row)."""
+        is then stale (an adopt naming it writes every row). ``first_pass``: for a state on disk,
+        which counts what it stages (:class:`~.versioned_disk.DiskState`); nothing here."""
         if self._file is None or token != self._staging:
             return False
         try:

@@ -33,6 +33,7 @@ several times slower than a memory-resident one; choose it for stores larger tha
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -97,6 +98,7 @@ class DiskState(VersionedState):
         self._live = 0  # live keys and tombstones, counted as they change (a count(*) walks the table)
         self._dead = 0
         self._staged_rows = 0  # rows staged in the open transaction
+        self._staged_counts = [0, 0]  # live keys and tombstones in the staging table
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -292,8 +294,7 @@ class DiskState(VersionedState):
             if entries is None:
                 self._write("DROP TABLE versions")
                 self._write("ALTER TABLE staging RENAME TO versions")
-                live, dead = self._read("SELECT count(*), count(dead) FROM versions").fetchone()
-                self._live, self._dead = live - dead, dead
+                self._live, self._dead = self._staged_counts
             else:
                 self._write("DELETE FROM versions")
                 self._conn().executemany(_UPSERT, self._entry_rows(entries))
@@ -354,6 +355,7 @@ class DiskState(VersionedState):
     def begin_staging(self) -> int | None:
         self.commit()  # (what was applied is made durable first: the staging has transactions of its own)
         self._staging += 1
+        self._staged_counts = [0, 0]
         self._write("DROP TABLE IF EXISTS staging")
         self._write("CREATE TABLE staging (k BLOB PRIMARY KEY, v BLOB NOT NULL, seq INTEGER, dead INTEGER, "
                     "expiry REAL) WITHOUT ROWID")
@@ -361,9 +363,13 @@ class DiskState(VersionedState):
         self._commit_tx()
         return self._staging
 
-    def stage_rows(self, token: int, rows: Iterable[tuple[Any, ...]], gone: list[tuple[bytes]]) -> bool:
+    def stage_rows(self, token: int, rows: Iterable[tuple[Any, ...]], gone: list[tuple[bytes]], *,
+                   first_pass: bool = False) -> bool:
         """Stage ``rows`` (``(k, v, seq, dead, expiry)``, as ``versions`` holds them) and drop ``gone``
-        in the staging table; False, nothing staged, if ``token`` is not the current staging's. The
+        in the staging table; False, nothing staged, if ``token`` is not the current staging's.
+        ``first_pass``: none of these keys is staged yet (a snapshot's first pass, in key order), so
+        the live keys and tombstones staged are counted without looking (else each key is looked
+        up: the install takes the counts, instead of walking the table). The
         rows go into the open transaction (begun here if none is), committed once STAGE_COMMIT_ROWS
         rows wait in it or by the next :meth:`commit` (one sync per a few MB staged, not per chunk). Raises BackendError (rolled back: the staging is then stale, and the
         replica stops)."""
@@ -373,11 +379,18 @@ class DiskState(VersionedState):
         try:
             if not db.in_transaction:
                 db.execute("BEGIN IMMEDIATE")
-            if gone:
-                db.executemany("DELETE FROM staging WHERE k = ?", gone)
-            before = db.total_changes
-            db.executemany("INSERT OR REPLACE INTO staging (k, v, seq, dead, expiry) VALUES (?, ?, ?, ?, ?)", rows)
-            self._staged_rows += db.total_changes - before
+            rows = list(rows)
+            if not first_pass:
+                for (k,) in itertools.chain(gone, ((row[0],) for row in rows)):
+                    was = db.execute("SELECT dead FROM staging WHERE k = ?", (k,)).fetchone()
+                    if was is not None:
+                        self._staged_counts[was[0] is not None] -= 1
+                        db.execute("DELETE FROM staging WHERE k = ?", (k,))
+            dead = sum(1 for row in rows if row[3] is not None)
+            self._staged_counts[0] += len(rows) - dead
+            self._staged_counts[1] += dead
+            db.executemany("INSERT INTO staging (k, v, seq, dead, expiry) VALUES (?, ?, ?, ?, ?)", rows)
+            self._staged_rows += len(rows)
             if self._staged_rows >= STAGE_COMMIT_ROWS:
                 self.commit()  # (with what was applied meanwhile, if anything was)
         except sqlite3.Error as exc:

@@ -232,6 +232,7 @@ def test_a_snapshot_streams_from_and_into_files_in_chunks(tmp_path: Path, source
         assert parts["entries"] is None  # nothing decoded into memory: the rows are in the joiner's file
         changes = joiner.adopt(**parts, report=True)
         assert Change("stale", True, 1, False, None, None) in changes
+        assert (len(joiner), joiner.tombstones) == (len(source), source.tombstones)  # counted as staged
         joiner.commit()
         assert sorted(map(repr, joiner.versions())) == sorted(map(repr, source.versions()))
         joiner.close()
@@ -304,3 +305,22 @@ def test_versions_and_rows_after_read_in_key_order(tmp_path: Path) -> None:
         assert disk.packed_version(pack("k050")) == Version(None, 201, "o2", 101, True)
     finally:
         disk.close()
+
+
+def test_keys_a_peer_packed_out_of_order_or_twice_are_staged_once_and_counted_right(tmp_path: Path) -> None:
+    """A first pass's keys are counted without a lookup only while they come in order: a peer whose
+    packing is not canonical (1 as ``0x18 0x01``) may send a key twice or out of order."""
+    joiner = open_disk_state(tmp_path / "j.db")
+    try:
+        inc = Incoming("src", EPOCH, False, file=joiner)
+        one = pack(Version("a", 5, "o", 1).to_wire())
+        two = pack(Version(None, 6, "o", 2, True).to_wire())
+        inc.take([(pack(0), one), (b"\x18\x01", one), (pack(1), two)], pack(1), (2, EPOCH))
+        inc.step()
+        inc.take([(pack(0), two), (pack(5), one)], None, (2, EPOCH))
+        inc.step()
+        joiner.adopt(**inc.parts((2, [(EPOCH, 1)], 6)), report=False)
+        assert (len(joiner), joiner.tombstones) == (1, 2)
+        assert joiner.version(1) == Version(None, 6, "o", 2, True) and joiner.get(5) == "a"
+    finally:
+        joiner.close()
