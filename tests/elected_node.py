@@ -78,6 +78,7 @@ async def main() -> None:
     p.add_argument("cycle", type=float)
     p.add_argument("gap", type=float)
     p.add_argument("--sqlite")
+    p.add_argument("--resident", default="memory", help="with --sqlite: memory or disk (attach_store's resident)")
     p.add_argument("--writers", type=int, default=0)
     p.add_argument("--durability", default="one")
     p.add_argument("--n-hosts", type=int, help="the election's rough group size (asyncactor n_hosts)")
@@ -90,7 +91,8 @@ async def main() -> None:
         _trace_stalls()
     async with Endpoint(args.url, namespace=args.namespace) as ep:
         store = await attach_store(ep,
-            args.store, backend="sqlite" if args.sqlite else "memory", path=args.sqlite, mode=args.mode,
+            args.store, backend="sqlite" if args.sqlite else "memory", path=args.sqlite, resident=args.resident,
+            mode=args.mode,
             election={"cycle": args.cycle, "gap": args.gap, **({"n_hosts": args.n_hosts} if args.n_hosts else {})},
             durability=args.durability, write_timeout=60)
         stop = anyio.Event()

@@ -27,13 +27,13 @@ class ElectedProc(LineProc):
 
     def __init__(self, url: str, namespace: str, store: str, mode: str, cycle: float, gap: float, *,
                  writers: int = 0, sqlite: str | None = None, durability: str = "one", n_hosts: int | None = None,
-                 chunk: int = 0, stderr: Any = None) -> None:
+                 chunk: int = 0, resident: str = "memory", stderr: Any = None) -> None:
         cmd = [sys.executable, str(HERE / "elected_node.py"), url, namespace, store, mode, str(cycle), str(gap),
                "--writers", str(writers), "--durability", durability, "--chunk", str(chunk)]
         if n_hosts is not None:
             cmd += ["--n-hosts", str(n_hosts)]
         if sqlite:
-            cmd += ["--sqlite", sqlite]
+            cmd += ["--sqlite", sqlite, "--resident", resident]
         self.acks: list[int] = []
         self.masters: list[tuple[int, str, float]] = []
         self.conflicts: list[Any] = []

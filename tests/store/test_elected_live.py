@@ -189,9 +189,13 @@ async def test_one_replica_of_a_store_per_endpoint(broker: EmbeddedBroker, names
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("resident", ["memory", "disk"])
 def test_kill_9_master_under_load_loses_no_acknowledged_write(broker: EmbeddedBroker, namespace: str,
-                                                              procs: Any) -> None:
-    nodes = [procs(broker.url, namespace, "s", "sticky", CYCLE, GAP, writers=4) for _ in range(3)]
+                                                              procs: Any, tmp_path: Any, resident: str) -> None:
+    """``disk``: every replica keeps its entries in its SQLite file only (``resident="disk"``)."""
+    paths = [str(tmp_path / f"n{i}.db") if resident == "disk" else None for i in range(3)]
+    nodes = [procs(broker.url, namespace, "s", "sticky", CYCLE, GAP, writers=4, sqlite=p, resident=resident)
+             for p in paths]
     for n in nodes:
         n.wait_ready()
     assert wait_for(lambda: _master_of(nodes) is not None, 20)
@@ -269,17 +273,19 @@ def test_paused_deposed_master_changes_nothing(broker: EmbeddedBroker, namespace
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("resident", ["memory", "disk"])
 def test_sqlite_master_restart_keeps_acknowledged_writes(broker: EmbeddedBroker, namespace: str, procs: Any,
-                                                         tmp_path: Any) -> None:
+                                                         tmp_path: Any, resident: str) -> None:
     paths = [str(tmp_path / f"n{i}.db") for i in range(2)]
-    nodes = [procs(broker.url, namespace, "s", "sticky", CYCLE, GAP, writers=2, sqlite=p) for p in paths]
+    nodes = [procs(broker.url, namespace, "s", "sticky", CYCLE, GAP, writers=2, sqlite=p, resident=resident)
+             for p in paths]
     for n in nodes:
         n.wait_ready()
     assert wait_for(lambda: all(len(n.acks) > 30 for n in nodes), 30)
     for n in nodes:  # both die: only the files remain
         n.kill()
     acked = {n.node_id: set(n.acks) for n in nodes}
-    again = [procs(broker.url, namespace, "s", "sticky", CYCLE, GAP, sqlite=p) for p in paths]
+    again = [procs(broker.url, namespace, "s", "sticky", CYCLE, GAP, sqlite=p, resident=resident) for p in paths]
     for n in again:
         n.wait_ready()
     assert wait_for(lambda: _master_of(again) is not None, 30)
