@@ -32,7 +32,8 @@ def test_elected_store_bench_quick(tmp_path: Path) -> None:
     for r in result["elected"]:  # every acknowledged put reached every replica
         assert r["keys_check"]["replicas"] == [r["keys_check"]["written"]] * 3, r
     assert result["queue"]["accepted_per_s"] > 0
-    assert {r["joiner_backend"] for r in result["joins"]} == {"memory", "sqlite"}
+    assert {(r["joiner_backend"], r["master_resident"]) for r in result["joins"]} == {
+        ("memory", "memory"), ("sqlite", "memory"), ("disk", "disk")}
     for join in result["joins"]:
         assert "error" not in join, join
         assert join["via"] == "snapshot" and join["join_s"] > 0 and join["joiner_peak_mb"] > 0
