@@ -393,6 +393,8 @@ class DiskState(VersionedState):
             self._staged_rows += len(rows)
             if self._staged_rows >= STAGE_COMMIT_ROWS:
                 self.commit()  # (with what was applied meanwhile, if anything was)
+                self._commit_tx()
+                self._staged_rows = 0
         except sqlite3.Error as exc:
             self._rollback()
             self._staging += 1  # the table misses these rows: no adopt may take it
@@ -409,14 +411,16 @@ class DiskState(VersionedState):
         }
 
     def commit(self) -> None:
-        """Write the header and commit what was applied (no-op if nothing was). Raises BackendError
-        (rolled back: the replica must stop, its memory is ahead of the file)."""
+        """Write the header and commit what was applied (no-op if nothing was: rows of a snapshot
+        being staged wait for their batch, :meth:`stage_rows`). Raises BackendError (rolled back:
+        the replica must stop, its memory is ahead of the file)."""
         if self._db is None:
             self._changed = False
             return
-        if self._changed:
-            self._write("INSERT OR REPLACE INTO meta (name, v) VALUES ('state', ?)", (pack(self.header()),))
-            self._changed = False
+        if not self._changed:
+            return  # (staged rows may wait in the open transaction: they are committed in batches)
+        self._write("INSERT OR REPLACE INTO meta (name, v) VALUES ('state', ?)", (pack(self.header()),))
+        self._changed = False
         self._commit_tx()
         self._staged_rows = 0
 
