@@ -218,7 +218,7 @@ class SnapshotReader:
                     size += n
                 last = k
                 scanned += 1
-                if scanned >= SCAN_LIMIT and since_seq:
+                if scanned >= SCAN_LIMIT:  # (a first pass too: it skips the rows past its bound)
                     more = bool(state.rows_after(last, since_seq, bound, 1))
                     return entries, (last if more else None), pos
             if len(rows) < ROWS_PER_QUERY:
