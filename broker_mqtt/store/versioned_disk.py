@@ -78,9 +78,24 @@ def _indexes(db: sqlite3.Connection, table: str) -> None:
         db.execute(f"CREATE INDEX expiry_{tag} ON {table} (expiry) WHERE expiry IS NOT NULL")
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _dead_col(hlc: int) -> int:
+    """A tombstone's hlc as the ``dead`` column holds it: a version's hlc is any int, a SQLite INTEGER
+    64 bits (binding a larger one raised OverflowError), so it is clamped to them (the column only
+    orders and finds tombstones; the version itself, ``v``, keeps the hlc)."""
+    return min(max(hlc, _INT64[0]), _INT64[1])
+
+
+def _expiry_col(expiry: float | None) -> float | None:
+    """An expiry as the ``expiry`` column holds it: a REAL (an int expiry past 64 bits did not bind)."""
+    return None if expiry is None else float(min(max(expiry, -1e300), 1e300))
+
+
 def row_columns(v: Version) -> tuple[int, int | None, float | None]:
     """``(seq, dead, expiry)`` of a version as ``versions`` holds them."""
-    return v.seq, (v.hlc if v.deleted else None), (None if v.deleted else v.expiry)
+    return v.seq, (_dead_col(v.hlc) if v.deleted else None), (None if v.deleted else _expiry_col(v.expiry))
 
 
 class DiskState(VersionedState):
@@ -141,7 +156,7 @@ class DiskState(VersionedState):
         out: list[bytes] = []
         size = 0
         for (k,) in self._read("SELECT k FROM versions WHERE dead IS NOT NULL AND dead < ? ORDER BY dead, k "
-                               "LIMIT ?", (before_hlc, limit)):
+                               "LIMIT ?", (_dead_col(before_hlc), limit)):
             size += len(k)
             if max_bytes is not None and out and size > max_bytes:
                 break
@@ -248,7 +263,7 @@ class DiskState(VersionedState):
              changes: list[Change] | None) -> None:
         hlc, _, seq = self._stamper.parts(stamp)
         old = self._row(k)
-        self._write(_UPSERT, (k, pack([value, hlc, origin, seq, False, expiry]), seq, None, expiry))
+        self._write(_UPSERT, (k, pack([value, hlc, origin, seq, False, expiry]), seq, None, _expiry_col(expiry)))
         if old is None or old[2] is not None:
             self._live += 1
             self._dead -= old is not None
@@ -261,7 +276,7 @@ class DiskState(VersionedState):
                    expired: bool) -> None:
         hlc, _, seq = self._stamper.parts(stamp)
         old = self._row(k)
-        self._write(_UPSERT, (k, pack([None, hlc, origin, seq, True, None]), seq, hlc, None))
+        self._write(_UPSERT, (k, pack([None, hlc, origin, seq, True, None]), seq, _dead_col(hlc), None))
         if old is None or old[2] is not None:
             self._dead += old is None
             return
@@ -276,7 +291,7 @@ class DiskState(VersionedState):
             changes.extend(Change(unpack_key(k), True, unpack(v)[0], False, None, origin, False)
                            for k, v in self._walk("AND dead IS NULL"))
         self._write("UPDATE versions SET v = ?, seq = ?, dead = ?, expiry = NULL WHERE dead IS NULL",
-                    (pack([None, hlc, origin, seq, True, None]), seq, hlc))
+                    (pack([None, hlc, origin, seq, True, None]), seq, _dead_col(hlc)))
         self._dead += self._live
         self._live = 0
 
@@ -316,10 +331,10 @@ class DiskState(VersionedState):
         for k, value in entries.values.items():
             hlc, origin, seq = parts(entries.stamps[k])
             expiry = entries.expiring.get(k)
-            yield k, pack([value, hlc, origin, seq, False, expiry]), seq, None, expiry
+            yield k, pack([value, hlc, origin, seq, False, expiry]), seq, None, _expiry_col(expiry)
         for k, (hlc, stamp) in entries.dead.items():
             _, origin, seq = parts(stamp)
-            yield k, pack([None, hlc, origin, seq, True, None]), seq, hlc, None
+            yield k, pack([None, hlc, origin, seq, True, None]), seq, _dead_col(hlc), None
 
     def _changes_to(self, entries: StateEntries | None) -> list[Change]:
         """The visible changes from the live keys now to those of ``entries`` (None: the staging table's)."""
