@@ -126,7 +126,22 @@ def version_columns(wire: Any) -> tuple[int, int | None, float | None]:
     as :meth:`Version.from_wire` checks it, without building the version (a state on disk keeps
     these beside the packed version: ``versioned_disk``). Raises StoreDecodeError."""
     _, hlc, _, seq, deleted, expiry = _checked_wire(wire)
-    return (seq, hlc, None) if deleted else (seq, None, expiry)
+    return (seq, dead_column(hlc), None) if deleted else (seq, None, expiry_column(expiry))
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def dead_column(hlc: int) -> int:
+    """A tombstone's hlc as a state on disk's ``dead`` column holds it: a version's hlc is any int, a
+    SQLite INTEGER 64 bits (binding a larger one raises OverflowError), so it is clamped to them (the
+    column only orders and finds tombstones; the packed version keeps the hlc)."""
+    return min(max(hlc, _INT64_MIN), _INT64_MAX)
+
+
+def expiry_column(expiry: float | None) -> float | None:
+    """An expiry as a state on disk's ``expiry`` column holds it: a REAL (an int past 64 bits does not bind)."""
+    return None if expiry is None else float(min(max(expiry, -1e300), 1e300))
 
 
 # -- stamps: (hlc, origin, seq) as one int ----------------------------------------------------------------

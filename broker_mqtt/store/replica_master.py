@@ -289,6 +289,8 @@ class MasterSide(ServingSide):
             self._check_acting(cmd, origin)
             op, result = compute_op(self.state, cmd, wall)  # type: ignore[arg-type]  # decode_command gives a write here: writers send nothing else
         except StoreError as exc:
+            if self.state.failed is not None:
+                raise self.state.failed from exc  # its file failed while the write was computed: stop
             op, result = ("noop",), ["error", *exc.to_wire()]
         self._append(Record(self.state.last_seq + 1, self.epoch, hlc, origin, writer, n, op, result))  # type: ignore[arg-type]  # epoch: set while master
         self._note_applied(writer, n)

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import NoSuchKey, StoreDecodeError
+from .errors import BackendError, NoSuchKey, StoreDecodeError
 from .history import (
     STAMP_HLC_SHIFT,
     Change,
@@ -74,27 +74,9 @@ from .state_entries import StateEntries
 from .writer_table import _Applied, applied_from_wire
 
 __all__ = [
-    "Epoch",
-    "Position",
-    "Lineage",
-    "Version",
-    "Record",
-    "Change",
-    "Conflict",
-    "VersionedState",
-    "StateEntries",
-    "Persistence",
-    "Resolver",
-    "last_writer_wins",
-    "epoch_at",
-    "contains",
-    "fork_seq",
-    "Clock",
-    "epoch_from_wire",
-    "position_from_wire",
-    "position_to_wire",
-    "lineage_from_wire",
-    "lineage_to_wire",
+    "Epoch", "Position", "Lineage", "Version", "Record", "Change", "Conflict", "VersionedState", "StateEntries",
+    "Persistence", "Resolver", "last_writer_wins", "epoch_at", "contains", "fork_seq", "Clock",
+    "epoch_from_wire", "position_from_wire", "position_to_wire", "lineage_from_wire", "lineage_to_wire",
     "_op_from_wire",
 ]
 
@@ -144,6 +126,9 @@ class VersionedState:
     #: its entries stay in its file (:class:`~.versioned_disk.DiskState`): a snapshot reader reads them
     #: in key order with :meth:`rows_after`, and a snapshot received is staged there only
     on_disk = False
+    #: the error of its file on a read or a write (a state on disk reads its file), once one failed:
+    #: a replica whose state failed must stop (a write computed meanwhile is not answered as refused)
+    failed: BackendError | None = None
 
     def __init__(self) -> None:
         # live keys: packed key -> value, -> stamp (Stamps), -> expiry (only the keys that expire)

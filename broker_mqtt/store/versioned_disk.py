@@ -41,7 +41,16 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BackendError, NoSuchKey, StoreDecodeError
-from .history import Change, Lineage, Version, lineage_from_wire, lineage_to_wire
+from .history import (
+    Change,
+    Lineage,
+    Version,
+    dead_column,
+    expiry_column,
+    lineage_from_wire,
+    lineage_to_wire,
+    version_columns,
+)
 from .packing import pack, unpack, unpack_key
 from .sqlite_backend import open_sqlite
 from .state_entries import StateEntries
@@ -78,24 +87,9 @@ def _indexes(db: sqlite3.Connection, table: str) -> None:
         db.execute(f"CREATE INDEX expiry_{tag} ON {table} (expiry) WHERE expiry IS NOT NULL")
 
 
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-def _dead_col(hlc: int) -> int:
-    """A tombstone's hlc as the ``dead`` column holds it: a version's hlc is any int, a SQLite INTEGER
-    64 bits (binding a larger one raised OverflowError), so it is clamped to them (the column only
-    orders and finds tombstones; the version itself, ``v``, keeps the hlc)."""
-    return min(max(hlc, _INT64[0]), _INT64[1])
-
-
-def _expiry_col(expiry: float | None) -> float | None:
-    """An expiry as the ``expiry`` column holds it: a REAL (an int expiry past 64 bits did not bind)."""
-    return None if expiry is None else float(min(max(expiry, -1e300), 1e300))
-
-
 def row_columns(v: Version) -> tuple[int, int | None, float | None]:
-    """``(seq, dead, expiry)`` of a version as ``versions`` holds them."""
-    return v.seq, (_dead_col(v.hlc) if v.deleted else None), (None if v.deleted else _expiry_col(v.expiry))
+    """``(seq, dead, expiry)`` of a version as ``versions`` holds them (:func:`~.history.version_columns`)."""
+    return version_columns(v.to_wire())
 
 
 class DiskState(VersionedState):
@@ -117,6 +111,12 @@ class DiskState(VersionedState):
 
     # -- the connection ---------------------------------------------------------------------------
 
+    def _failure(self, exc: sqlite3.Error) -> BackendError:
+        """The BackendError for an error of the file, remembered (:attr:`failed`): a state whose file
+        failed holds what it cannot store, so the replica must stop, not go on with it."""
+        self.failed = BackendError(f"{self.path}: {exc}")
+        return self.failed
+
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
             raise BackendError(f"{self.path}: the state is closed")
@@ -130,13 +130,13 @@ class DiskState(VersionedState):
                 db.execute("BEGIN IMMEDIATE")
             return db.execute(sql, args)
         except sqlite3.Error as exc:
-            raise BackendError(f"{self.path}: {exc}") from exc
+            raise self._failure(exc) from exc
 
     def _read(self, sql: str, args: Any = ()) -> sqlite3.Cursor:
         try:
             return self._conn().execute(sql, args)
         except sqlite3.Error as exc:
-            raise BackendError(f"{self.path}: {exc}") from exc
+            raise self._failure(exc) from exc
 
     def _row(self, k: bytes) -> tuple[bytes, int, int | None] | None:
         row: tuple[bytes, int, int | None] | None = self._read(
@@ -156,7 +156,7 @@ class DiskState(VersionedState):
         out: list[bytes] = []
         size = 0
         for (k,) in self._read("SELECT k FROM versions WHERE dead IS NOT NULL AND dead < ? ORDER BY dead, k "
-                               "LIMIT ?", (_dead_col(before_hlc), limit)):
+                               "LIMIT ?", (dead_column(before_hlc), limit)):
             size += len(k)
             if max_bytes is not None and out and size > max_bytes:
                 break
@@ -263,7 +263,7 @@ class DiskState(VersionedState):
              changes: list[Change] | None) -> None:
         hlc, _, seq = self._stamper.parts(stamp)
         old = self._row(k)
-        self._write(_UPSERT, (k, pack([value, hlc, origin, seq, False, expiry]), seq, None, _expiry_col(expiry)))
+        self._write(_UPSERT, (k, pack([value, hlc, origin, seq, False, expiry]), seq, None, expiry_column(expiry)))
         if old is None or old[2] is not None:
             self._live += 1
             self._dead -= old is not None
@@ -276,7 +276,7 @@ class DiskState(VersionedState):
                    expired: bool) -> None:
         hlc, _, seq = self._stamper.parts(stamp)
         old = self._row(k)
-        self._write(_UPSERT, (k, pack([None, hlc, origin, seq, True, None]), seq, _dead_col(hlc), None))
+        self._write(_UPSERT, (k, pack([None, hlc, origin, seq, True, None]), seq, dead_column(hlc), None))
         if old is None or old[2] is not None:
             self._dead += old is None
             return
@@ -291,7 +291,7 @@ class DiskState(VersionedState):
             changes.extend(Change(unpack_key(k), True, unpack(v)[0], False, None, origin, False)
                            for k, v in self._walk("AND dead IS NULL"))
         self._write("UPDATE versions SET v = ?, seq = ?, dead = ?, expiry = NULL WHERE dead IS NULL",
-                    (pack([None, hlc, origin, seq, True, None]), seq, _dead_col(hlc)))
+                    (pack([None, hlc, origin, seq, True, None]), seq, dead_column(hlc)))
         self._dead += self._live
         self._live = 0
 
@@ -315,7 +315,7 @@ class DiskState(VersionedState):
                 self._conn().executemany(_UPSERT, self._entry_rows(entries))
                 self._live, self._dead = len(entries.values), len(entries.dead)
         except sqlite3.Error as exc:
-            raise BackendError(f"{self.path}: {exc}") from exc
+            raise self._failure(exc) from exc
         self._changed = True
         self.last_seq, self.lineage = last_seq, list(lineage)
         self.forgot_seq = last_seq
@@ -331,10 +331,10 @@ class DiskState(VersionedState):
         for k, value in entries.values.items():
             hlc, origin, seq = parts(entries.stamps[k])
             expiry = entries.expiring.get(k)
-            yield k, pack([value, hlc, origin, seq, False, expiry]), seq, None, _expiry_col(expiry)
+            yield k, pack([value, hlc, origin, seq, False, expiry]), seq, None, expiry_column(expiry)
         for k, (hlc, stamp) in entries.dead.items():
             _, origin, seq = parts(stamp)
-            yield k, pack([None, hlc, origin, seq, True, None]), seq, _dead_col(hlc), None
+            yield k, pack([None, hlc, origin, seq, True, None]), seq, dead_column(hlc), None
 
     def _changes_to(self, entries: StateEntries | None) -> list[Change]:
         """The visible changes from the live keys now to those of ``entries`` (None: the staging table's)."""
@@ -413,7 +413,7 @@ class DiskState(VersionedState):
         except sqlite3.Error as exc:
             self._rollback()
             self._staging += 1  # the table misses these rows: no adopt may take it
-            raise BackendError(f"{self.path}: {exc}") from exc
+            raise self._failure(exc) from exc
         return True
 
     # -- commits --------------------------------------------------------------------------------------
@@ -447,7 +447,7 @@ class DiskState(VersionedState):
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback()
-            raise BackendError(f"{self.path}: {exc}") from exc
+            raise self._failure(exc) from exc
 
     def _rollback(self) -> None:
         db = self._db

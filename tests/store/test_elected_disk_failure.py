@@ -8,12 +8,16 @@ channel of the endpoint died with it.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _elected_sim
 import anyio
 import anyio.to_thread
 import pytest
@@ -21,7 +25,7 @@ from _elected_sim import SimNet
 
 from broker_mqtt import Endpoint
 from broker_mqtt.store import BackendError, StoreFailed, Timeout, attach_store
-from broker_mqtt.store.commands import Put
+from broker_mqtt.store.commands import Put, PutUnique
 from broker_mqtt.store.elected import ElectedStore
 from broker_mqtt.transport.embedded import EmbeddedBroker
 
@@ -29,8 +33,9 @@ ELECTION = {"cycle": 1.0, "gap": 0.25}
 
 
 def fill_up(store: ElectedStore) -> None:
-    """The replica's file may grow no more: its next commit that needs a page fails."""
-    db = store.replica.state._file._db  # type: ignore[union-attr]  # (the SQLite connection)
+    """The replica's file may grow no more: its next commit (on disk: write) that needs a page fails."""
+    state: Any = store.replica.state
+    db = state._db if state.on_disk else state._file._db  # (the SQLite connection)
     (pages,) = db.execute("PRAGMA page_count").fetchone()
     db.execute(f"PRAGMA max_page_count = {pages}")
 
@@ -53,14 +58,52 @@ def test_a_stopped_replica_sends_its_resignation_and_nothing_it_did_not_commit()
         assert b.stop(net.now) == []
 
 
+def test_a_disk_master_whose_file_fails_while_computing_a_write_stops_and_answers_nothing() -> None:
+    """A state on disk reads its file to compute a write (a put_unique looks the key up): a read that
+    fails must stop the replica (the BackendError out of its step, as a failed commit), not be taken
+    for the command's own error and answered (a noop record) while the replica goes on."""
+    with SimNet(["a", "b"], seed=4, paths=None) as net:
+        with monkeypatch_resident():
+            net.add("a")
+            net.add("b")
+        net.run(0.5)
+        net.tag("a")
+        net.run(1.0)
+        a = net.nodes["a"].replica
+        assert net.masters() == ["a"] and a.state.on_disk
+        net.write("a", Put("k", 1, None))
+        net.run(0.5)
+        seq = a.state.last_seq
+
+        class Failing:
+            def execute(self, sql: str, args: Any = ()) -> Any:
+                raise sqlite3.OperationalError("disk I/O error")
+
+        a.state._conn = Failing  # type: ignore[attr-defined]  # (every read of the file fails)
+        with pytest.raises(BackendError, match="disk I/O error"):
+            net.write("a", PutUnique("k", 2, None, "a", 1))
+        assert a.state.failed is not None and a.state.last_seq == seq  # no noop record applied
+
+
+@contextlib.contextmanager
+def monkeypatch_resident() -> Iterator[None]:
+    old = _elected_sim.RESIDENT
+    _elected_sim.RESIDENT = "disk"
+    try:
+        yield
+    finally:
+        _elected_sim.RESIDENT = old
+
+
 @pytest.mark.mosquitto
 @pytest.mark.anyio
+@pytest.mark.parametrize("resident", ["memory", "disk"])
 async def test_a_master_whose_file_fills_up_stops_alone_and_a_new_master_takes_the_write(
-        broker: EmbeddedBroker, namespace: str, tmp_path: Path) -> None:
+        broker: EmbeddedBroker, namespace: str, tmp_path: Path, resident: str) -> None:
     path = tmp_path / "a.db"
     async with Endpoint(broker, namespace=namespace) as a, Endpoint(broker, namespace=namespace) as b, \
             Endpoint(broker, namespace=namespace) as c:
-        sa = await attach_store(a, "cfg", backend="sqlite", path=path, election=ELECTION)
+        sa = await attach_store(a, "cfg", backend="sqlite", path=path, election=ELECTION, resident=resident)
         assert await sa.await_master(15) and sa.is_master  # the only replica yet: sticky from now on
         sb = await attach_store(b, "cfg", election=ELECTION)
         sc = await attach_store(c, "cfg", election=ELECTION)
@@ -98,7 +141,7 @@ async def test_a_master_whose_file_fills_up_stops_alone_and_a_new_master_takes_t
         assert await other.get("still") == "here"
 
         # attached again, the replica loads what its file committed and catches up
-        again = await attach_store(a, "cfg", backend="sqlite", path=path, election=ELECTION)
+        again = await attach_store(a, "cfg", backend="sqlite", path=path, election=ELECTION, resident=resident)
         assert await again.await_master(15)
         await sc.put("later", 2)
         for s in (again, sb, sc):  # each holds the last write (durable at two of them when answered)

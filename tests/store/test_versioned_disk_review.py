@@ -81,3 +81,24 @@ def test_a_tombstone_whose_hlc_is_past_a_sqlite_integer_is_held_as_in_memory(tmp
         pytest.fail("BackendError for what the memory form holds")
     finally:
         disk.close()
+
+
+def test_a_snapshot_entry_whose_hlc_or_expiry_is_past_64_bits_is_staged(tmp_path: Path) -> None:
+    """The joiner takes a staged row's columns from the entry's wire form (``version_columns``): they
+    are clamped as the state's own writes are."""
+    from broker_mqtt.store.history import Version
+    from broker_mqtt.store.packing import pack
+    from broker_mqtt.store.snapshot_stream import Incoming
+
+    joiner = open_disk_state(tmp_path / "j.db")
+    try:
+        inc = Incoming("src", EPOCH, False, file=joiner)
+        inc.take([(pack("a"), pack(Version(None, 1 << 64, "o", 1, True).to_wire())),
+                  (pack("b"), pack(Version(2, 5, "o", 1, False, 1 << 70).to_wire()))], None, (1, EPOCH))
+        inc.step()
+        joiner.adopt(**inc.parts((1, [(EPOCH, 1)], 5)), report=False)
+        assert joiner.version("a") == Version(None, 1 << 64, "o", 1, True)
+        assert joiner.version("b") == Version(2, 5, "o", 1, False, 1 << 70)
+        assert (len(joiner), joiner.tombstones) == (1, 1) and joiner.next_expiry() == (float(1 << 70), "b")
+    finally:
+        joiner.close()
