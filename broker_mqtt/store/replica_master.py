@@ -284,12 +284,13 @@ class MasterSide(ServingSide):
         hlc = self.clock.now()  # the record's stamp, and the wall-clock time its expiries count from
         wall = hlc / 1_000_000
         result: Any = None
+        failed = self.state.failed  # (set by an earlier read that failed: a local read, raised to its caller)
         try:
             cmd = decode_command(cmd_wire)
             self._check_acting(cmd, origin)
             op, result = compute_op(self.state, cmd, wall)  # type: ignore[arg-type]  # decode_command gives a write here: writers send nothing else
         except StoreError as exc:
-            if self.state.failed is not None:
+            if self.state.failed is not None and self.state.failed is not failed:
                 raise self.state.failed from exc  # its file failed while the write was computed: stop
             op, result = ("noop",), ["error", *exc.to_wire()]
         self._append(Record(self.state.last_seq + 1, self.epoch, hlc, origin, writer, n, op, result))  # type: ignore[arg-type]  # epoch: set while master

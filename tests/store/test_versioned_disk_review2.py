@@ -1,0 +1,46 @@
+"""Second review of ``DiskState`` (resident="disk"): commits after b417860."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+from _elected_sim import SimNet
+from test_elected_disk_failure import monkeypatch_resident
+
+from broker_mqtt.store.commands import Increment, Put
+from broker_mqtt.store.errors import BackendError
+
+
+def test_a_read_that_failed_once_does_not_stop_the_master_at_its_next_refused_write() -> None:
+    """``VersionedState.failed`` is latched by any failed read of the file, also one an application's
+    local read (``store.get``: raised to the application, the replica goes on) or the queue's log
+    reader (``LogReader._next_local``: swallowed) made. The master goes on then, but its next
+    write that is refused for its own reason (a TypeClash, NoSuchKey, a queue command's error)
+    found ``failed`` set and re-raised that old error: the master stopped, its writer never answered."""
+    with SimNet(["a", "b"], seed=4, paths=None) as net:
+        with monkeypatch_resident():
+            net.add("a")
+            net.add("b")
+        net.run(0.5)
+        net.tag("a")
+        net.run(1.0)
+        a = net.nodes["a"].replica
+        assert net.masters() == ["a"] and a.state.on_disk
+        net.write("a", Put("k", "text", None))
+        net.run(0.5)
+
+        class Failing:
+            def execute(self, sql: str, args: Any = ()) -> Any:
+                raise sqlite3.OperationalError("disk I/O error")
+
+        conn = a.state._conn
+        a.state._conn = Failing  # type: ignore[attr-defined]  # (one read of the file fails)
+        with pytest.raises(BackendError):
+            a.state.get("k")  # an application's local read: raised to it, the replica goes on
+        a.state._conn = conn  # type: ignore[attr-defined]  # (the file reads again)
+        assert a.state.get("k") == "text"
+        net.write("a", Increment("k", 1, None))  # refused: a TypeClash, answered as such
+        net.run(0.5)
+        assert net.masters() == ["a"]
