@@ -126,6 +126,7 @@ def version_columns(wire: Any) -> tuple[int, int | None, float | None]:
     as :meth:`Version.from_wire` checks it, without building the version (a state on disk keeps
     these beside the packed version: ``versioned_disk``). Raises StoreDecodeError."""
     _, hlc, _, seq, deleted, expiry = _checked_wire(wire)
+    seq = min(seq, _INT64_MAX)  # (the ``seq`` column: a SQLite INTEGER; the packed version keeps the seq)
     return (seq, dead_column(hlc), None) if deleted else (seq, None, expiry_column(expiry))
 
 

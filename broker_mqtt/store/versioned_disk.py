@@ -328,13 +328,14 @@ class DiskState(VersionedState):
     @staticmethod
     def _entry_rows(entries: StateEntries) -> Iterator[tuple[bytes, bytes, int, int | None, float | None]]:
         parts = entries.stamper.parts
+        top = (1 << 63) - 1  # (the seq column binds 64-bit signed ints: history.version_columns)
         for k, value in entries.values.items():
             hlc, origin, seq = parts(entries.stamps[k])
             expiry = entries.expiring.get(k)
-            yield k, pack([value, hlc, origin, seq, False, expiry]), seq, None, expiry_column(expiry)
+            yield k, pack([value, hlc, origin, seq, False, expiry]), min(seq, top), None, expiry_column(expiry)
         for k, (hlc, stamp) in entries.dead.items():
             _, origin, seq = parts(stamp)
-            yield k, pack([None, hlc, origin, seq, True, None]), seq, dead_column(hlc), None
+            yield k, pack([None, hlc, origin, seq, True, None]), min(seq, top), dead_column(hlc), None
 
     def _changes_to(self, entries: StateEntries | None) -> list[Change]:
         """The visible changes from the live keys now to those of ``entries`` (None: the staging table's)."""

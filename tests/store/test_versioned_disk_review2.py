@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,12 @@ from test_elected_disk_failure import monkeypatch_resident
 
 from broker_mqtt.store.commands import Increment, Put
 from broker_mqtt.store.errors import BackendError
+from broker_mqtt.store.history import Version
+from broker_mqtt.store.packing import pack
+from broker_mqtt.store.snapshot_stream import Incoming
+from broker_mqtt.store.versioned_disk import open_disk_state
+
+EPOCH = (1, "n")
 
 
 def test_a_read_that_failed_once_does_not_stop_the_master_at_its_next_refused_write() -> None:
@@ -44,3 +51,25 @@ def test_a_read_that_failed_once_does_not_stop_the_master_at_its_next_refused_wr
         net.write("a", Increment("k", 1, None))  # refused: a TypeClash, answered as such
         net.run(0.5)
         assert net.masters() == ["a"]
+
+
+def test_a_staged_version_of_seq_past_int64_is_held_as_the_memory_form_holds_it(tmp_path: Path) -> None:
+    """A version's seq is checked to 0..2**64-1 (``Version.from_wire``; the memory form holds any such),
+    but SQLite's ``seq`` column binds 64-bit signed ints only: a snapshot chunk carrying a version of
+    seq >= 2**63 (a peer's, or a memory-form source that holds one) raised a raw OverflowError out of
+    ``Incoming.stage`` (not StoreDecodeError: out of ``Replica.handle``, past the store's loops), with
+    the staged counts already moved and the staging's transaction left open. As 4c10933 did for the
+    dead and expiry columns, the column is clamped (the packed version keeps the seq)."""
+    wire = ["v", 5, "o", 1 << 63, False, None]
+    memory = Incoming("src", EPOCH, False)
+    memory.stage([(pack("k"), pack(wire))], [])  # the memory form takes it
+    joiner = open_disk_state(tmp_path / "j.db")
+    try:
+        inc = Incoming("src", EPOCH, False, file=joiner)
+        inc.stage([(pack("k"), pack(wire)), (pack("t"), pack([None, 1 << 70, "o", (1 << 64) - 1, True, None]))], [])
+        joiner.adopt(**inc.parts((3, [(EPOCH, 1)], 0)))
+        joiner.commit()
+        assert (len(joiner), joiner.tombstones) == (1, 1)
+        assert joiner.packed_version(pack("k")) == Version.from_wire(wire)  # the seq kept in the version
+    finally:
+        joiner.close()
