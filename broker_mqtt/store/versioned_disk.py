@@ -372,6 +372,7 @@ class DiskState(VersionedState):
         self.commit()  # (what was applied is made durable first: the staging has transactions of its own)
         self._staging += 1
         self._staged_counts = [0, 0]
+        self._staged_rows = 0  # (those of a staging dropped here go with it)
         self._write("DROP TABLE IF EXISTS staging")
         self._write("CREATE TABLE staging (k BLOB PRIMARY KEY, v BLOB NOT NULL, seq INTEGER, dead INTEGER, "
                     "expiry REAL) WITHOUT ROWID")
