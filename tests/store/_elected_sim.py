@@ -13,6 +13,7 @@ import heapq
 import itertools
 import os
 import random
+import sqlite3
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +60,23 @@ def staged_entries(inc: Any) -> int:
     return int(inc.file._read("SELECT count(*) FROM staging").fetchone()[0])
 
 
+def elect(net: SimNet, name: str) -> Replica:
+    """Let the replicas hear each other, tag ``name`` and let it claim: its replica, the one master."""
+    net.run(0.5)
+    net.tag(name)
+    net.run(1.0)
+    assert net.masters() == [name]
+    return net.nodes[name].replica
+
+
+class FailingFile:
+    """Stands for a state on disk's SQLite connection (``state._conn = FailingFile``): every statement
+    fails as a disk I/O error does."""
+
+    def execute(self, sql: str, args: Any = ()) -> Any:
+        raise sqlite3.OperationalError("disk I/O error")
+
+
 @dataclass
 class Node:
     replica: Replica
@@ -74,9 +92,11 @@ class Node:
 class SimNet:
     def __init__(self, names: list[str], *, seed: int = 0, latency: tuple[float, float] = (0.001, 0.01),
                  durability: str = "one", config: ReplicaConfig | None = None, paths: dict[str, Any] | None = None,
-                 loss: float = 0.0, batch: float = 0.0, resolver: Resolver = last_writer_wins) -> None:
+                 loss: float = 0.0, batch: float = 0.0, resolver: Resolver = last_writer_wins,
+                 resident: str | None = None) -> None:
         self.rng = random.Random(seed)
         self.now = 0.0
+        self.resident = resident  # "disk": the replicas keep their entries on disk (None: RESIDENT's)
         self.latency = latency
         self.loss = loss
         # > 0: a node handles every message that reaches it within ``batch`` seconds of the first
@@ -104,7 +124,7 @@ class SimNet:
         old = self.nodes.get(name)
         if old is not None:
             old.replica.state.close()
-        replica = Replica("s", f"{name}.0", fresh_state() if path is None else open_state(path), self.now, durability=self.durability,
+        replica = Replica("s", f"{name}.0", fresh_state(self.resident) if path is None else open_state(path), self.now, durability=self.durability,
                           config=self.config, clock=clock, resolver=self.resolver)
         node = self.nodes[name] = Node(replica)
         self.dead.discard(name)

@@ -8,20 +8,16 @@ channel of the endpoint died with it.
 
 from __future__ import annotations
 
-import contextlib
 import shlex
-import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import _elected_sim
 import anyio
 import anyio.to_thread
 import pytest
-from _elected_sim import SimNet
+from _elected_sim import FailingFile, SimNet, elect
 
 from broker_mqtt import Endpoint
 from broker_mqtt.store import BackendError, StoreFailed, Timeout, attach_store
@@ -62,37 +58,17 @@ def test_a_disk_master_whose_file_fails_while_computing_a_write_stops_and_answer
     """A state on disk reads its file to compute a write (a put_unique looks the key up): a read that
     fails must stop the replica (the BackendError out of its step, as a failed commit), not be taken
     for the command's own error and answered (a noop record) while the replica goes on."""
-    with SimNet(["a", "b"], seed=4, paths=None) as net:
-        with monkeypatch_resident():
-            net.add("a")
-            net.add("b")
-        net.run(0.5)
-        net.tag("a")
-        net.run(1.0)
-        a = net.nodes["a"].replica
-        assert net.masters() == ["a"] and a.state.on_disk
+    with SimNet(["a", "b"], seed=4, resident="disk") as net:
+        a = elect(net, "a")
+        assert a.state.on_disk
         net.write("a", Put("k", 1, None))
         net.run(0.5)
         seq = a.state.last_seq
 
-        class Failing:
-            def execute(self, sql: str, args: Any = ()) -> Any:
-                raise sqlite3.OperationalError("disk I/O error")
-
-        a.state._conn = Failing  # type: ignore[attr-defined]  # (every read of the file fails)
+        a.state._conn = FailingFile  # type: ignore[attr-defined]  # (every read of the file fails)
         with pytest.raises(BackendError, match="disk I/O error"):
             net.write("a", PutUnique("k", 2, None, "a", 1))
         assert a.state.failed is not None and a.state.last_seq == seq  # no noop record applied
-
-
-@contextlib.contextmanager
-def monkeypatch_resident() -> Iterator[None]:
-    old = _elected_sim.RESIDENT
-    _elected_sim.RESIDENT = "disk"
-    try:
-        yield
-    finally:
-        _elected_sim.RESIDENT = old
 
 
 @pytest.mark.mosquitto

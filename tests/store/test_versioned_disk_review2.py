@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
-from _elected_sim import SimNet
-from test_elected_disk_failure import monkeypatch_resident
+from _elected_sim import FailingFile, SimNet, elect
 
 from broker_mqtt.store.commands import Increment, Put
 from broker_mqtt.store.errors import BackendError
@@ -26,24 +23,14 @@ def test_a_read_that_failed_once_does_not_stop_the_master_at_its_next_refused_wr
     reader (``LogReader._next_local``: swallowed) made. The master goes on then, but its next
     write that is refused for its own reason (a TypeClash, NoSuchKey, a queue command's error)
     found ``failed`` set and re-raised that old error: the master stopped, its writer never answered."""
-    with SimNet(["a", "b"], seed=4, paths=None) as net:
-        with monkeypatch_resident():
-            net.add("a")
-            net.add("b")
-        net.run(0.5)
-        net.tag("a")
-        net.run(1.0)
-        a = net.nodes["a"].replica
-        assert net.masters() == ["a"] and a.state.on_disk
+    with SimNet(["a", "b"], seed=4, resident="disk") as net:
+        a = elect(net, "a")
+        assert a.state.on_disk
         net.write("a", Put("k", "text", None))
         net.run(0.5)
 
-        class Failing:
-            def execute(self, sql: str, args: Any = ()) -> Any:
-                raise sqlite3.OperationalError("disk I/O error")
-
         conn = a.state._conn
-        a.state._conn = Failing  # type: ignore[attr-defined]  # (one read of the file fails)
+        a.state._conn = FailingFile  # type: ignore[attr-defined]  # (one read of the file fails)
         with pytest.raises(BackendError):
             a.state.get("k")  # an application's local read: raised to it, the replica goes on
         a.state._conn = conn  # type: ignore[attr-defined]  # (the file reads again)
