@@ -126,11 +126,16 @@ def version_columns(wire: Any) -> tuple[int, int | None, float | None]:
     as :meth:`Version.from_wire` checks it, without building the version (a state on disk keeps
     these beside the packed version: ``versioned_disk``). Raises StoreDecodeError."""
     _, hlc, _, seq, deleted, expiry = _checked_wire(wire)
-    seq = min(seq, _INT64_MAX)  # (the ``seq`` column: a SQLite INTEGER; the packed version keeps the seq)
-    return (seq, dead_column(hlc), None) if deleted else (seq, None, expiry_column(expiry))
+    return (seq_column(seq), dead_column(hlc), None) if deleted else (seq_column(seq), None, expiry_column(expiry))
 
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def seq_column(seq: int) -> int:
+    """A seq as a state on disk's ``seq`` column holds it: clamped to a SQLite INTEGER's 64 bits (a
+    version's seq is up to 2**64 - 1; the packed version keeps it)."""
+    return min(seq, _INT64_MAX)
 
 
 def dead_column(hlc: int) -> int:

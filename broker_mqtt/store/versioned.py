@@ -208,6 +208,10 @@ class VersionedState:
         """The key's live value, or ``default`` (erased, or never written); no :class:`Version` built."""
         return self._values.get(pack(key), default)
 
+    def _live_value(self, k: bytes, default: Any = None) -> Any:
+        """The live value of the key packed as ``k``, or ``default``."""
+        return self._values.get(k, default)
+
     def get(self, key: Any) -> Any:
         value = self._values.get(pack(key), _ABSENT)
         if value is _ABSENT:
@@ -350,7 +354,7 @@ class VersionedState:
                 self.forgot_seq = max(self.forgot_seq, Stamps.seq_of(erased))
         elif kind == "push" or kind == "pop":
             key, k = op[1], pack(op[1])
-            items = self._values.get(k)
+            items = self._live_value(k)
             items = items if isinstance(items, (list, tuple)) else ()
             value = [*items, op[2]] if kind == "push" else list(items[:-1])
             self._set(k, key, value, stamp, origin, op[-1], changes)

@@ -49,6 +49,7 @@ from .history import (
     expiry_column,
     lineage_from_wire,
     lineage_to_wire,
+    seq_column,
     version_columns,
 )
 from .packing import pack, unpack, unpack_key
@@ -87,9 +88,13 @@ def _indexes(db: sqlite3.Connection, table: str) -> None:
         db.execute(f"CREATE INDEX expiry_{tag} ON {table} (expiry) WHERE expiry IS NOT NULL")
 
 
-def row_columns(v: Version) -> tuple[int, int | None, float | None]:
-    """``(seq, dead, expiry)`` of a version as ``versions`` holds them (:func:`~.history.version_columns`)."""
-    return version_columns(v.to_wire())
+def _disk_row(k: bytes, value: Any, hlc: int, origin: str, seq: int, deleted: bool,
+              expiry: float | None) -> tuple[bytes, bytes, int, int | None, float | None]:
+    """The ``versions`` row of key ``k`` at this version: ``(k, packed version, seq, dead, expiry)``
+    (the columns as :func:`~.history.version_columns` takes them from a version's wire form)."""
+    if deleted:
+        return k, pack([None, hlc, origin, seq, True, None]), seq_column(seq), dead_column(hlc), None
+    return k, pack([value, hlc, origin, seq, False, expiry]), seq_column(seq), None, expiry_column(expiry)
 
 
 class DiskState(VersionedState):
@@ -170,9 +175,12 @@ class DiskState(VersionedState):
         row = self._read("SELECT max(k) FROM versions WHERE dead IS NOT NULL AND k < ?", (limit,)).fetchone()
         return None if row is None or row[0] is None else int(unpack_key(bytes(row[0])))
 
-    def value(self, key: Any, default: Any = None) -> Any:
-        row = self._read("SELECT v FROM versions WHERE k = ? AND dead IS NULL", (pack(key),)).fetchone()
+    def _live_value(self, k: bytes, default: Any = None) -> Any:
+        row = self._read("SELECT v FROM versions WHERE k = ? AND dead IS NULL", (k,)).fetchone()
         return default if row is None else unpack(row[0])[0]
+
+    def value(self, key: Any, default: Any = None) -> Any:
+        return self._live_value(pack(key), default)
 
     def get(self, key: Any) -> Any:
         value = self.value(key, _ABSENT)
@@ -250,20 +258,14 @@ class DiskState(VersionedState):
                 self._write("DELETE FROM versions WHERE k = ?", (k,))
                 self._dead -= 1
                 self.forgot_seq = max(self.forgot_seq, row[1])
-        elif kind == "push" or kind == "pop":
-            key, k = op[1], pack(op[1])
-            items = self.value(key)
-            items = items if isinstance(items, (list, tuple)) else ()
-            value = [*items, op[2]] if kind == "push" else list(items[:-1])
-            self._set(k, key, value, stamp, origin, op[-1], changes)
         else:
-            super()._apply_op(op, stamp, origin, changes)  # erase, expire: _tombstone
+            super()._apply_op(op, stamp, origin, changes)  # erase, expire, push, pop: _tombstone, _set
 
     def _set(self, k: bytes, key: Any, value: Any, stamp: int, origin: str, expiry: float | None,
              changes: list[Change] | None) -> None:
         hlc, _, seq = self._stamper.parts(stamp)
         old = self._row(k)
-        self._write(_UPSERT, (k, pack([value, hlc, origin, seq, False, expiry]), seq, None, expiry_column(expiry)))
+        self._write(_UPSERT, _disk_row(k, value, hlc, origin, seq, False, expiry))
         if old is None or old[2] is not None:
             self._live += 1
             self._dead -= old is not None
@@ -276,7 +278,7 @@ class DiskState(VersionedState):
                    expired: bool) -> None:
         hlc, _, seq = self._stamper.parts(stamp)
         old = self._row(k)
-        self._write(_UPSERT, (k, pack([None, hlc, origin, seq, True, None]), seq, dead_column(hlc), None))
+        self._write(_UPSERT, _disk_row(k, None, hlc, origin, seq, True, None))
         if old is None or old[2] is not None:
             self._dead += old is None
             return
@@ -290,8 +292,8 @@ class DiskState(VersionedState):
         if changes is not None:
             changes.extend(Change(unpack_key(k), True, unpack(v)[0], False, None, origin, False)
                            for k, v in self._walk("AND dead IS NULL"))
-        self._write("UPDATE versions SET v = ?, seq = ?, dead = ?, expiry = NULL WHERE dead IS NULL",
-                    (pack([None, hlc, origin, seq, True, None]), seq, dead_column(hlc)))
+        _, v, seq_col, dead, _ = _disk_row(b"", None, hlc, origin, seq, True, None)
+        self._write("UPDATE versions SET v = ?, seq = ?, dead = ?, expiry = NULL WHERE dead IS NULL", (v, seq_col, dead))
         self._dead += self._live
         self._live = 0
 
@@ -328,14 +330,12 @@ class DiskState(VersionedState):
     @staticmethod
     def _entry_rows(entries: StateEntries) -> Iterator[tuple[bytes, bytes, int, int | None, float | None]]:
         parts = entries.stamper.parts
-        top = (1 << 63) - 1  # (the seq column binds 64-bit signed ints: history.version_columns)
         for k, value in entries.values.items():
             hlc, origin, seq = parts(entries.stamps[k])
-            expiry = entries.expiring.get(k)
-            yield k, pack([value, hlc, origin, seq, False, expiry]), min(seq, top), None, expiry_column(expiry)
+            yield _disk_row(k, value, hlc, origin, seq, False, entries.expiring.get(k))
         for k, (hlc, stamp) in entries.dead.items():
             _, origin, seq = parts(stamp)
-            yield k, pack([None, hlc, origin, seq, True, None]), min(seq, top), dead_column(hlc), None
+            yield _disk_row(k, None, hlc, origin, seq, True, None)
 
     def _changes_to(self, entries: StateEntries | None) -> list[Change]:
         """The visible changes from the live keys now to those of ``entries`` (None: the staging table's)."""
@@ -386,10 +386,10 @@ class DiskState(VersionedState):
         in the staging table; False, nothing staged, if ``token`` is not the current staging's.
         ``first_pass``: none of these keys is staged yet (a snapshot's first pass, in key order), so
         the live keys and tombstones staged are counted without looking (else each key is looked
-        up: the install takes the counts, instead of walking the table). The
-        rows go into the open transaction (begun here if none is), committed once STAGE_COMMIT_ROWS
-        rows wait in it or by the next :meth:`commit` (one sync per a few MB staged, not per chunk). Raises BackendError (rolled back: the staging is then stale, and the
-        replica stops)."""
+        up: the install takes the counts, instead of walking the table). The rows go into the open
+        transaction (begun here if none is), committed once STAGE_COMMIT_ROWS rows wait in it or by
+        the next :meth:`commit` (one sync per a few MB staged, not per chunk). Raises BackendError
+        (rolled back: the staging is then stale, and the replica stops)."""
         if self._db is None or token != self._staging:
             return False
         db = self._conn()
@@ -526,7 +526,7 @@ def _bring_to_form(db: sqlite3.Connection) -> None:
         while rows := db.execute("SELECT k, v FROM versions WHERE k > ? ORDER BY k LIMIT ?",
                                  (after, ROWS_PER_READ)).fetchall():
             db.executemany("UPDATE versions SET seq = ?, dead = ?, expiry = ? WHERE k = ?",
-                           [(*row_columns(Version.from_wire(unpack(v))), k) for k, v in rows])
+                           [(*version_columns(unpack(v)), k) for k, v in rows])
             after = rows[-1][0]
         db.execute("COMMIT")
     except BaseException:

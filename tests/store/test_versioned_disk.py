@@ -153,17 +153,13 @@ def test_a_memory_form_file_is_brought_to_the_disk_form_and_back(tmp_path: Path)
     disk = open_disk_state(path)  # written by the memory form again: computed again
     try:
         assert disk.value("late") == 1 and disk.last_seq == 121
-        assert len(disk) == len(open_state_len(path))
+        memform = open_state(path)
+        try:
+            assert len(disk) == len(memform)
+        finally:
+            memform.close()
     finally:
         disk.close()
-
-
-def open_state_len(path: Path) -> list[Any]:
-    s = open_state(path)
-    try:
-        return s.keys()
-    finally:
-        s.close()
 
 
 def test_a_merge_and_a_replace_give_the_same_state_and_changes(tmp_path: Path) -> None:
