@@ -165,26 +165,8 @@ class SnapshotReader:
         while not self.ready(after is None):
             self.step()
         versions = self.state
-        keys = self._keys_after(after)
-        entries: list[Entry] = []
-        size = 0
-        last: bytes | None = None
-        for scanned, k in enumerate(keys, 1):
-            if k == last:
-                continue  # in two runs (forgotten, then written again): once
-            pv = versions.packed_row(k, since_seq)
-            if pv is not None:
-                n = len(k) + len(pv) + ENTRY_OVERHEAD
-                if entries and size + n > budget:
-                    return entries, last, self._pos  # k is not covered: the next chunk begins with it
-                entries.append((k, pv))
-                size += n
-            last = k
-            if scanned >= SCAN_LIMIT and since_seq:
-                break
-        else:
-            return entries, None, self._pos
-        return entries, (last if next(keys, None) is not None else None), self._pos
+        rows = ((k, versions.packed_row(k, since_seq)) for k in self._keys_after(after))
+        return _fill_chunk(rows, budget, SCAN_LIMIT if since_seq else None, self._pos)
 
     def _chunk_on_disk(self, after: bytes | None, since_seq: int, budget: int) -> Chunk:
         """:meth:`chunk` of a state that reads its file in key order (:attr:`VersionedState.on_disk`).
@@ -195,7 +177,8 @@ class SnapshotReader:
         when it began (kept per pass start and pass, ``_bounds``): an entry written after it is left
         to the next pass, and the chunk's position is the bound's. Any bound is correct (the next
         pass asks for what changed since the lowest position of this one's chunks); a bound that
-        stays put is what ends the pass."""
+        stays put is what ends the pass. A first pass stops at SCAN_LIMIT rows too: it skips the
+        rows past its bound."""
         state = self.state
         key = (state.generation, since_seq)
         bound = None if after is None else self._bounds.get(key)
@@ -203,26 +186,17 @@ class SnapshotReader:
             bound = self._bounds[key] = state.last_seq
             while len(self._bounds) > PASS_BOUNDS_KEPT:
                 del self._bounds[next(iter(self._bounds))]
-        pos: Position = (bound, state.epoch_at(bound))
-        entries: list[Entry] = []
-        size = scanned = 0
-        last = after
-        while True:
-            rows = state.rows_after(last, since_seq, bound, ROWS_PER_QUERY)
-            for k, pv in rows:
-                if pv is not None:
-                    n = len(k) + len(pv) + ENTRY_OVERHEAD
-                    if entries and size + n > budget:
-                        return entries, last, pos  # k is not covered: the next chunk begins with it
-                    entries.append((k, pv))
-                    size += n
-                last = k
-                scanned += 1
-                if scanned >= SCAN_LIMIT:  # (a first pass too: it skips the rows past its bound)
-                    more = bool(state.rows_after(last, since_seq, bound, 1))
-                    return entries, (last if more else None), pos
-            if len(rows) < ROWS_PER_QUERY:
-                return entries, None, pos
+
+        def rows() -> Iterator[tuple[bytes, bytes | None]]:
+            last = after
+            while True:
+                read = state.rows_after(last, since_seq, bound, ROWS_PER_QUERY)
+                yield from read
+                if len(read) < ROWS_PER_QUERY:
+                    return
+                last = read[-1][0]
+
+        return _fill_chunk(rows(), budget, SCAN_LIMIT, (bound, state.epoch_at(bound)))
 
     def final(self, keys: Iterable[bytes], budget: int) -> list[tuple[list[Entry], list[Any]]]:
         """The current versions of ``keys`` (None: gone) and the writer table, as chunks of at most
@@ -252,6 +226,31 @@ class SnapshotReader:
 
 
 Chunk = tuple[list[Entry], bytes | None, Position]  #: :meth:`SnapshotReader.chunk`'s answer
+
+
+def _fill_chunk(rows: Iterator[tuple[bytes, bytes | None]], budget: int, scan_limit: int | None,
+                pos: Position) -> Chunk:
+    """A chunk of the ``(key, packed version or None: not sent)`` rows, in key order: up to ``budget``
+    bytes of entries (at least one), looking at ``scan_limit`` rows at most (None: no limit);
+    ``(entries, the last key covered or None at the end, pos)``."""
+    entries: list[Entry] = []
+    size = 0
+    last: bytes | None = None
+    for scanned, (k, pv) in enumerate(rows, 1):
+        if k == last:
+            continue  # in two runs (forgotten, then written again): once
+        if pv is not None:
+            n = len(k) + len(pv) + ENTRY_OVERHEAD
+            if entries and size + n > budget:
+                return entries, last, pos  # k is not covered: the next chunk begins with it
+            entries.append((k, pv))
+            size += n
+        last = k
+        if scan_limit is not None and scanned >= scan_limit:
+            break
+    else:
+        return entries, None, pos
+    return entries, (last if next(rows, None) is not None else None), pos
 
 
 def chunk_budget(budget: int, after: bytes | None) -> int:
@@ -455,13 +454,9 @@ class Incoming:
         except (TypeError, ValueError, OverflowError, BackendError) as exc:  # (BackendError: not CBOR)
             raise StoreDecodeError(f"bad snapshot chunk: {exc}") from exc
         self.staged_upto = last
-        if fresh:
-            rows: list[tuple[Any, ...]] = [row for _, row in items]  # type: ignore[misc]
-            gone: list[tuple[bytes]] = []
-        else:  # (a key twice, from a peer's packing: its last entry stands)
-            latest = dict(items)
-            rows = [row for row in latest.values() if row is not None]
-            gone = [(key,) for key, row in latest.items() if row is None]
+        latest = items if fresh else list(dict(items).items())  # (a key twice, a peer's packing: the last stands)
+        rows = [row for _, row in latest if row is not None]
+        gone = [] if fresh else [(key,) for key, row in latest if row is None]
         if token is None or not file.stage_rows(token, rows, gone, first_pass=fresh):
             self.token = None
             raise StoreDecodeError("the snapshot's staged rows were dropped (staging began again): start over")
