@@ -358,6 +358,8 @@ def print_tables(result: dict[str, Any]) -> None:
     if q := result.get("queue"):
         print(f"{'work queue, 4 consumers, publish->accept msg/s':58} {_fmt(q['accepted_per_s']):>9} {'':>7} {'':>7} "
               f"{q['accepted_per_s'] / base:>6.3f} {q['accepted_per_s'] / ZEEK_MASTER_PUT:>6.3f}  >=30,000/s")
+        if cpu := q.get("cpu_us_per_msg"):
+            print("  (CPU per message: " + ", ".join(f"{role} {us:.1f} us" for role, us in cpu.items()) + ")")
     print(f"\n{'snapshot join (SQLite master, 100-byte values)':48} {'join s':>7} {'keys/s':>9} "
           f"{'master MB':>14} {'joiner MB':>14} {'stall s':>13}  via / target")
     for r in result["joins"]:

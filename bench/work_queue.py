@@ -12,6 +12,9 @@ durability "one". One run measures:
 - redelivery after a consumer dies: consumer A holds 50 messages, consumer B waits; A is killed
   with SIGKILL; the time until B receives the first and the last of them again (master sees A's
   endpoint gone through its last will).
+- publishing alone (the publisher and the standby, no consumer), and the CPU each process spends
+  per message in the 4-consumer run and in this one (from /proc; the publisher's start-up left out):
+  what acquiring and settling add to a message, process by process.
 - the baseline, in the same run: elected-store put/s, one writer (not master) with 256 concurrent
   tasks into a store whose master is another process (every put is one write, like every queue
   operation). Ratios are queue figure / baseline.
@@ -45,6 +48,38 @@ PREFETCH = 100  # each consumer's window (``consume(prefetch=...)``) in the main
 LARGE_PREFETCH = 1000  # and in a second 4-consumer run: fuller acquires and settle writes
 
 
+def _cpu_s(proc: QueueProc) -> float | None:
+    """The CPU seconds (user + system) the node's process has used so far; None without /proc."""
+    try:
+        fields = Path(f"/proc/{proc.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_per_message(n: int, pub: QueueProc, others: dict[str, list[QueueProc]],
+                     before: dict[QueueProc, float | None]) -> dict[str, float] | None:
+    """CPU µs per message of each role over a run of ``n`` messages: the publisher (the queue's master)
+    from its ``PUBLISH_START`` (its start-up left out), the others from ``before`` (read while they
+    idled, before the publisher started), each up to now; None where /proc is not there."""
+    spent: dict[str, float] = {}
+    end = _cpu_s(pub)
+    if end is None or pub.publish_start_cpu is None:
+        return None
+    spent["publisher (master)"] = end - pub.publish_start_cpu
+    for role, procs in others.items():
+        total = 0.0
+        for p in procs:
+            now, then = _cpu_s(p), before.get(p)
+            if now is None or then is None:
+                return None
+            total += now - then
+        spent[role] = total
+    per = {role: s / n * 1e6 for role, s in spent.items()}
+    per["total (without mosquitto)"] = sum(per.values())
+    return per
+
+
 def _start_of(proc: QueueProc) -> float:
     """The time of the last progress line before the node's first message (0.1 s resolution)."""
     before = [t for published, _, t in proc.progress if published == 0]
@@ -70,17 +105,41 @@ def throughput(url: str, n: int, consumers: int, prefetch: int, consume: str = "
         procs += [*cons, standby]
         for c in [*cons, standby]:
             c.wait_ready()
+        before = {p: _cpu_s(p) for p in [*cons, standby]}
         pub = QueueProc(url, ns, "jobs", "--publish", str(n), "--concurrency", "256", "--quiet")
         procs.append(pub)
         if not wait_for(lambda: _accepted(cons) >= n, 300):
             raise RuntimeError(f"accepted {_accepted(cons)} of {n}")
+        cpu = _cpu_per_message(n, pub, {"standby": [standby], f"{consumers} consumers": cons}, before)
         done = min(t for c in cons for _, a, t in c.progress if sum(
             max((x[1] for x in other.progress if x[2] <= t), default=0) for other in cons) >= n)
         start = _start_of(pub)
         published = pub.publish_done or done
         return {"n": n, "consumers": consumers, "prefetch": prefetch, "seconds": done - start, "accepted_per_s": n / (done - start),
                 "published_per_s": n / (published - start),
-                "per_consumer": [c.progress[-1][1] for c in cons]}
+                "per_consumer": [c.progress[-1][1] for c in cons], "cpu_us_per_msg": cpu}
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def publish_only(url: str, n: int) -> dict[str, Any]:
+    """The publishing part alone: throughput()'s publisher and standby, no consumer (what the
+    acquires and settlements add to a message is the 4-consumer run's figures less these)."""
+    ns = "bq" + uuid.uuid4().hex[:8]
+    procs: list[QueueProc] = []
+    try:
+        standby = QueueProc(url, ns, "jobs", "--no-candidate", "--quiet")
+        procs.append(standby)
+        standby.wait_ready()
+        before = {standby: _cpu_s(standby)}
+        pub = QueueProc(url, ns, "jobs", "--publish", str(n), "--concurrency", "256", "--quiet")
+        procs.append(pub)
+        if not wait_for(lambda: pub.publish_done is not None, 300):
+            raise RuntimeError(f"published {_published([pub])} of {n}")
+        cpu = _cpu_per_message(n, pub, {"standby": [standby]}, before)
+        assert pub.publish_done is not None
+        return {"n": n, "published_per_s": n / (pub.publish_done - _start_of(pub)), "cpu_us_per_msg": cpu}
     finally:
         for p in procs:
             p.kill()
@@ -132,6 +191,17 @@ def baseline(url: str, n: int) -> dict[str, Any]:
             p.kill()
 
 
+def print_cpu(runs: dict[str, dict[str, float] | None]) -> None:
+    """CPU µs per message, a row per run, a column per process role."""
+    roles = list(dict.fromkeys(role for per in runs.values() if per for role in per))
+    if not roles:
+        print("\n(CPU per message: no /proc here)")
+        return
+    print(f"\n{'CPU us per message':36}" + "".join(f" {role:>20}" for role in roles))
+    for run, per in runs.items():
+        print(f"{run:36}" + "".join(f" {'' if not per or role not in per else f'{per[role]:.1f}':>20}" for role in roles))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -148,17 +218,20 @@ def main() -> None:
         one = throughput(broker.url, n, 1, args.prefetch)
         four = throughput(broker.url, n, 4, args.prefetch)
         four_large = throughput(broker.url, n, 4, args.large_prefetch)
+        alone = publish_only(broker.url, n)
         redo = [redelivery(broker.url, 50) for _ in range(trials)]
     put = base["put_per_s"]
     pf, large = f"prefetch {args.prefetch}", f"prefetch {args.large_prefetch}"
     rows = [
         {"case": f"publish->accept msg/s, 1 consumer, {pf}", "value": one["accepted_per_s"], "target": None,
          "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
-        {"case": f"publish->accept msg/s, 4 consumers, {pf}", "value": four["accepted_per_s"], "target": 10_000,
+        {"case": f"publish->accept msg/s, 4 consumers, {pf}", "value": four["accepted_per_s"], "target": 30_000,
          "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
         {"case": f"publish->accept msg/s, 4 consumers, {large}", "value": four_large["accepted_per_s"],
-         "target": 10_000, "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
+         "target": 30_000, "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
         {"case": f"publish msg/s (1 publisher, 4 consumers, {pf})", "value": four["published_per_s"],
+         "target": None, "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
+        {"case": "publish msg/s, no consumer (publisher and standby)", "value": alone["published_per_s"],
          "target": None, "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
         {"case": "redelivery after kill -9, first msg s", "value": statistics.median(r["first_s"] for r in redo),
          "target": None, "baseline": None, "baseline_case": f"median of {trials}"},
@@ -174,10 +247,13 @@ def main() -> None:
 
         print(f"{row['case']:52} {fmt(row['value']):>10} {fmt(row['target']):>8} {fmt(row['baseline']):>10} "
               f"{fmt(row['ratio']):>6}  {row['baseline_case']}")
+    print_cpu({f"4 consumers, {pf}": four["cpu_us_per_msg"], f"4 consumers, {large}": four_large["cpu_us_per_msg"],
+               "publish only": alone["cpu_us_per_msg"]})
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"cases": rows, "runs": {"baseline": base, "one_consumer": one, "four_consumers": four,
                                                        "four_consumers_large_prefetch": four_large,
+                                                       "publish_only": alone,
                                                        "redelivery": redo},
                                "quick": args.quick, "cores": os.cpu_count(), "time": time.time()}, indent=2))
     print(f"wrote {out}")

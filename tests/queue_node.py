@@ -9,7 +9,8 @@ of one machine):
 
 * ``READY <node id>``; ``MASTER <term> <master node id> <time>`` when a master becomes active;
 * ``--publish N --tag T``: publishes ``[T, 0]`` ... ``[T, N-1]`` from ``--concurrency`` tasks, printing
-  ``PUBLISHED <T> <i> <id>`` once each is durable, then ``PUBLISH_DONE <time>``;
+  ``PUBLISH_START <process CPU s>`` once it is master, ``PUBLISHED <T> <i> <id>`` once each is durable,
+  then ``PUBLISH_DONE <time>``;
 * ``--consume MODE`` (accept, hold, release, reject): ``DELIVERED <id> <count> <time> <json data>`` per
   delivery, then ``ACCEPTED|RELEASED|REJECTED <id> <json data>`` once settled (durable) or
   ``NOTHELD <id>``; settlements run in concurrent tasks; ``hold`` never settles. ``accept-nowait``:
@@ -89,6 +90,7 @@ async def main() -> None:
 
         async def publish() -> None:
             await q.await_master()
+            out("PUBLISH_START", time.process_time())  # (bench/work_queue.py: CPU per message, start-up left out)
             numbers = iter(range(args.publish))
 
             async def one_task() -> None:

@@ -32,6 +32,9 @@ def test_elected_store_bench_quick(tmp_path: Path) -> None:
     for r in result["elected"]:  # every acknowledged put reached every replica
         assert r["keys_check"]["replicas"] == [r["keys_check"]["written"]] * 3, r
     assert result["queue"]["accepted_per_s"] > 0
+    cpu = result["queue"]["cpu_us_per_msg"]  # (from /proc: Linux, as CI)
+    assert set(cpu) == {"publisher (master)", "standby", "4 consumers", "total (without mosquitto)"}, cpu
+    assert all(us > 0 for us in cpu.values()), cpu
     assert {(r["joiner_backend"], r["master_resident"]) for r in result["joins"]} == {
         ("memory", "memory"), ("sqlite", "memory"), ("disk", "disk")}
     for join in result["joins"]:

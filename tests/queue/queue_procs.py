@@ -32,6 +32,7 @@ class QueueProc(LineProc):
         self.masters: list[tuple[int, str, float]] = []
         self.progress: list[tuple[int, int, float]] = []
         self.publish_done: float | None = None
+        self.publish_start_cpu: float | None = None  # the process's CPU seconds when it began publishing
         self.left = False
         super().__init__(cmd)
 
@@ -52,6 +53,8 @@ class QueueProc(LineProc):
             self.progress.append((int(parts[0]), int(parts[1]), float(parts[2])))
         elif kind == "PUBLISH_DONE":
             self.publish_done = float(rest)
+        elif kind == "PUBLISH_START":
+            self.publish_start_cpu = float(rest)
         elif kind == "LEFT":
             self.left = True
 
