@@ -163,9 +163,12 @@ class FollowerSide(MasterSide):
             done = self._snap_done.get(source)
             if done is not None and done[0] == msg.epoch and msg.pos[0] <= done[1]:
                 return
-            # a follower's snapshot is staged in its file as it comes too (a claim's may be merged, not installed)
+            # staged in this state's file as it comes (a state on disk: there only): a follower's
+            # snapshot, and a claim's of the one history that holds all others, installed as a
+            # follower's is; a claim's of diverged histories is merged, not installed: in memory
+            installs = not for_claim or (claim is not None and claim.fetched is None)
             inc = self._snaps[source] = Incoming(source, msg.epoch, for_claim, asked=(None, None),
-                                                 file=None if for_claim else self.state)
+                                                 file=self.state if installs else None)
         if not inc.matches(msg.after, msg.since):
             # a chunk was lost before this one (it starts past what we hold): ask from what we hold;
             # anything else is a repeat of what we have

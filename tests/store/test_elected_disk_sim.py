@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import _elected_sim
 import pytest
+import test_elected_claim_sources
 import test_elected_fuzz
 import test_elected_fuzz_ops
 import test_elected_snapshot_stream
 import test_elected_tombstones
+from _elected_sim import SimNet, staged_entries
+
+from broker_mqtt.store.commands import Put
+from broker_mqtt.store.replication import ReplicaConfig
 
 STREAM_TESTS = [
     "test_a_state_larger_than_a_chunk_joins_in_bounded_chunks",
@@ -61,3 +66,43 @@ def test_fuzzed_faults_with_states_on_disk(seed: int, on_disk: None) -> None:
 @pytest.mark.parametrize("seed", range(8))
 def test_erases_expiries_and_small_chunks_with_states_on_disk(seed: int, on_disk: None) -> None:
     test_elected_fuzz_ops.test_erases_expiries_small_chunks_and_skewed_clocks(seed)
+
+
+def test_a_claims_snapshot_of_the_history_ahead_is_staged_on_disk_not_in_memory(on_disk: None) -> None:
+    """c, on disk and behind by more than the master's log, claims: the one history ahead of it (a's)
+    comes as a snapshot, which c installs as a follower does. It is staged in c's file as it comes,
+    nothing decoded into memory (a claim of a large store on a small device). Before, a claim's
+    snapshot was always built in memory, also when it was installed, not merged."""
+    config = ReplicaConfig(snapshot_chunk=256, snapshot_window=2, log_keep=8)
+    with SimNet(["a", "b", "c"], seed=11, config=config) as net:
+        net.tag("a")
+        net.run(1.0)
+        net.partition({"a", "b"}, {"c"})
+        for i in range(200):
+            net.write("a", Put(f"k{i:03d}", i))
+        net.run(1.0)
+        c = net.nodes["c"].replica
+        assert c.state.on_disk
+        net.heal()
+        net.untag("a")
+        net.tag("c")
+        seen: list[tuple[bool, bool, int, int]] = []  # (on disk, a claim's, decoded, staged) of each snapshot seen
+        for _ in range(3000):
+            net.run(0.005)
+            for inc in list(c._snaps.values()):
+                seen.append((inc.on_disk, inc.for_claim, len(inc.staged), staged_entries(inc)))
+            if net.masters() == ["c"]:
+                break
+        claims = [s for s in seen if s[1]]
+        assert claims and max(staged for *_, staged in claims) > 0, seen[-5:]  # the claim's snapshot came in chunks
+        assert all(on_disk and decoded == 0 for on_disk, _, decoded, _ in claims)
+        assert c.stats.snapshots_installed >= 1 and c.stats.merges == 0
+        net.run(3.0)
+        assert net.masters() == ["c"]
+        for n in "abc":
+            assert net.contents(n) == {f"k{i:03d}": i for i in range(200)}, n
+
+
+@pytest.mark.parametrize("name", ["test_a_claims_snapshot_fetch_resumes_after_a_lost_chunk"])
+def test_claim_sources_with_states_on_disk(name: str, on_disk: None) -> None:
+    getattr(test_elected_claim_sources, name)()
