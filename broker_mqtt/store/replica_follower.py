@@ -281,6 +281,8 @@ class FollowerSide(MasterSide):
             self._conflicts_seen.add(epoch)
             self._report_conflicts(epoch, conflicts)
         mine = self.state.position
+        if self._verified and mine[1] == epoch and self.state.contains(pos):
+            return  # a late repeat (a backlog, a redelivery): we hold this master's records, past its start
         if contains(lineage, pos[0], mine):
             self._discard_after = None
             if mine[0] < pos[0]:
