@@ -167,6 +167,10 @@ class FollowerSide(MasterSide):
             # snapshot, and a claim's of the one history that holds all others, installed as a
             # follower's is; a claim's of diverged histories is merged, not installed: in memory
             installs = not for_claim or (claim is not None and claim.fetched is None)
+            # those of another epoch are stale (a follower's before this claim, a claim's before this
+            # epoch): dropped, as this one's staging supersedes theirs (a state on disk failed their
+            # chunks still to stage as malformed)
+            self._snaps = {s: i for s, i in self._snaps.items() if i.epoch == msg.epoch}
             inc = self._snaps[source] = Incoming(source, msg.epoch, for_claim, asked=(None, None),
                                                  file=self.state if installs else None)
         if not inc.matches(msg.after, msg.since):
@@ -251,6 +255,8 @@ class FollowerSide(MasterSide):
                 return
             if claim.fetched is None:  # one history ahead of ours, too far for a tail
                 self._install(parts)
+                if entries < 0:  # staged in a state on disk: it counts what it took
+                    entries = len(self.state) + self.state.tombstones
             else:
                 remote = VersionedState()
                 remote.adopt(**parts, report=False)  # merged later; its changes are not ours
