@@ -287,8 +287,14 @@ class FollowerSide(MasterSide):
             self._conflicts_seen.add(epoch)
             self._report_conflicts(epoch, conflicts)
         mine = self.state.position
-        if self._verified and mine[1] == epoch and self.state.contains(pos):
-            return  # a late repeat (a backlog, a redelivery): we hold this master's records, past its start
+        if mine[1] == epoch and self.state.contains(pos):
+            # a late repeat (a backlog, a redelivery): we hold this master's records, past its start.
+            # Not yet checked against its history (restarted from our file): the master checks it (a
+            # tail, a snapshot, or a claim that merges it), where the last branch waited for a claim
+            if not self._verified:
+                self._mark_stale("catching up")
+                self._request_fetch(epoch[1], now)
+            return
         if contains(lineage, pos[0], mine):
             self._discard_after = None
             if mine[0] < pos[0]:
