@@ -288,6 +288,21 @@ def _hashable(key: Any) -> Any:
     return tuple(key) if isinstance(key, list) else key
 
 
+def keep_sent(net: SimNet, kind: str) -> list[tuple[str, Any]]:
+    """From now on, ``(sender, message)`` of every message of ``kind`` the nodes send (still sent),
+    to deliver again later (a late repeat)."""
+    kept: list[tuple[str, Any]] = []
+    sent = net._send
+
+    def keep(name: str, msg: Any, receivers: set[str] | None = None) -> None:
+        if msg[0] == kind:
+            kept.append((name, msg))
+        sent(name, msg, receivers)
+
+    net._send = keep  # type: ignore[method-assign]
+    return kept
+
+
 def record_sends(replica: Replica) -> list[list[Any]]:
     """From now on, a copy of everything ``replica`` sends (it is still sent)."""
     out: list[list[Any]] = []

@@ -11,24 +11,14 @@ seconds, for nothing).
 
 from __future__ import annotations
 
-from typing import Any
-
-from _elected_sim import SimNet
+from _elected_sim import SimNet, keep_sent
 
 from broker_mqtt.store.commands import Put
 
 
 def test_a_late_repeat_of_the_masters_active_leaves_a_follower_that_is_past_it_current() -> None:
     with SimNet(["a", "b", "c"], seed=3) as net:
-        actives: list[Any] = []
-        sent = net._send
-
-        def keep(name: str, msg: Any, receivers: set[str] | None = None) -> None:
-            if msg[0] == "active":
-                actives.append((name, msg))
-            sent(name, msg, receivers)
-
-        net._send = keep  # type: ignore[method-assign]
+        actives = keep_sent(net, "active")
         net.tag("a")
         net.run(1.0)
         a, b = net.nodes["a"].replica, net.nodes["b"].replica

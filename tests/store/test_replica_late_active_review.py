@@ -4,24 +4,10 @@ active's epoch, or where the early return skips what the later branches did."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from _elected_sim import SimNet
+from _elected_sim import SimNet, keep_sent
 
 from broker_mqtt.store.commands import Put
-
-
-def _keep_actives(net: SimNet) -> list[Any]:
-    actives: list[Any] = []
-    sent = net._send
-
-    def keep(name: str, msg: Any, receivers: set[str] | None = None) -> None:
-        if msg[0] == "active":
-            actives.append((name, msg))
-        sent(name, msg, receivers)
-
-    net._send = keep  # type: ignore[method-assign]
-    return actives
 
 
 def test_a_follower_restarted_from_its_file_past_the_active_catches_up(tmp_path: Path) -> None:
@@ -29,7 +15,7 @@ def test_a_follower_restarted_from_its_file_past_the_active_catches_up(tmp_path:
     epoch past the active's position; a late repeat of the active reaches it before any heartbeat."""
     paths = {n: tmp_path / f"{n}.db" for n in "abc"}
     with SimNet(["a", "b", "c"], seed=3, paths=paths) as net:
-        actives = _keep_actives(net)
+        actives = keep_sent(net, "active")
         net.tag("a")
         net.run(1.0)
         a = net.nodes["a"].replica
@@ -51,7 +37,7 @@ def test_a_follower_restarted_from_its_file_past_the_active_catches_up(tmp_path:
 
 def test_a_late_active_after_the_master_resigned_changes_nothing_that_matters() -> None:
     with SimNet(["a", "b", "c"], seed=4) as net:
-        actives = _keep_actives(net)
+        actives = keep_sent(net, "active")
         net.tag("a")
         net.run(1.0)
         for i in range(10):
@@ -78,7 +64,7 @@ def test_a_follower_holding_a_deposed_masters_tail_gets_the_late_active_then_the
     """b holds a's records past a's durable point (their acks lost), misses c's claim (partitioned),
     then a late repeat of a's active; once healed it takes c's state, without a's unacknowledged tail."""
     with SimNet(["a", "b", "c"], seed=7, durability="all") as net:
-        actives = _keep_actives(net)
+        actives = keep_sent(net, "active")
         net.tag("a")
         net.run(1.0)
         a, b, c = (net.nodes[n].replica for n in "abc")
