@@ -33,7 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from quantile import nearest_rank  # noqa: E402 - bench/ is this script's own directory
+from process_cpu import cpu_seconds  # noqa: E402 - bench/ is this script's own directory
+from quantile import nearest_rank  # noqa: E402
 
 
 def _node_role(url: str, namespace: str, name: str, cycle: float, gap: float) -> None:
@@ -137,10 +138,10 @@ def run_floor(clients: int, per_process: int, kind: str, idle: float = 30.0) -> 
                 assert proc.stdout is not None
                 proc.stdout.readline()  # READY
             time.sleep(5)
-            cpu0, w0 = sum(_proc_cpu(p.pid) for p in procs), time.monotonic()
+            cpu0, w0 = sum(cpu_seconds(p.pid) for p in procs), time.monotonic()
             time.sleep(idle)
             window = time.monotonic() - w0
-            cpu = sum(_proc_cpu(p.pid) for p in procs) - cpu0
+            cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu0
         finally:
             for proc in procs:
                 proc.kill()
@@ -148,12 +149,6 @@ def run_floor(clients: int, per_process: int, kind: str, idle: float = 30.0) -> 
     return {"kind": kind, "clients": clients, "processes": len(procs), "idle_window_s": round(window, 1),
             "cpu_ms_per_client_s": round(1000 * cpu / window / clients, 3),
             "cpu_pct_core_all": round(100 * cpu / window, 2)}
-
-
-def _proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class _Host:
@@ -255,13 +250,13 @@ def run_members(members: int, per_process: int, kills: int = 3, cycle: float = 1
             while not events.empty():  # sticky: the holder keeps the tag; drain, keep the latest
                 current, _, _ = events.get_nowait()
             # the idle window: CPU of every member process, mosquitto's, and the broker's PUBLISHes
-            cpu0 = {h: _proc_cpu(h.proc.pid) for h in hosts}
-            broker_cpu0, pub0, w0 = _proc_cpu(broker.pid), publishes, time.monotonic()
+            cpu0 = {h: cpu_seconds(h.proc.pid) for h in hosts}
+            broker_cpu0, pub0, w0 = cpu_seconds(broker.pid), publishes, time.monotonic()
             kinds0 = dict(kinds)
             time.sleep(idle)
             window = time.monotonic() - w0
-            cpu = sum(_proc_cpu(h.proc.pid) - cpu0[h] for h in hosts)
-            broker_cpu = _proc_cpu(broker.pid) - broker_cpu0
+            cpu = sum(cpu_seconds(h.proc.pid) - cpu0[h] for h in hosts)
+            broker_cpu = cpu_seconds(broker.pid) - broker_cpu0
             msgs = publishes - pub0
             idle_kinds = {k: n - kinds0.get(k, 0) for k, n in sorted(kinds.items()) if n - kinds0.get(k, 0)}
             while not events.empty():
@@ -346,8 +341,7 @@ class _Node:
 
     def cpu_seconds(self) -> float:
         try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            return cpu_seconds(self.proc.pid)
         except (FileNotFoundError, IndexError):
             return self.cpu
 

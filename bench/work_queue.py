@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "queue"))
 
+from process_cpu import cpu_seconds  # noqa: E402 - bench/ is this script's own directory
 from queue_procs import QueueProc, wait_for  # noqa: E402 - the node helpers live with the tests
 
 from broker_mqtt import EmbeddedBroker  # noqa: E402
@@ -51,10 +52,9 @@ LARGE_PREFETCH = 1000  # and in a second 4-consumer run: fuller acquires and set
 def _cpu_s(proc: QueueProc) -> float | None:
     """The CPU seconds (user + system) the node's process has used so far; None without /proc."""
     try:
-        fields = Path(f"/proc/{proc.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return cpu_seconds(proc.proc.pid)
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_per_message(n: int, pub: QueueProc, others: dict[str, list[QueueProc]],

@@ -255,8 +255,7 @@ class FollowerSide(MasterSide):
                 return
             if claim.fetched is None:  # one history ahead of ours, too far for a tail
                 self._install(parts)
-                if entries < 0:  # staged in a state on disk: it counts what it took
-                    entries = len(self.state) + self.state.tombstones
+                entries = self._installed(entries)
             else:
                 remote = VersionedState()
                 remote.adopt(**parts, report=False)  # merged later; its changes are not ours
@@ -268,9 +267,14 @@ class FollowerSide(MasterSide):
         if epoch != self.epoch:
             return
         self._install(parts)
-        self._count_snapshot(entries if entries >= 0 else len(self.state) + self.state.tombstones)
+        self._count_snapshot(self._installed(entries))
         self._drain_ahead()
         self._check_synced(parts["last_seq"])
+
+    def _installed(self, entries: int) -> int:
+        """The entries a snapshot just installed counted: ``entries`` as decoded, or (-1: staged in a
+        state on disk, which counts what it took) what the state now holds, tombstones included."""
+        return entries if entries >= 0 else len(self.state) + self.state.tombstones
 
     def _on_active(self, msg: Active, now: float) -> None:
         epoch, pos, lineage, conflicts = msg.epoch, msg.pos, msg.lineage, msg.conflicts
