@@ -261,7 +261,8 @@ class Consumer:
                 raise StopAsyncIteration
             if not self._ready:
                 while not self._ready and not self._closed:
-                    self._delivered = anyio.Event()
+                    if self._delivered.is_set():  # (replaced only once set: every task waiting on it woke)
+                        self._delivered = anyio.Event()
                     await self._delivered.wait()
                 self._since_yield = 0
                 continue
@@ -362,7 +363,7 @@ class Consumer:
             raise AlreadySettled(f"message {d.id} was settled already")
         d.settled = True
         self._held.pop(d.id, None)
-        self._room.set()
+        self._made_room()
         answer = await self._settler.submit((d._owner, [d.id, action, reason, d.delivery_count]),
                                             settled_cost(d.data, reason))
         if isinstance(answer, StoreError):  # (its owner's settle write failed, another's went through)
@@ -375,10 +376,16 @@ class Consumer:
             raise AlreadySettled(f"message {d.id} was settled already")
         d.settled = True
         self._held.pop(d.id, None)
-        self._room.set()
+        self._made_room()
         self._nowait_made += 1
         self._settler.submit_nowait((d._owner, [d.id, action, reason, d.delivery_count]),
                                     functools.partial(self._settled, d), settled_cost(d.data, reason))
+
+    def _made_room(self) -> None:
+        """A settlement freed a place in the window: wake the acquire loop once it would place an
+        acquire (not once a message: a task switch each would cost more than settling it)."""
+        if self.prefetch - len(self._held) - self._asked >= max(1, self.prefetch // 4):
+            self._room.set()
 
     def _settled(self, d: Delivery, outcome: Any) -> None:
         """The answer to a settlement made without waiting: None when done."""
@@ -399,7 +406,8 @@ class Consumer:
         a message not accepted comes back when the lease runs out)."""
         target = self._nowait_made
         while self._nowait_decided < target:
-            self._decided = anyio.Event()
+            if self._decided.is_set():  # (as in __anext__: concurrent drains share the event)
+                self._decided = anyio.Event()
             await self._decided.wait()
         failures, self._failures = self._failures, []
         return failures

@@ -180,3 +180,69 @@ async def test_a_settle_batch_across_two_owners_keeps_the_answers_of_the_write_t
     assert answers[:2] == [None, None] and isinstance(answers[2], NoMaster)
     with pytest.raises(NoMaster):  # the first write failing: as before, the batch's error
         await consumer._settle_batch([("new", [3, "accept", None, 1]), ("old", [1, "accept", None, 1])])
+
+
+
+class SettlingQueue(ScriptedQueue):
+    """A ScriptedQueue whose settle writes answer every settlement (None: done), once ``gate`` is set."""
+
+    def __init__(self, acquires: list[Any]) -> None:
+        super().__init__(acquires)
+        self.gate = anyio.Event()
+        self.gate.set()
+
+    async def write(self, command: Any) -> Any:
+        if isinstance(command, Settle):
+            await self.gate.wait()
+            return [None] * len(command.items)
+        return await super().write(command)
+
+
+@pytest.mark.anyio
+async def test_tasks_iterating_one_consumer_together_all_get_deliveries_and_all_end_when_it_closes() -> None:
+    # Each waiting task used to put a new event in place of the one the others waited on: a delivery
+    # woke only the last task to wait, and the others waited for ever, even once the consumer closed
+    # (a fan-out of workers over one consumer hung when it left the consumer's block).
+    queue = SettlingQueue([])
+    got: list[int] = []
+    all_in = anyio.Event()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            async with Consumer(queue, prefetch=1, lease=30.0) as consumer:  # type: ignore[arg-type]  # (a stand-in queue)
+
+                async def worker() -> None:
+                    async for d in consumer:
+                        got.append(d.id)
+                        await d.accept()
+                        if len(got) == 6:
+                            all_in.set()
+
+                for _ in range(3):
+                    tg.start_soon(worker)
+                await anyio.wait_all_tasks_blocked()  # every worker waits for a delivery (the queue is empty)
+                queue.acquires += [[[i, ["m", i], 1]] for i in range(1, 7)]
+                await all_in.wait()
+            # (leaving the consumer's block ends every worker's iteration, so the task group ends)
+    assert sorted(got) == list(range(1, 7))
+
+
+@pytest.mark.anyio
+async def test_concurrent_drains_all_return() -> None:
+    # Two drains waiting at once: each used to replace the event the other waited on, so one never woke.
+    queue = SettlingQueue([[[1, "a", 1], [2, "b", 1]]])
+    queue.gate = anyio.Event()  # settlements are decided once both drains wait
+    results: list[Any] = []
+    with anyio.fail_after(10):
+        async with Consumer(queue, prefetch=2, lease=30.0) as consumer:  # type: ignore[arg-type]  # (a stand-in queue)
+            for d in [await consumer.__anext__(), await consumer.__anext__()]:
+                d.accept_nowait()
+
+            async def drain() -> None:
+                results.append(await consumer.drain())
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain)
+                tg.start_soon(drain)
+                await anyio.wait_all_tasks_blocked()
+                queue.gate.set()
+    assert results == [[], []]
