@@ -150,7 +150,7 @@ async def _node_op(ep: Any, mine: dict[str, Any], op: str, kw: dict[str, Any]) -
 async def _node_role(args: argparse.Namespace) -> None:
     import anyio
 
-    from broker_mqtt import Endpoint
+    from broker_mqtt import Endpoint, tune_garbage_collector
 
     mine: dict[str, Any] = {}
 
@@ -162,6 +162,7 @@ async def _node_role(args: argparse.Namespace) -> None:
 
     async with Endpoint(args.url, namespace=args.namespace) as ep, anyio.create_task_group() as tg:
         mine["tg"], mine["watch_stalls"] = tg, watch_stalls  # started by the first reset_peak (a join row)
+        tune_garbage_collector()  # every role alike, as `broker-mqtt node` does (docs/queues.md § 5)
         print("READY", ep.id.hex, flush=True)
         stdin = anyio.wrap_file(sys.stdin)
         while line := await stdin.readline():

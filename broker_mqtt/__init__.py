@@ -6,6 +6,7 @@ See docs/ for concepts, the wire format and guarantees.
 """
 
 from ._version import __version__
+from .collector import tune_garbage_collector
 from .endpoint.attaching import Attaching
 from .endpoint.endpoint import Endpoint
 from .endpoint.event_stream import EventStream
@@ -45,6 +46,7 @@ from .wire.signing import KeyRecord, SignatureError, TrustStore, generate_privat
 
 __all__ = [
     "__version__",
+    "tune_garbage_collector",
     "ForgedMessage",
     "SignatureError",
     "TrustStore",

@@ -35,7 +35,7 @@ import anyio
 import anyio.lowlevel
 from line_procs import out
 
-from broker_mqtt import Endpoint
+from broker_mqtt import Endpoint, tune_garbage_collector
 from broker_mqtt.queue import Consumer, MessageState, NotHeld, attach_queue
 from broker_mqtt.store import MasterChanged, attach_store
 
@@ -173,6 +173,7 @@ async def main() -> None:
             if args.quiet:
                 tg.start_soon(progress)
             await anyio.lowlevel.checkpoint()
+            tune_garbage_collector()  # as `broker-mqtt node` does once started (docs/queues.md § 5)
             out("READY", q.store.node_id if q.store is not None else ep.id.hex)
             if args.publish:
                 tg.start_soon(publish)

@@ -17,7 +17,7 @@ MAX_LINES = 600
 #: broker_mqtt's layers, lowest first: a module may import from its own layer and the ones below.
 #: ``broker_mqtt/__init__`` (the re-exports) sits above them all, so no module may import it.
 LAYERS: list[tuple[str, ...]] = [
-    ("broker_mqtt._version", "broker_mqtt.errors"),
+    ("broker_mqtt._version", "broker_mqtt.errors", "broker_mqtt.collector"),
     ("broker_mqtt.wire",),
     ("broker_mqtt.transport",),
     ("broker_mqtt.endpoint",),

@@ -42,7 +42,7 @@ PACKAGES = {
 def test_public_api_is_pinned() -> None:
     assert sorted(broker_mqtt.__all__) == sorted(
         [
-            "__version__", "Attaching", "EventStream", "BrokerMQTTError", "BrokerURL", "BrokerUnavailable", "ConnectionLost",
+            "__version__", "tune_garbage_collector", "Attaching", "EventStream", "BrokerMQTTError", "BrokerURL", "BrokerUnavailable", "ConnectionLost",
             "ConnectionRestored", "Count", "DecodeError", "EmbeddedBroker", "EncodeError", "Endpoint",
             "EndpointStatistics", "EnumValue", "ErrorCode", "ErrorEvent", "Kind", "Message", "MessagesMissed", "MosquittoNotFound",
             "PayloadTooLarge", "PeerAdded", "PeerInfo", "PeerLost", "PeerRemoved", "Port", "PortProtocol",

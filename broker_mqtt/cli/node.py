@@ -50,6 +50,7 @@ from typing import Any, TypeVar
 import anyio
 import click
 
+from ..collector import tune_garbage_collector
 from ..endpoint.attaching import Attaching, Closeable
 from ..endpoint.backoff import DEFAULT_RECONNECT_DELAY
 from ..endpoint.endpoint import Endpoint
@@ -122,7 +123,10 @@ def _say(text: str) -> None:
 def node(broker: str | None, config_path: str | None, namespace: str | None, name: str | None,
          stores: tuple[str, ...], queues: tuple[str, ...], reconnect_max: float | None, metrics_port: int | None,
          metrics_host: str) -> None:
-    """Run a long-lived node: an endpoint, its elected stores and work queues, until SIGTERM."""
+    """Run a long-lived node: an endpoint, its elected stores and work queues, until SIGTERM.
+
+    Once they are joined, the node sets Python's garbage collector for its load
+    (broker_mqtt.tune_garbage_collector: start-up objects frozen, collections less often)."""
     if metrics_port is not None:
         try:
             from .. import metrics
@@ -179,6 +183,7 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
 
             handles = [await join("store", spec, attach_store) for spec in store_specs]
             queue_handles = [await join("queue", spec, attach_queue) for spec in queue_specs]
+            tune_garbage_collector()  # started: see broker_mqtt.collector
             leave = anyio.Event()  # a signal, or a store that stopped (StoreFailed): the node exits 1
             async with anyio.create_task_group() as tg:
                 if listener is not None:

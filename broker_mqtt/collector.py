@@ -1,0 +1,35 @@
+"""Python's cyclic garbage collector, set for a node's load (``docs/queues.md`` § 5).
+
+A replica decodes and applies log messages of up to 64 KB: thousands of container objects at a
+time (a record of a queue's 256 publishes is about a thousand), alive until the batch is applied.
+With Python's default thresholds (a collection of the youngest generation every 700 net allocations
+of containers, 3.11 and 3.12) most of a batch is still alive at some collection, so it is promoted,
+and the older generations, which hold the state, are walked over and over: on the 2-core bench
+machine about a fifth of a queue's standby replica's CPU went to collections.
+
+:func:`tune_garbage_collector` is what ``broker-mqtt node`` (and the benchmarks' node processes)
+do once started. A library does not change its host process's collector by itself: an application
+that embeds endpoints, stores or queues may call it, once its start-up is done.
+"""
+
+from __future__ import annotations
+
+import gc
+
+__all__ = ["NODE_THRESHOLDS", "tune_garbage_collector"]
+
+#: (youngest, middle, oldest): what :func:`tune_garbage_collector` sets, for ``gc.set_threshold``
+NODE_THRESHOLDS = (20_000, 20, 10)
+
+
+def tune_garbage_collector(thresholds: tuple[int, int, int] = NODE_THRESHOLDS) -> None:
+    """Freeze the objects that exist now (``gc.freeze()``: modules, classes, the start-up's
+    objects; the collector no longer walks them, and cyclic garbage among them is never freed)
+    and collect less often (``gc.set_threshold(*thresholds)``): batches of decoded messages then
+    die before a collection sees them, instead of being promoted. Call it once, after start-up.
+    Changes the whole process; ``gc.unfreeze()`` and ``gc.set_threshold(700, 10, 10)`` undo it.
+    Raises ValueError for thresholds that are not three ints >= 1."""
+    if len(thresholds) != 3 or not all(type(t) is int and t >= 1 for t in thresholds):
+        raise ValueError(f"thresholds are three ints >= 1 (youngest, middle, oldest), not {thresholds!r}")
+    gc.freeze()
+    gc.set_threshold(*thresholds)
