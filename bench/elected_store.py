@@ -24,6 +24,9 @@ largest packet size: the snapshots of today's stores travel as one message) and 
   before the join) of the master and the joiner, beside their RSS before the join (the baseline).
   A join that fails is reported as failed, the run goes on.
 
+Every node process, the baseline's too, calls ``tune_garbage_collector()`` once started, as
+``broker-mqtt node`` does.
+
 The Zeek Broker 1.4 column is the anchor from ../shared/FACTS.md (two processes on loopback, same kind
 of machine): store master put 84k/s. It prints the tables and writes bench/results/elected_store.json.
 Run: ``python bench/elected_store.py [--quick] [--huge]``. On a shared 2-core machine the absolute
@@ -345,6 +348,7 @@ def print_tables(result: dict[str, Any]) -> None:
     print(f"\nbaseline: master/clone store, puts until the clone is idle: {_fmt(base)}/s "
           f"(runs: {', '.join(_fmt(x) for x in result['master_clone']['runs'])}); "
           f"Zeek Broker 1.4 store master put {_fmt(ZEEK_MASTER_PUT)}/s")
+    print("(every node process: tune_garbage_collector(), as broker-mqtt node does)")
     print(f"{'case':58} {'acked/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'x m/c':>6} {'x Zeek':>6}  target")
     for r in result["elected"]:
         where = "writer is master" if r["master_here"] else "master elsewhere"

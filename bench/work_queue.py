@@ -19,6 +19,9 @@ durability "one". One run measures:
   tasks into a store whose master is another process (every put is one write, like every queue
   operation). Ratios are queue figure / baseline.
 
+Every node process calls ``tune_garbage_collector()`` once started, as ``broker-mqtt node`` does
+(``--python-gc``: they keep Python's collector settings, for comparison).
+
 Prints a table and writes bench/results/queue.json. Run: ``python bench/work_queue.py [--quick]``.
 The figures swing with the machine (the baseline by up to 2x between runs on a shared 2-core
 machine); the ratios to the baseline of the same run are the comparable part.
@@ -210,7 +213,13 @@ def main() -> None:
     parser.add_argument("--large-prefetch", type=int, default=LARGE_PREFETCH,
                         help="the window of the second 4-consumer run")
     parser.add_argument("-n", type=int, default=None, help="messages per throughput run")
+    parser.add_argument("--python-gc", action="store_true",
+                        help="node processes keep Python's collector settings (default: tune_garbage_collector(), "
+                             "as broker-mqtt node does)")
     args = parser.parse_args()
+    collector = "Python's defaults" if args.python_gc else "tune_garbage_collector()"
+    if args.python_gc:
+        os.environ["BROKER_MQTT_BENCH_PYTHON_GC"] = "1"  # (read by tests/queue_node.py)
     n = args.n or (5_000 if args.quick else 100_000)
     trials = 2 if args.quick else 3
     with EmbeddedBroker() as broker:
@@ -238,6 +247,7 @@ def main() -> None:
         {"case": "redelivery after kill -9, all 50 msgs s", "value": statistics.median(r["all_s"] for r in redo),
          "target": None, "baseline": None, "baseline_case": f"median of {trials}"},
     ]
+    print(f"node processes' garbage collector: {collector}")
     print(f"{'case':52} {'value':>10} {'target':>8} {'baseline':>10} {'ratio':>6}  baseline case")
     for row in rows:
         row["ratio"] = row["value"] / row["baseline"] if row["baseline"] else None
@@ -255,7 +265,8 @@ def main() -> None:
                                                        "four_consumers_large_prefetch": four_large,
                                                        "publish_only": alone,
                                                        "redelivery": redo},
-                               "quick": args.quick, "cores": os.cpu_count(), "time": time.time()}, indent=2))
+                               "quick": args.quick, "collector": collector, "cores": os.cpu_count(),
+                               "time": time.time()}, indent=2))
     print(f"wrote {out}")
 
 

@@ -27,6 +27,7 @@ SIGTERM leaves cleanly (consumer released, mastership handed over) and exits.
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -38,6 +39,8 @@ from line_procs import out
 from broker_mqtt import Endpoint, tune_garbage_collector
 from broker_mqtt.queue import Consumer, MessageState, NotHeld, attach_queue
 from broker_mqtt.store import MasterChanged, attach_store
+
+PYTHON_GC = "BROKER_MQTT_BENCH_PYTHON_GC"  # set (to 1): keep Python's collector settings (bench --python-gc)
 
 
 async def main() -> None:
@@ -173,7 +176,8 @@ async def main() -> None:
             if args.quiet:
                 tg.start_soon(progress)
             await anyio.lowlevel.checkpoint()
-            tune_garbage_collector()  # as `broker-mqtt node` does once started (docs/queues.md § 5)
+            if not os.environ.get(PYTHON_GC):
+                tune_garbage_collector()  # as `broker-mqtt node` does once started (docs/queues.md § 5)
             out("READY", q.store.node_id if q.store is not None else ep.id.hex)
             if args.publish:
                 tg.start_soon(publish)
