@@ -145,6 +145,13 @@ def test_nested_structures_explicitly() -> None:
     assert isinstance(inner, set) and all(isinstance(m, frozenset) for m in inner)
 
 
+def test_containers_after_the_first_item_of_a_table_value_stay_mutable() -> None:
+    # cbor2 6.0.0 decoded these immutably ({1: [1, ()]}): pyproject requires cbor2 >= 6.1
+    for v in ({1: [1, []]}, {None: [None, []]}, {"k": [0, {"a": 1}]}):
+        out = decode(encode(v))
+        assert out == v and type(out[next(iter(v))][1]) is type(next(iter(v.values()))[1]), out
+
+
 def test_tuple_rule() -> None:
     assert decode(encode((1, 2))) == [1, 2]
     assert decode(encode([(1, 2)])) == [[1, 2]]
