@@ -19,7 +19,7 @@ durability "one". One run measures:
   tasks into a store whose master is another process (every put is one write, like every queue
   operation). Ratios are queue figure / baseline.
 
-Every node process calls ``tune_garbage_collector()`` once started, as ``broker-mqtt node`` does
+Every node process calls ``tune_garbage_collector()`` at start-up, as ``broker-mqtt node`` does
 (``--python-gc``: they keep Python's collector settings, for comparison).
 
 Prints a table and writes bench/results/queue.json. Run: ``python bench/work_queue.py [--quick]``.

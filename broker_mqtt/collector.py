@@ -8,7 +8,8 @@ and the older generations, which hold the state, are walked over and over: on th
 machine about a fifth of a queue's standby replica's CPU went to collections.
 
 :func:`tune_garbage_collector` is what ``broker-mqtt node`` (and the benchmarks' node processes)
-do once started. A library does not change its host process's collector by itself: an application
+do once connected, before they join their stores and queues (so that a join's snapshot is decoded
+with it too). A library does not change its host process's collector by itself: an application
 that embeds endpoints, stores or queues may call it, once its start-up is done.
 """
 
@@ -22,14 +23,19 @@ __all__ = ["NODE_THRESHOLDS", "tune_garbage_collector"]
 NODE_THRESHOLDS = (20_000, 20, 10)
 
 
-def tune_garbage_collector(thresholds: tuple[int, int, int] = NODE_THRESHOLDS) -> None:
-    """Freeze the objects that exist now (``gc.freeze()``: modules, classes, the start-up's
-    objects; the collector no longer walks them, and cyclic garbage among them is never freed)
-    and collect less often (``gc.set_threshold(*thresholds)``): batches of decoded messages then
-    die before a collection sees them, instead of being promoted. Call it once, after start-up.
-    Changes the whole process; ``gc.unfreeze()`` and ``gc.set_threshold(700, 10, 10)`` undo it.
-    Raises ValueError for thresholds that are not three ints >= 1."""
-    if len(thresholds) != 3 or not all(type(t) is int and t >= 1 for t in thresholds):
-        raise ValueError(f"thresholds are three ints >= 1 (youngest, middle, oldest), not {thresholds!r}")
+def tune_garbage_collector(thresholds: tuple[int, int, int] = NODE_THRESHOLDS) -> tuple[int, int, int]:
+    """Collect once, freeze what is left (``gc.freeze()``: modules, classes, the start-up's objects;
+    the collector no longer walks them, and a garbage cycle among them is never freed; plain objects
+    still are, as their last reference goes) and collect less often (``gc.set_threshold(*thresholds)``):
+    batches of decoded messages then die before a collection sees them, instead of being promoted.
+    Call it once, at the end of start-up. Changes the whole process; returns the thresholds it
+    replaced (``gc.unfreeze()`` and ``gc.set_threshold(*returned)`` undo it). Raises ValueError, and
+    changes nothing, for thresholds that are not a tuple of three ints >= 1."""
+    if not (isinstance(thresholds, tuple) and len(thresholds) == 3
+            and all(type(t) is int and t >= 1 for t in thresholds)):
+        raise ValueError(f"thresholds are a tuple of three ints >= 1 (youngest, middle, oldest), not {thresholds!r}")
+    before = gc.get_threshold()
+    gc.collect()
     gc.freeze()
     gc.set_threshold(*thresholds)
+    return before

@@ -177,7 +177,7 @@ async def main() -> None:
                 tg.start_soon(progress)
             await anyio.lowlevel.checkpoint()
             if not os.environ.get(PYTHON_GC):
-                tune_garbage_collector()  # as `broker-mqtt node` does once started (docs/queues.md § 5)
+                tune_garbage_collector()  # as `broker-mqtt node` does (before its joins; this queue is new) (docs/queues.md § 5)
             out("READY", q.store.node_id if q.store is not None else ep.id.hex)
             if args.publish:
                 tg.start_soon(publish)

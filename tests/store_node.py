@@ -156,7 +156,8 @@ async def main() -> None:
         else:
             store = await attach_clone(ep, opts.store, channel=config, faults=faults,
                                           write_buffer=opts.write_buffer)
-        tune_garbage_collector()  # as every benchmark's node process (docs/queues.md § 5)
+        if not os.environ.get("BROKER_MQTT_BENCH_PYTHON_GC"):  # (as tests/queue_node.py)
+            tune_garbage_collector()  # as every benchmark's node process (docs/queues.md § 5)
         print("READY", store.id, flush=True)
         stdin = anyio.wrap_file(sys.stdin)
         while True:

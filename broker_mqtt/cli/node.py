@@ -125,7 +125,7 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
          metrics_host: str) -> None:
     """Run a long-lived node: an endpoint, its elected stores and work queues, until SIGTERM.
 
-    Once they are joined, the node sets Python's garbage collector for its load
+    Once connected, before it joins them, the node sets Python's garbage collector for its load
     (broker_mqtt.tune_garbage_collector: start-up objects frozen, collections less often)."""
     if metrics_port is not None:
         try:
@@ -169,6 +169,7 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
         async with Endpoint(url, namespace=namespace or config.get("namespace", "bm"), **options,
                             name=name or config.get("name")) as ep:
             _say(f"node {ep.name} ({ep.id}) connected to {url}")
+            tune_garbage_collector()  # before the joins, whose snapshots it speeds too: see broker_mqtt.collector
 
             async def join(what: str, spec: dict[str, Any], attach: Callable[..., Attaching[H]]) -> H:
                 item = spec.pop("name")
@@ -183,7 +184,6 @@ def node(broker: str | None, config_path: str | None, namespace: str | None, nam
 
             handles = [await join("store", spec, attach_store) for spec in store_specs]
             queue_handles = [await join("queue", spec, attach_queue) for spec in queue_specs]
-            tune_garbage_collector()  # started: see broker_mqtt.collector
             leave = anyio.Event()  # a signal, or a store that stopped (StoreFailed): the node exits 1
             async with anyio.create_task_group() as tg:
                 if listener is not None:
