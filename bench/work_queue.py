@@ -41,8 +41,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "queue"))
 
+from line_procs import PYTHON_GC  # noqa: E402 - the node helpers live with the tests
 from process_cpu import cpu_seconds  # noqa: E402 - bench/ is this script's own directory
 from queue_procs import QueueProc, wait_for  # noqa: E402 - the node helpers live with the tests
 
@@ -219,7 +221,7 @@ def main() -> None:
     args = parser.parse_args()
     collector = "Python's defaults" if args.python_gc else "tune_garbage_collector()"
     if args.python_gc:
-        os.environ["BROKER_MQTT_BENCH_PYTHON_GC"] = "1"  # (read by tests/queue_node.py)
+        os.environ[PYTHON_GC] = "1"  # (inherited by the node processes)
     n = args.n or (5_000 if args.quick else 100_000)
     trials = 2 if args.quick else 3
     with EmbeddedBroker() as broker:

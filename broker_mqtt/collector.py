@@ -10,7 +10,7 @@ machine about a fifth of a queue's standby replica's CPU went to collections.
 :func:`tune_garbage_collector` is what ``broker-mqtt node`` (and the benchmarks' node processes)
 do once connected, before they join their stores and queues (so that a join's snapshot is decoded
 with it too). A library does not change its host process's collector by itself: an application
-that embeds endpoints, stores or queues may call it, once its start-up is done.
+that embeds endpoints, stores or queues may call it, once in its start-up, before its replicas join.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def tune_garbage_collector(thresholds: tuple[int, int, int] = NODE_THRESHOLDS) -
     the collector no longer walks them, and a garbage cycle among them is never freed; plain objects
     still are, as their last reference goes) and collect less often (``gc.set_threshold(*thresholds)``):
     batches of decoded messages then die before a collection sees them, instead of being promoted.
-    Call it once, at the end of start-up. Changes the whole process; returns the thresholds it
+    Call it once, in start-up, before replicas join. Changes the whole process; returns the thresholds it
     replaced (``gc.unfreeze()`` and ``gc.set_threshold(*returned)`` undo it). Raises ValueError, and
     changes nothing, for thresholds that are not a tuple of three ints >= 1."""
     if not (isinstance(thresholds, tuple) and len(thresholds) == 3

@@ -19,7 +19,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from broker_mqtt import tune_garbage_collector
+
 ROOT = Path(__file__).resolve().parent.parent
+
+#: set (to 1) in a node process's environment: it keeps Python's collector settings (bench --python-gc)
+PYTHON_GC = "BROKER_MQTT_BENCH_PYTHON_GC"
+
+
+def tune_node_collector() -> None:
+    """Node side, at start-up: ``tune_garbage_collector()`` as ``broker-mqtt node`` does, unless
+    :data:`PYTHON_GC` is set."""
+    if not os.environ.get(PYTHON_GC):
+        tune_garbage_collector()
 
 
 def out(*parts: object) -> None:

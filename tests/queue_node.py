@@ -27,20 +27,17 @@ SIGTERM leaves cleanly (consumer released, mastership handed over) and exits.
 
 import argparse
 import json
-import os
 import signal
 import sys
 import time
 
 import anyio
 import anyio.lowlevel
-from line_procs import out
+from line_procs import out, tune_node_collector
 
-from broker_mqtt import Endpoint, tune_garbage_collector
+from broker_mqtt import Endpoint
 from broker_mqtt.queue import Consumer, MessageState, NotHeld, attach_queue
 from broker_mqtt.store import MasterChanged, attach_store
-
-PYTHON_GC = "BROKER_MQTT_BENCH_PYTHON_GC"  # set (to 1): keep Python's collector settings (bench --python-gc)
 
 
 async def main() -> None:
@@ -176,8 +173,7 @@ async def main() -> None:
             if args.quiet:
                 tg.start_soon(progress)
             await anyio.lowlevel.checkpoint()
-            if not os.environ.get(PYTHON_GC):
-                tune_garbage_collector()  # as `broker-mqtt node` does (before its joins; this queue is new) (docs/queues.md § 5)
+            tune_node_collector()  # (docs/queues.md § 5; this queue is new, nothing to join first)
             out("READY", q.store.node_id if q.store is not None else ep.id.hex)
             if args.publish:
                 tg.start_soon(publish)

@@ -22,8 +22,9 @@ import uuid
 from typing import Any
 
 import anyio
+from line_procs import tune_node_collector
 
-from broker_mqtt import Endpoint, tune_garbage_collector
+from broker_mqtt import Endpoint
 from broker_mqtt import channel as ch
 from broker_mqtt.store import attach_clone, attach_master
 from broker_mqtt.store.faults import Faults
@@ -156,8 +157,7 @@ async def main() -> None:
         else:
             store = await attach_clone(ep, opts.store, channel=config, faults=faults,
                                           write_buffer=opts.write_buffer)
-        if not os.environ.get("BROKER_MQTT_BENCH_PYTHON_GC"):  # (as tests/queue_node.py)
-            tune_garbage_collector()  # as every benchmark's node process (docs/queues.md § 5)
+        tune_node_collector()  # as every benchmark's node process (docs/queues.md § 5)
         print("READY", store.id, flush=True)
         stdin = anyio.wrap_file(sys.stdin)
         while True:
