@@ -167,6 +167,7 @@ class Consumer:
             raise ValueError(f"lease must be > 0 s, not {lease}")
         self.queue = queue
         self.prefetch = prefetch
+        self._refill = max(1, prefetch // 4)  # free places that make an acquire worth placing
         self.lease = lease
         self.owner = self._new_owner()  # acquires go as this owner (a new one after an unknown outcome)
         self._retired: deque[str] = deque(maxlen=RETIRED_KEPT)  # released on leaving (the rest: by their lease)
@@ -294,8 +295,8 @@ class Consumer:
             self._acquiring = scope
             async with anyio.create_task_group() as tg:
                 while True:
-                    free = self.prefetch - len(self._held) - self._asked
-                    if self._in_flight >= 2 or free < max(1, self.prefetch // 4) or self._idle_wait:
+                    free = self._free()
+                    if self._in_flight >= 2 or free < self._refill or self._idle_wait:
                         await self._room.wait()
                         self._room = anyio.Event()
                         continue
@@ -384,8 +385,12 @@ class Consumer:
     def _made_room(self) -> None:
         """A settlement freed a place in the window: wake the acquire loop once it would place an
         acquire (not once a message: a task switch each would cost more than settling it)."""
-        if self.prefetch - len(self._held) - self._asked >= max(1, self.prefetch // 4):
+        if self._free() >= self._refill:
             self._room.set()
+
+    def _free(self) -> int:
+        """Places of the window neither held nor asked for by an acquire in flight."""
+        return self.prefetch - len(self._held) - self._asked
 
     def _settled(self, d: Delivery, outcome: Any) -> None:
         """The answer to a settlement made without waiting: None when done."""
