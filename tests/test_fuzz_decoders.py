@@ -48,7 +48,8 @@ def _id(value: Any) -> str:
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(min_value=2**63, max_value=2**80),
                      st.floats(), st.text(max_size=8), st.binary(max_size=8),
                      st.integers(4300, 4400).map(lambda e: -(10**e) if e % 2 else 10**e),  # (no repr of these)
-                     st.sampled_from(["hb", "put", "ping", "events", "many", "queue_settle"]))
+                     st.sampled_from(["hb", "put", "ping", "events", "many", "queue_settle",
+                                                      "queue_settle_acquire"]))
 _values = st.recursive(_scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=4), st.integers()), inner, max_size=3)),
     max_leaves=8)
@@ -153,7 +154,9 @@ def test_store_message_with_an_unhashable_head(wire: list[Any]) -> None:
                                   ["increment", "k", 1, HUGE], ["put", "k", 1, None, HUGE], ["put_unique", "k", 1, None,
                                   "w", -HUGE], [HUGE], ["queue_acquire", "o", 1, HUGE], ["queue_renew", "o", math.inf],
                                   ["queue_forget", HUGE], ["queue_settle", "o", [[HUGE, "accept", None]]],
-                                  ["queue_settle", "o", [[1, "accept", None, HUGE]]]], ids=_id)
+                                  ["queue_settle", "o", [[1, "accept", None, HUGE]]],
+                                  ["queue_settle_acquire", "o", [[1, "accept", None]], 5, math.inf],
+                                  ["queue_settle_acquire", "o", [[HUGE, "accept", None]], 5, 1.0]], ids=_id)
 def test_store_command_with_a_huge_or_infinite_number(wire: list[Any]) -> None:
     """Expiries and durations past any clock (``wall + expiry`` overflowed at the master) and ids past
     2**63 (their text overflowed an answer) are malformed."""

@@ -46,7 +46,7 @@ from .model import (
     record_state,
 )
 
-__all__ = ["Publish", "Acquire", "Settle", "ReleaseOwner", "Renew", "RegisterReader", "CommitReader", "RemoveReader",
+__all__ = ["Publish", "Acquire", "Settle", "SettleAndAcquire", "ReleaseOwner", "Renew", "RegisterReader", "CommitReader", "RemoveReader",
            "Forget", "Sweep", "Action", "RECORD_BYTES", "acquired_cost", "settled_cost", "MAX_BATCH", "MAX_READER_NAME", "START_OLDEST", "START_NEXT", "check_reader_name"]
 
 MAX_BATCH = 10_000  # messages per publish or acquire command
@@ -261,43 +261,52 @@ class Acquire(ComputedCommand):
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         ops: list[tuple[Any, ...]] = []
-        got: list[list[Any]] = []
-        owner = self.owner
-        taken = 0
-        owner_cost = len(owner) + ACQUIRED_OVERHEAD
-        limit = state.record_limit
-        for msg_id in index_for(state).first_ready(self.n):
-            wire = state.value(msg_id)
-            peek = None if wire is None else record_state(wire)
-            if wire is None or peek is None or peek[0] is not MessageState.READY:  # cannot happen; if it did: rebuild
-                forget_index(state)
-                continue
-            if taken >= RECORD_BYTES // 2:  # the record is full: the rest wait for the next acquire
-                break
-            data = wire["data"]
-            cost = 2 * size_bound(data) + owner_cost  # (acquired_cost, inline)
-            if limit is not None and taken + cost > limit:
-                if taken:
-                    break  # first in the next acquire
-                # no acquire can ever carry it (a peer published it unchecked): dead, not a poison record
-                ops.append(("put", msg_id, MessageRecord(data, MessageState.DEAD, None, int(wire["count"]), wire["max"],
-                                                         f"too large to deliver: an acquire's record of {cost} "
-                                                         f"bytes, the broker carries {limit}", marker(wire.get("p"))).to_wire(),
-                            None))
-                break  # (one a record: each carries its data)
-            taken += cost
-            # the acquired record, built directly (what MessageRecord(...).to_wire() gives)
-            count = int(wire["count"]) + 1
-            acquired = {"data": data, "state": "acquired", "owner": owner, "count": count, "max": wire["max"],
-                        "reason": None}
-            mark = marker(wire.get("p"))
-            if mark is not None:
-                acquired["p"] = mark
-            ops.append(("put", msg_id, acquired, None))
-            got.append([msg_id, data, count])
-        if got:
-            ops.append(("put", lease_key(self.owner), wall + self.lease, None))
+        got = _acquire_into(ops, state, wall, self.owner, self.n, self.lease)
         return _finish(state, ops, got)
+
+
+def _acquire_into(ops: list[tuple[Any, ...]], state: VersionedState, wall: float, owner: str, n: int, lease: float,
+                  before: int = 0) -> list[list[Any]]:
+    """Append to ``ops`` the acquire of up to ``n`` ready messages by ``owner`` (see :class:`Acquire`)
+    and return them as answered, ``[[id, data, delivery count], ...]``. ``before``: bytes the record
+    holds already (a settle's, :class:`SettleAndAcquire`): messages are added while the record is
+    under ``RECORD_BYTES // 2`` in all, none if it is there already."""
+    got: list[list[Any]] = []
+    taken = 0
+    owner_cost = len(owner) + ACQUIRED_OVERHEAD
+    limit = state.record_limit
+    for msg_id in index_for(state).first_ready(n):
+        wire = state.value(msg_id)
+        peek = None if wire is None else record_state(wire)
+        if wire is None or peek is None or peek[0] is not MessageState.READY:  # cannot happen; if it did: rebuild
+            forget_index(state)
+            continue
+        if before + taken >= RECORD_BYTES // 2:  # the record is full: the rest wait for the next acquire
+            break
+        data = wire["data"]
+        cost = 2 * size_bound(data) + owner_cost  # (acquired_cost, inline)
+        if limit is not None and before + taken + cost > limit:
+            if taken or cost <= limit:
+                break  # first in the next acquire (one with less before it, if that is what it needs)
+            # no acquire can ever carry it (a peer published it unchecked): dead, not a poison record
+            ops.append(("put", msg_id, MessageRecord(data, MessageState.DEAD, None, int(wire["count"]), wire["max"],
+                                                     f"too large to deliver: an acquire's record of {cost} "
+                                                     f"bytes, the broker carries {limit}", marker(wire.get("p"))).to_wire(),
+                        None))
+            break  # (one a record: each carries its data)
+        taken += cost
+        # the acquired record, built directly (what MessageRecord(...).to_wire() gives)
+        count = int(wire["count"]) + 1
+        acquired = {"data": data, "state": "acquired", "owner": owner, "count": count, "max": wire["max"],
+                    "reason": None}
+        mark = marker(wire.get("p"))
+        if mark is not None:
+            acquired["p"] = mark
+        ops.append(("put", msg_id, acquired, None))
+        got.append([msg_id, data, count])
+    if got:
+        ops.append(("put", lease_key(owner), wall + lease, None))
+    return got
 
 
 @register_command(CommandKind.QUEUE_SETTLE, _owner, _settlements)
@@ -318,51 +327,85 @@ class Settle(ComputedCommand):
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         ops: list[tuple[Any, ...]] = []
-        answers: list[str | None] = []
-        done: set[int] = set()
-        taken = 0  # bytes the record takes (by settled_cost, and the answers' text)
-        low = index_for(state).low_water()  # the readers' pointers do not move within a settle
-        for msg_id, action, reason, *delivery in self.items:
-            rec = _record(state, msg_id)
-            if (rec is None or rec.state is not MessageState.ACQUIRED or rec.owner != self.owner or msg_id in done
-                    or (delivery and delivery[0] != rec.count)):
-                why = "gone (accepted, or never published)" if rec is None else (
-                    f"{rec.state.value}" + (" by another" if rec.owner and rec.owner != self.owner else "")
-                    + (f", delivery {rec.count} (not {delivery[0]})" if delivery and delivery[0] != rec.count else ""))
-                answer = (f"message {msg_id} not held: {why} (released: lease expired or consumer presumed gone; "
-                          f"or settled already)")
-                answers.append(answer)
-                taken += len(answer) + 3  # (ASCII, and its head)
-                self._check_room(taken)
-                continue
-            done.add(msg_id)
-            answers.append(None)
-            if action == "accept" and (low is None or msg_id <= low):  # no log reader still to read it
-                taken += ERASED_COST  # (no data in the record: the usual settlement is not sized)
-                self._check_room(taken)
-                ops.append(("erase", msg_id))
-                continue
-            taken += settled_cost(rec.data, reason)
-            self._check_room(taken)
-            if action == "accept":
-                ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.DONE, None, rec.count,
-                                                         rec.max, None, rec.published).to_wire(), None))
-            elif action == "release":
-                ops.append(("put", msg_id, _back(rec, reason or "released").to_wire(), None))
-            elif action == "return":
-                ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.READY, None, max(0, rec.count - 1),
-                                                         rec.max, None, rec.published).to_wire(), None))
-            else:
-                ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.DEAD, None, rec.count, rec.max,
-                                                         reason or "rejected", rec.published).to_wire(), None))
+        answers, _ = _settle_into(ops, state, self.owner, self.items)
         return _finish(state, ops, answers)
 
-    def _check_room(self, taken: int) -> None:
-        """A settle of several messages whose record would pass RECORD_BYTES fails as a whole (a
-        consumer cuts its settlements by :func:`settled_cost`: only a peer that does not gets this)."""
-        if taken > RECORD_BYTES and len(self.items) > 1:
-            raise StoreProtocolError(f"a settle of {len(self.items)} messages would make a record larger than "
-                                     f"{RECORD_BYTES} bytes: settle them in parts")
+
+def _settle_into(ops: list[tuple[Any, ...]], state: VersionedState, owner: str,
+                 items: list[list[Any]]) -> tuple[list[str | None], int]:
+    """Append to ``ops`` the settlements ``items`` of ``owner`` (see :class:`Settle`); return the
+    answers and the bytes they add to the record (by :func:`settled_cost`, and the answers' text).
+    Raises StoreProtocolError if several would pass RECORD_BYTES (a consumer cuts its settlements by
+    :func:`settled_cost`: only a peer that does not gets this)."""
+    answers: list[str | None] = []
+    done: set[int] = set()
+    taken = 0
+    low = index_for(state).low_water()  # the readers' pointers do not move within a settle
+    for msg_id, action, reason, *delivery in items:
+        rec = _record(state, msg_id)
+        if (rec is None or rec.state is not MessageState.ACQUIRED or rec.owner != owner or msg_id in done
+                or (delivery and delivery[0] != rec.count)):
+            why = "gone (accepted, or never published)" if rec is None else (
+                f"{rec.state.value}" + (" by another" if rec.owner and rec.owner != owner else "")
+                + (f", delivery {rec.count} (not {delivery[0]})" if delivery and delivery[0] != rec.count else ""))
+            answer = (f"message {msg_id} not held: {why} (released: lease expired or consumer presumed gone; "
+                      f"or settled already)")
+            answers.append(answer)
+            taken += len(answer) + 3  # (ASCII, and its head)
+            _check_room(taken, items)
+            continue
+        done.add(msg_id)
+        answers.append(None)
+        if action == "accept" and (low is None or msg_id <= low):  # no log reader still to read it
+            taken += ERASED_COST  # (no data in the record: the usual settlement is not sized)
+            _check_room(taken, items)
+            ops.append(("erase", msg_id))
+            continue
+        taken += settled_cost(rec.data, reason)
+        _check_room(taken, items)
+        if action == "accept":
+            ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.DONE, None, rec.count,
+                                                     rec.max, None, rec.published).to_wire(), None))
+        elif action == "release":
+            ops.append(("put", msg_id, _back(rec, reason or "released").to_wire(), None))
+        elif action == "return":
+            ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.READY, None, max(0, rec.count - 1),
+                                                     rec.max, None, rec.published).to_wire(), None))
+        else:
+            ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.DEAD, None, rec.count, rec.max,
+                                                     reason or "rejected", rec.published).to_wire(), None))
+    return answers, taken
+
+
+def _check_room(taken: int, items: list[list[Any]]) -> None:
+    if taken > RECORD_BYTES and len(items) > 1:
+        raise StoreProtocolError(f"a settle of {len(items)} messages would make a record larger than "
+                                 f"{RECORD_BYTES} bytes: settle them in parts")
+
+
+@register_command(CommandKind.QUEUE_SETTLE_ACQUIRE, _owner, _settlements, _count, _seconds)
+@dataclass(frozen=True, slots=True)
+class SettleAndAcquire(ComputedCommand):
+    """A :class:`Settle` of ``items`` by ``owner``, then an :class:`Acquire` of up to ``n`` messages
+    by it (lease ``lease``), in one write and one record: a consumer's settlements carry the acquire
+    that refills its window. The acquire adds messages while the record (the settlements' part
+    too) is under ``RECORD_BYTES // 2``: none if the settlements fill that. Answer ``[settle's
+    answer, acquire's answer]``. A master of an earlier version refuses it (StoreDecodeError,
+    nothing applied): the consumer then settles and acquires in writes of their own."""
+
+    owner: str
+    items: list[list[Any]]
+    n: int
+    lease: float
+
+    def acts_for(self) -> str:
+        return self.owner
+
+    def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
+        ops: list[tuple[Any, ...]] = []
+        answers, taken = _settle_into(ops, state, self.owner, self.items)
+        got = _acquire_into(ops, state, wall, self.owner, self.n, self.lease, before=taken)
+        return _finish(state, ops, [answers, got])
 
 
 @register_command(CommandKind.QUEUE_RELEASE_OWNER, _owner, _reason, _flag)

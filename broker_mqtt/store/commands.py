@@ -96,6 +96,7 @@ class CommandKind(enum.Enum):
     QUEUE_PUBLISH = "queue_publish"
     QUEUE_ACQUIRE = "queue_acquire"
     QUEUE_SETTLE = "queue_settle"
+    QUEUE_SETTLE_ACQUIRE = "queue_settle_acquire"
     QUEUE_RELEASE_OWNER = "queue_release_owner"
     QUEUE_RENEW = "queue_renew"
     QUEUE_REGISTER_READER = "queue_register_reader"

@@ -1,0 +1,145 @@
+"""SettleAndAcquire: a consumer's settlements and the acquire that refills its window, one write and one record."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker_mqtt.queue import MessageState
+from broker_mqtt.queue.commands import (
+    RECORD_BYTES,
+    Acquire,
+    Publish,
+    RegisterReader,
+    Settle,
+    SettleAndAcquire,
+    acquired_cost,
+)
+from broker_mqtt.queue.model import QueueIndex, index_for
+from broker_mqtt.store.commands import decode_command
+from broker_mqtt.store.errors import StoreDecodeError
+from broker_mqtt.store.versioned import VersionedState
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_queue_commands import _record_size, records, run  # noqa: E402 - what a master does with one write
+
+OWNER = "e" * 32 + ".0123abcd"  # a consumer's owner id: <endpoint hex>.<random>
+
+
+def _published(n: int, data: Any = None) -> VersionedState:
+    state = VersionedState()
+    run(state, Publish([data if data is not None else ["job", i] for i in range(n)]))
+    return state
+
+
+def test_round_trip_and_acts_for_its_owner() -> None:
+    cmd = SettleAndAcquire(OWNER, [[1, "accept", None, 1], [2, "reject", "bad", 1]], 50, 30.0)
+    assert decode_command(cmd.to_wire()) == cmd
+    assert cmd.to_wire()[0] == "queue_settle_acquire"
+    assert cmd.acts_for() == OWNER  # (the master lets only the owner's endpoint, or a replica's, send it)
+
+
+@pytest.mark.parametrize("wire", [
+    ["queue_settle_acquire", "o", [[1, "accept", None]], 0, 1.0],       # acquire nothing: a Settle
+    ["queue_settle_acquire", "o", [], 5, 1.0],                          # settle nothing: an Acquire
+    ["queue_settle_acquire", "o", [[1, "eat", None]], 5, 1.0],
+    ["queue_settle_acquire", "o", [[1, "accept", None]], 5, 0],
+    ["queue_settle_acquire", "o", [[1, "accept", None]], 5],
+    ["queue_settle_acquire", "", [[1, "accept", None]], 5, 1.0],
+    ["queue_settle_acquire", "o", [[1, "accept", None]], True, 1.0],
+    ["queue_settle_acquire", "o", [[1, "accept", None]], 5, 1.0, "more"],
+])
+def test_malformed_forms_are_decode_errors(wire: Any) -> None:
+    with pytest.raises(StoreDecodeError):
+        decode_command(wire)
+
+
+def test_it_does_what_a_settle_then_an_acquire_do_in_one_record() -> None:
+    """Random traffic, twice: once with a Settle and then an Acquire, once with the two in one
+    SettleAndAcquire. Same answers, same records, and the index kept as it goes equals one rebuilt.
+    (Accepts and rejects here: what its settlements make ready again, the next acquire takes.)"""
+    rng = random.Random(7)
+    apart, together = _published(600), _published(600)
+    for a in (apart, together):
+        run(a, Acquire(OWNER, 40, 30.0))
+    held = list(range(1, 41))
+    for _ in range(30):
+        rng.shuffle(held)
+        settling = held[:rng.randint(1, 20)]
+        items = [[i, rng.choice(["accept", "accept", "reject"]), "why", 1] for i in settling]
+        items.append([10_000, "accept", None])  # (one it does not hold: answered per item)
+        n = rng.randint(1, 30)
+        seq = together.last_seq
+        answer = run(together, SettleAndAcquire(OWNER, items, n, 30.0))
+        assert together.last_seq == seq + 1  # one record
+        assert answer == [run(apart, Settle(OWNER, items)), run(apart, Acquire(OWNER, n, 30.0))]
+        assert records(together) == records(apart)
+        held = [i for i in held if i not in settling] + [m[0] for m in answer[1]]
+    idx, rebuilt = index_for(together), QueueIndex.build(together)
+    assert (idx.ready, idx.owned, idx.done, idx.next_id) == (rebuilt.ready, rebuilt.owned, rebuilt.done, rebuilt.next_id)
+    assert sorted(idx.owned[OWNER]) == sorted(held)
+
+
+def test_what_its_settlements_make_ready_waits_for_the_next_acquire() -> None:
+    """Its acquire takes messages ready before the write: one it releases or returns is not handed
+    straight back to it, but waits, ready, for the next acquire (of any consumer)."""
+    state = _published(6)
+    run(state, Acquire(OWNER, 2, 30.0))
+    answer = run(state, SettleAndAcquire(OWNER, [[1, "release", None, 1], [2, "return", None, 1]], 2, 30.0))
+    assert [m[0] for m in answer[1]] == [3, 4]
+    assert index_for(state).first_ready(2) == [1, 2]
+    assert [(m[0], m[2]) for m in run(state, Acquire("other.0", 2, 30.0))] == [(1, 2), (2, 1)]
+    idx, rebuilt = index_for(state), QueueIndex.build(state)
+    assert (idx.ready, idx.owned) == (rebuilt.ready, rebuilt.owned)
+
+
+def test_settlements_that_fill_half_a_record_leave_no_room_for_the_acquire() -> None:
+    """With a log reader behind, an accepted message stays (``done``) and its record carries its data:
+    settlements of large messages fill the record, and the acquire takes only what keeps the whole
+    record under RECORD_BYTES // 2 (none once the settlements are there), so that no record passes
+    what a publish checked its message against (``largest_acquire``)."""
+    from broker_mqtt.store.writer_core import RECORD_SLACK
+
+    big = "x" * 6_000
+    state = _published(40, big)
+    run(state, RegisterReader("r", "oldest"))
+    got = run(state, Acquire(OWNER, 40, 30.0))
+    assert len(got) == 3  # (3 of 12 kB each fill half a record)
+    first = [[m[0], "accept", None, 1] for m in got]
+    answer, size = _record_size(state, SettleAndAcquire(OWNER, first, 40, 30.0))
+    assert answer[0] == [None] * 3
+    assert 0 < len(answer[1]) < 3  # the settlements took part of the room
+    assert size <= RECORD_BYTES // 2 + 2 * acquired_cost(big, OWNER) + RECORD_SLACK
+    held = [m[0] for m in answer[1]]
+    while len(held) < 6:
+        held += [m[0] for m in run(state, Acquire(OWNER, 40, 30.0))]
+    many = [[i, "accept", None, 1] for i in held]  # 6 x 6 kB with their data: past half a record alone
+    answer, size = _record_size(state, SettleAndAcquire(OWNER, many, 40, 30.0))
+    assert answer == [[None] * len(many), []]
+    assert size <= RECORD_BYTES + RECORD_SLACK
+    assert all(r.state is MessageState.DONE for i, r in records(state).items() if i in held)
+
+
+def test_a_message_too_large_for_any_acquire_is_dead_lettered_also_behind_settlements() -> None:
+    """The broker's limit (``record_limit``): a message that fits no acquire's record, even alone, is
+    dead-lettered as by an Acquire; one that fits alone but not behind the settlements waits for
+    the next acquire (it is not dead)."""
+    state = VersionedState()
+    state.record_limit = 30_000
+    run(state, Publish(["a", "b"]))
+    run(state, Acquire(OWNER, 2, 30.0))
+    run(state, RegisterReader("r", "oldest"))
+    run(state, Publish(["x" * 12_000, "y" * 20_000, "c"]))  # 3: fits alone (24 kB), 4 never (40 kB)
+    settle = [[1, "reject", "r" * 900, 1], [2, "reject", "r" * 900, 1]]  # (their data and reasons in the record)
+    answer = run(state, SettleAndAcquire(OWNER, settle, 10, 30.0))
+    assert answer == [[None, None], []]  # 3 would pass the limit behind the settlements: next time
+    assert records(state)[3].state is MessageState.READY
+    assert [m[0] for m in run(state, SettleAndAcquire(OWNER, [[10_000, "accept", None]], 10, 30.0))[1]] == [3]
+    got = run(state, SettleAndAcquire(OWNER, [[3, "accept", None, 1]], 10, 30.0))[1]
+    assert got == []  # 4: dead, alone in its acquire (one a record, as an Acquire does)
+    assert records(state)[4].state is MessageState.DEAD and "too large to deliver" in (records(state)[4].reason or "")
+    assert [m[0] for m in run(state, Acquire(OWNER, 10, 30.0))] == [5]
