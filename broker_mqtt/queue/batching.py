@@ -73,6 +73,11 @@ class GroupCommit:
             raise batch.error
         return batch.results[i]
 
+    @property
+    def busy(self) -> bool:
+        """Whether items are gathered or a batch is in flight."""
+        return bool(self._busy or self._open)
+
     async def wait_idle(self) -> None:
         """Until nothing is gathered or in flight."""
         await self._idle.wait()

@@ -4,10 +4,13 @@ Theory of operation:
 
 * A :class:`Consumer` (``async with queue.consume(prefetch=10) as deliveries``) has its own owner id
   ``<endpoint uuid hex>.<random>`` and task group: it acquires the free part of its ``prefetch``
-  window in one write once a quarter of it is free (two acquires in flight at most), renews its
+  window in one write once half of it is free (two acquires in flight at most), renews its
   lease every ``lease/3`` s while it holds messages, and gathers settlements (accept, release,
   reject, with or without waiting) into group-committed writes, one in flight at a time (what is
-  settled during a round trip goes in the next write). Leaving the block gives back everything it
+  settled during a round trip goes in the next write). While settlements are on their way, the
+  acquire rides on them: the settle write that frees half the window acquires the difference in
+  the same write and record (:class:`~.commands.SettleAndAcquire`; a master of an earlier version
+  refuses it, and the consumer then writes them apart). Leaving the block gives back everything it
   still holds.
 * An acquire whose outcome is unknown (its answer forgotten, ``NoMaster`` after ``write_timeout``)
   may have taken messages the consumer never learns of. Acquiring on as the same owner would keep
@@ -38,7 +41,7 @@ import anyio.abc
 import anyio.lowlevel
 
 from ..errors import peer_repr
-from ..store.errors import StoreError
+from ..store.errors import StoreDecodeError, StoreError, StoreProtocolError
 from .batching import GroupCommit
 from .commands import (
     MAX_REASON,
@@ -47,6 +50,7 @@ from .commands import (
     ReleaseOwner,
     Renew,
     Settle,
+    SettleAndAcquire,
     acquired_cost,
     settled_cost,
 )
@@ -151,7 +155,8 @@ class Consumer:
     """``async with queue.consume(prefetch=10) as deliveries: async for d in deliveries: ...``.
 
     Iterating blocks until a message is delivered. At most ``prefetch`` messages are held (delivered
-    and not settled) at a time; once a quarter of them are settled, one write acquires the difference.
+    and not settled) at a time; once half of them are settled, one write acquires the difference (the
+    write that carries those settlements, if they are still on their way).
     ``await d.accept()`` (and release, reject) waits for the master (one round trip, shared with
     concurrent settlements): settle in concurrent tasks for throughput, or use ``d.accept_nowait()``
     (no wait, no task) and collect the outcomes with :meth:`drain`. Leaving the block (normally, by
@@ -167,7 +172,7 @@ class Consumer:
             raise ValueError(f"lease must be > 0 s, not {lease}")
         self.queue = queue
         self.prefetch = prefetch
-        self._refill = max(1, prefetch // 4)  # free places that make an acquire worth placing
+        self._refill = max(1, prefetch // 2)  # free places that make an acquire worth placing
         self.lease = lease
         self.owner = self._new_owner()  # acquires go as this owner (a new one after an unknown outcome)
         self._retired: deque[str] = deque(maxlen=RETIRED_KEPT)  # released on leaving (the rest: by their lease)
@@ -182,6 +187,8 @@ class Consumer:
         self._tg: anyio.abc.TaskGroup | None = None
         self._acquiring: anyio.CancelScope | None = None
         self._asked = 0  # messages asked for by acquires in flight
+        self._combine = True  # settle writes carry the acquire (False: a master refused SettleAndAcquire)
+        self._acquirers: anyio.abc.TaskGroup | None = None  # the acquire loop's (its waits for an arrival)
         self._in_flight = 0
         self._idle_wait = False  # an acquire found nothing: the next waits for an arrival
         self._failures: list[tuple[Delivery, StoreError]] = []  # of settlements made without waiting
@@ -222,12 +229,12 @@ class Consumer:
         if self._acquiring is not None:
             self._acquiring.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            await self._settler.wait_idle()  # (first: a settle write in flight may acquire more)
             unseen: dict[str, list[tuple[list[Any], int]]] = {}
             for d in self._held.values():
                 if not d.seen:
                     unseen.setdefault(d._owner, []).append(([d.id, "return", None, d.delivery_count],
                                                             settled_cost(d.data, None)))
-            await self._settler.wait_idle()
             for d, error in self._failures:
                 log.warning("queue %s: settling message %d failed: %s", self.queue.name, d.id, error)
             try:
@@ -290,13 +297,16 @@ class Consumer:
 
     async def _acquire_loop(self) -> None:
         """Keep up to ``prefetch`` messages held or asked for: an acquire goes out (two at most in
-        flight) once a quarter of the window is free, so the window refills while it drains."""
+        flight) once half the window is free, so the window refills while it drains; while
+        settlements are on their way, in their write (:meth:`_settle_batch`), not in one of its own."""
         with anyio.CancelScope() as scope:
             self._acquiring = scope
             async with anyio.create_task_group() as tg:
+                self._acquirers = tg
                 while True:
                     free = self._free()
-                    if self._in_flight >= 2 or free < self._refill or self._idle_wait:
+                    if self._in_flight >= 2 or free < self._refill or self._idle_wait or (
+                            self._combine and self._settler.busy):
                         await self._room.wait()
                         self._room = anyio.Event()
                         continue
@@ -329,23 +339,33 @@ class Consumer:
         finally:
             self._asked -= n
             self._in_flight -= 1
+        if self._take(owner, got, n, 0):
+            await self._wait_for_arrival(seen)
+        self._room.set()
+
+    def _take(self, owner: str, got: list[Any], n: int, before: int) -> bool:
+        """Hand out ``got``, what an acquire of ``n`` as ``owner`` answered; whether the queue ran
+        dry (fewer than ``n``, and the record, ``before`` bytes of it a settle's at most, was not
+        full: an answer cut at RECORD_BYTES // 2 has at least that)."""
         for msg_id, data, count in got:
             d = Delivery(self, msg_id, data, count, owner)
             self._held[msg_id] = d
             self._ready.append(d)
         if got:
             self._delivered.set()
-        if len(got) < n and sum(acquired_cost(data, owner) for _, data, _ in got) < RECORD_BYTES // 2:
-            # the queue ran dry (an answer cut at RECORD_BYTES // 2 has at least that): wait for an
-            # arrival, and let a few gather
-            self._idle_wait = True
-            try:
-                if self.queue._arrivals == seen:
-                    await self.queue._await_arrival(seen, self.queue.poll_interval)  # a safety net
-                await anyio.sleep(LINGER)
-            finally:
-                self._idle_wait = False
-        self._room.set()
+        return len(got) < n and before + sum(acquired_cost(data, owner) for _, data, _ in got) < RECORD_BYTES // 2
+
+    async def _wait_for_arrival(self, seen: int) -> None:
+        """The queue ran dry: no acquire until a message arrives (after ``seen`` arrivals), and a few
+        gathered."""
+        self._idle_wait = True
+        try:
+            if self.queue._arrivals == seen:
+                await self.queue._await_arrival(seen, self.queue.poll_interval)  # a safety net
+            await anyio.sleep(LINGER)
+        finally:
+            self._idle_wait = False
+            self._room.set()
 
     async def _renew_loop(self) -> None:
         while True:
@@ -365,8 +385,8 @@ class Consumer:
         d.settled = True
         self._held.pop(d.id, None)
         self._made_room()
-        answer = await self._settler.submit((d._owner, [d.id, action, reason, d.delivery_count]),
-                                            settled_cost(d.data, reason))
+        cost = settled_cost(d.data, reason)
+        answer = await self._settler.submit((d._owner, [d.id, action, reason, d.delivery_count], cost), cost)
         if isinstance(answer, StoreError):  # (its owner's settle write failed, another's went through)
             raise answer
         if answer is not None:
@@ -379,8 +399,9 @@ class Consumer:
         self._held.pop(d.id, None)
         self._made_room()
         self._nowait_made += 1
-        self._settler.submit_nowait((d._owner, [d.id, action, reason, d.delivery_count]),
-                                    functools.partial(self._settled, d), settled_cost(d.data, reason))
+        cost = settled_cost(d.data, reason)
+        self._settler.submit_nowait((d._owner, [d.id, action, reason, d.delivery_count], cost),
+                                    functools.partial(self._settled, d), cost)
 
     def _made_room(self) -> None:
         """A settlement freed a place in the window: wake the acquire loop once it would place an
@@ -417,18 +438,71 @@ class Consumer:
         failures, self._failures = self._failures, []
         return failures
 
-    async def _settle_batch(self, items: list[tuple[str, list[Any]]]) -> list[Any]:
-        """One settle write per owner of ``items`` (``(owner, settlement)``, in order; one write but
-        right after an owner was retired). A write that fails after another went through answers its
-        own settlements with the error (the others keep their answers); the first failing raises."""
+    async def _settle_batch(self, items: list[tuple[str, list[Any], int]]) -> list[Any]:
+        """One settle write per owner of ``items`` (``(owner, settlement, cost)``, in order; one write
+        but right after an owner was retired), the current owner's carrying the acquire that refills
+        the window if one is due (:meth:`_settle_and_acquire`). A write that fails after another went
+        through answers its own settlements with the error (the others keep their answers); the first
+        failing raises."""
         answers: list[Any] = []
-        for owner, run in itertools.groupby(items, key=itemgetter(0)):
-            part = [settlement for _, settlement in run]
-            try:
-                answers += await self.queue.write(Settle(owner, part))
-            except StoreError as exc:
-                if not answers:
-                    raise
-                answers += [exc] * len(part)
+        try:
+            for owner, run in itertools.groupby(items, key=itemgetter(0)):
+                group = list(run)
+                part = [settlement for _, settlement, _ in group]
+                cost = sum(c for _, _, c in group)
+                try:
+                    n = self._acquire_due() if owner == self.owner and cost < RECORD_BYTES // 2 else 0
+                    if n:
+                        answers += await self._settle_and_acquire(owner, part, n, cost)
+                    else:
+                        answers += await self.queue.write(Settle(owner, part))
+                except StoreError as exc:
+                    if not answers:
+                        raise
+                    answers += [exc] * len(part)
+        finally:
+            # the acquire loop waits while settlements are on their way; by its turn the settler
+            # may be idle (nothing left to carry an acquire): it then places one itself
+            self._room.set()
         return answers
 
+    def _acquire_due(self) -> int:
+        """How many to acquire with a settle write now: the free part of the window once half of it
+        is free (0: none due, or the acquire loop's to place)."""
+        if not self._combine or self._leaving or self._idle_wait or self._in_flight >= 2:
+            return 0
+        free = self._free()
+        return free if free >= self._refill else 0
+
+    async def _settle_and_acquire(self, owner: str, part: list[list[Any]], n: int, cost: int) -> list[Any]:
+        """Settle ``part`` (``cost`` bytes by :func:`settled_cost` at most) and acquire ``n`` as
+        ``owner`` in one write; the settlements' answers. The acquire's outcome follows the
+        settlements': unknown if the write failed (the owner is retired, as after a failed acquire)."""
+        seen = self.queue._arrivals
+        self._asked += n
+        self._in_flight += 1
+        try:
+            try:
+                answer = await self.queue.write(SettleAndAcquire(owner, part, n, self.lease))
+            except StoreDecodeError as exc:  # a master of an earlier version: refused, nothing applied
+                self._combine = False
+                log.info("queue %s: the master does not know settle-and-acquire writes (%s); settling and "
+                         "acquiring in writes of their own", self.queue.name, exc)
+                result: list[Any] = await self.queue.write(Settle(owner, part))
+                return result
+            except StoreError as exc:
+                self._retire_owner(owner, f"failed with settlements ({type(exc).__name__}: outcome unknown)")
+                raise
+            if not (isinstance(answer, list) and len(answer) == 2 and isinstance(answer[0], list)
+                    and len(answer[0]) == len(part) and isinstance(answer[1], list)):
+                self._retire_owner(owner, "was answered without its messages")
+                raise StoreProtocolError(f"a settle-and-acquire was answered {peer_repr(answer, 60)}")
+        finally:
+            self._asked -= n
+            self._in_flight -= 1
+            self._room.set()
+        if self._take(owner, answer[1], n, cost) and self._acquirers is not None and not self._leaving:
+            self._idle_wait = True  # (at once: no acquire before the wait begins)
+            self._acquirers.start_soon(self._wait_for_arrival, seen)
+        settled: list[Any] = answer[0]
+        return settled

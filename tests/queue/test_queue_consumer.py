@@ -14,11 +14,11 @@ import anyio
 import pytest
 
 from broker_mqtt.queue import MessageState
-from broker_mqtt.queue.commands import Acquire, Publish, ReleaseOwner, Settle
+from broker_mqtt.queue.commands import Acquire, Publish, ReleaseOwner, Settle, SettleAndAcquire
 from broker_mqtt.queue.consumer import Consumer
 from broker_mqtt.queue.model import MessageRecord, index_for, new_marker
 from broker_mqtt.store import NoMaster
-from broker_mqtt.store.errors import AnswerForgotten
+from broker_mqtt.store.errors import AnswerForgotten, StoreDecodeError
 from broker_mqtt.store.versioned import VersionedState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,8 +31,8 @@ class _Endpoint:
 
 
 class ScriptedQueue:
-    """Answers each acquire with the next of ``acquires`` (then with no message); every other write
-    with None."""
+    """Answers each acquire with the next of ``acquires`` (then with no message), a settle-and-acquire
+    with every settlement done and the next of them; every other write with None."""
 
     def __init__(self, acquires: list[Any]) -> None:
         self.endpoint = _Endpoint()
@@ -47,6 +47,9 @@ class ScriptedQueue:
         if isinstance(command, Acquire):
             self.asked += 1
             return self.acquires.pop(0) if self.acquires else []
+        if isinstance(command, SettleAndAcquire):
+            self.asked += 1
+            return [[None] * len(command.items), self.acquires.pop(0) if self.acquires else []]
         return None
 
     def _listen(self, delta: int) -> None:
@@ -94,7 +97,7 @@ class MasterQueue:
         await anyio.lowlevel.checkpoint()
         before = {k for k, r in _records(self.state).items() if r.state is MessageState.ACQUIRED}
         answer = run(self.state, command, anyio.current_time())
-        if isinstance(command, Acquire):
+        if isinstance(command, (Acquire, SettleAndAcquire)):
             self.acquires += 1
             if self.acquires in self.forget:
                 taken = {k for k, r in _records(self.state).items() if r.state is MessageState.ACQUIRED} - before
@@ -175,11 +178,11 @@ async def test_a_settle_batch_across_two_owners_keeps_the_answers_of_the_write_t
             return [None] * len(command.items)
 
     consumer = Consumer(TwoOwners([]), prefetch=1, lease=30.0)  # type: ignore[arg-type]  # (a stand-in queue)
-    answers = await consumer._settle_batch([("old", [1, "accept", None, 1]), ("old", [2, "accept", None, 1]),
-                                            ("new", [3, "accept", None, 1])])
+    answers = await consumer._settle_batch([("old", [1, "accept", None, 1], 230), ("old", [2, "accept", None, 1], 230),
+                                            ("new", [3, "accept", None, 1], 230)])
     assert answers[:2] == [None, None] and isinstance(answers[2], NoMaster)
     with pytest.raises(NoMaster):  # the first write failing: as before, the batch's error
-        await consumer._settle_batch([("new", [3, "accept", None, 1]), ("old", [1, "accept", None, 1])])
+        await consumer._settle_batch([("new", [3, "accept", None, 1], 230), ("old", [1, "accept", None, 1], 230)])
 
 
 
@@ -192,8 +195,9 @@ class SettlingQueue(ScriptedQueue):
         self.gate.set()
 
     async def write(self, command: Any) -> Any:
-        if isinstance(command, Settle):
+        if isinstance(command, (Settle, SettleAndAcquire)):
             await self.gate.wait()
+        if isinstance(command, Settle):
             return [None] * len(command.items)
         return await super().write(command)
 
@@ -246,3 +250,104 @@ async def test_concurrent_drains_all_return() -> None:
                 await anyio.wait_all_tasks_blocked()
                 queue.gate.set()
     assert results == [[], []]
+
+
+# -- settlements that carry the acquire (SettleAndAcquire) ----------------------------------------------
+
+
+class CountingQueue(MasterQueue):
+    """A MasterQueue holding ``n`` messages from the start, counting its writes by kind."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(forget=set())
+        run(self.state, Publish([f"job-{i}" for i in range(n)], None, new_marker()), 0.0)
+        self.kinds: dict[str, int] = {}
+
+    async def write(self, command: Any) -> Any:
+        self.kinds[type(command).__name__] = self.kinds.get(type(command).__name__, 0) + 1
+        return await super().write(command)
+
+
+async def _accept_all(queue: Any, n: int, prefetch: int, lease: float = 30.0) -> tuple[Consumer, list[Any]]:
+    """Consume with accept_nowait until ``n`` messages were handed out and the queue holds no
+    message; the consumer and what its drains reported."""
+    failures: list[Any] = []
+    with anyio.fail_after(20):
+        async with Consumer(queue, prefetch=prefetch, lease=lease) as consumer:  # type: ignore[arg-type]  # (a stand-in queue)
+            seen = 0
+            async for d in consumer:
+                d.accept_nowait()
+                seen += 1
+                if seen >= n:
+                    failures += await consumer.drain()
+                    if not _records(queue.state):
+                        break
+    return consumer, failures
+
+
+@pytest.mark.anyio
+async def test_a_busy_consumer_acquires_in_its_settle_writes() -> None:
+    queue = CountingQueue(600)
+    _, failures = await _accept_all(queue, 600, prefetch=20)
+    assert not failures and not _records(queue.state)  # every message accepted, once
+    kinds = queue.kinds
+    # the window refills in the settle writes: about one write per half window, not two
+    assert kinds["SettleAndAcquire"] > 2 * kinds.get("Acquire", 0), kinds
+    assert kinds["SettleAndAcquire"] + kinds.get("Settle", 0) + kinds.get("Acquire", 0) < 600 // 10 * 1.5, kinds
+
+
+class EarlierMasterQueue(CountingQueue):
+    """A master of a version before SettleAndAcquire: it refuses one, applying nothing, as an unknown
+    command kind is refused (StoreDecodeError)."""
+
+    async def write(self, command: Any) -> Any:
+        if isinstance(command, SettleAndAcquire):
+            self.kinds["refused"] = self.kinds.get("refused", 0) + 1
+            await anyio.lowlevel.checkpoint()
+            raise StoreDecodeError("unexpected store message kind 'queue_settle_acquire'")
+        return await super().write(command)
+
+
+@pytest.mark.anyio
+async def test_against_a_master_of_an_earlier_version_it_settles_and_acquires_apart(caplog: Any) -> None:
+    queue = EarlierMasterQueue(300)
+    with caplog.at_level(logging.INFO, logger="broker_mqtt.queue"):
+        _, failures = await _accept_all(queue, 300, prefetch=20)
+    assert not failures and not _records(queue.state)  # the refused write's settlements went again
+    assert queue.kinds["refused"] == 1  # asked once, then never again
+    assert queue.kinds["Settle"] > 1 and queue.kinds["Acquire"] > 1
+    assert "does not know settle-and-acquire writes" in caplog.text
+
+
+class LostAnswerQueue(CountingQueue):
+    """Applies its first SettleAndAcquire and then fails it (NoMaster: the outcome is unknown to the
+    consumer), with the master's lease chore running."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.lost: list[Any] = []  # [settled ids, acquired ids] of the lost write
+        self.lost_owner = ""
+
+    async def write(self, command: Any) -> Any:
+        answer = await super().write(command)
+        if isinstance(command, SettleAndAcquire) and not self.lost:
+            self.lost = [[item[0] for item in command.items], [m[0] for m in answer[1]]]
+            self.lost_owner = command.owner
+            raise NoMaster("no master answered")
+        return answer
+
+
+@pytest.mark.anyio
+async def test_a_settle_write_whose_outcome_is_unknown_fails_its_settlements_and_retires_the_owner() -> None:
+    queue = LostAnswerQueue(200)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(queue.lease_chore)
+        consumer, failures = await _accept_all(queue, 200, prefetch=20, lease=0.5)
+        tg.cancel_scope.cancel()
+    settled, acquired = queue.lost
+    assert settled and acquired
+    assert sorted(d.id for d, _ in failures) == sorted(settled)  # reported: their outcome is unknown
+    assert all(isinstance(error, NoMaster) for _, error in failures)
+    assert consumer.owner != queue.lost_owner  # retired: what that write took comes back once its lease ends
+    assert not _records(queue.state)  # ... and was delivered again, and accepted
+    assert queue.kinds["SettleAndAcquire"] > 1  # (and the consumer went on settling with acquires)
