@@ -200,6 +200,35 @@ def _finish(state: VersionedState, ops: list[tuple[Any, ...]], answer: Any) -> t
     return op, answer
 
 
+class _Changes:
+    """What a settle's and an acquire's ops do to the master's index (:mod:`.model`), collected as
+    they are computed and applied once the ops are (cheaper than :func:`.model.advance`, which
+    reads every op again): ready messages ``owner`` acquired and its lease, held messages erased,
+    and every other key changed, noted as ``advance`` notes it. The keys are disjoint: a settle
+    changes messages its owner holds, an acquire ready ones and the lease."""
+
+    __slots__ = ("owner", "acquired", "lease", "erased", "other")
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.acquired: list[int] = []
+        self.lease: float | None = None
+        self.erased: list[int] = []
+        self.other: list[tuple[Any, Any]] = []  # (key, value) as note() takes them
+
+    def finish(self, state: VersionedState, ops: list[tuple[Any, ...]], answer: Any) -> tuple[tuple[Any, ...], Any]:
+        """:func:`_finish`, with the index kept from what was collected."""
+        idx = index_for(state)
+        idx.acquired(self.owner, self.acquired)
+        if self.lease is not None:
+            idx.leases[self.owner] = self.lease
+        idx.erased(self.erased)
+        for key, value in self.other:
+            idx.note(key, value)
+        idx.seq = state.last_seq + 1
+        return _many(ops), answer
+
+
 def _record(state: VersionedState, msg_id: int) -> MessageRecord | None:
     wire = state.value(msg_id)
     return None if wire is None else MessageRecord.from_wire(wire)
@@ -261,16 +290,19 @@ class Acquire(ComputedCommand):
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         ops: list[tuple[Any, ...]] = []
-        got = _acquire_into(ops, state, wall, self.owner, self.n, self.lease)
-        return _finish(state, ops, got)
+        changes = _Changes(self.owner)
+        got = _acquire_into(ops, changes, state, wall, self.n, self.lease)
+        return changes.finish(state, ops, got)
 
 
-def _acquire_into(ops: list[tuple[Any, ...]], state: VersionedState, wall: float, owner: str, n: int, lease: float,
-                  before: int = 0) -> list[list[Any]]:
-    """Append to ``ops`` the acquire of up to ``n`` ready messages by ``owner`` (see :class:`Acquire`)
-    and return them as answered, ``[[id, data, delivery count], ...]``. ``before``: bytes the record
-    holds already (a settle's, :class:`SettleAndAcquire`): messages are added while the record is
-    under ``RECORD_BYTES // 2`` in all, none if it is there already."""
+def _acquire_into(ops: list[tuple[Any, ...]], changes: _Changes, state: VersionedState, wall: float, n: int,
+                  lease: float, before: int = 0) -> list[list[Any]]:
+    """Append to ``ops`` (and ``changes``) the acquire of up to ``n`` ready messages by
+    ``changes.owner`` (see :class:`Acquire`) and return them as answered, ``[[id, data, delivery
+    count], ...]``. ``before``: bytes the record holds already (a settle's,
+    :class:`SettleAndAcquire`): messages are added while the record is under ``RECORD_BYTES // 2``
+    in all, none if it is there already."""
+    owner = changes.owner
     got: list[list[Any]] = []
     taken = 0
     owner_cost = len(owner) + ACQUIRED_OVERHEAD
@@ -289,10 +321,11 @@ def _acquire_into(ops: list[tuple[Any, ...]], state: VersionedState, wall: float
             if taken or cost <= limit:
                 break  # first in the next acquire (one with less before it, if that is what it needs)
             # no acquire can ever carry it (a peer published it unchecked): dead, not a poison record
-            ops.append(("put", msg_id, MessageRecord(data, MessageState.DEAD, None, int(wire["count"]), wire["max"],
-                                                     f"too large to deliver: an acquire's record of {cost} "
-                                                     f"bytes, the broker carries {limit}", marker(wire.get("p"))).to_wire(),
-                        None))
+            dead = MessageRecord(data, MessageState.DEAD, None, int(wire["count"]), wire["max"],
+                                 f"too large to deliver: an acquire's record of {cost} bytes, the broker carries "
+                                 f"{limit}", marker(wire.get("p"))).to_wire()
+            ops.append(("put", msg_id, dead, None))
+            changes.other.append((msg_id, dead))
             break  # (one a record: each carries its data)
         taken += cost
         # the acquired record, built directly (what MessageRecord(...).to_wire() gives)
@@ -303,9 +336,11 @@ def _acquire_into(ops: list[tuple[Any, ...]], state: VersionedState, wall: float
         if mark is not None:
             acquired["p"] = mark
         ops.append(("put", msg_id, acquired, None))
+        changes.acquired.append(msg_id)
         got.append([msg_id, data, count])
     if got:
-        ops.append(("put", lease_key(owner), wall + lease, None))
+        changes.lease = wall + lease
+        ops.append(("put", lease_key(owner), changes.lease, None))
     return got
 
 
@@ -327,27 +362,33 @@ class Settle(ComputedCommand):
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         ops: list[tuple[Any, ...]] = []
-        answers, _ = _settle_into(ops, state, self.owner, self.items)
-        return _finish(state, ops, answers)
+        changes = _Changes(self.owner)
+        answers, _ = _settle_into(ops, changes, state, self.items)
+        return changes.finish(state, ops, answers)
 
 
-def _settle_into(ops: list[tuple[Any, ...]], state: VersionedState, owner: str,
+def _settle_into(ops: list[tuple[Any, ...]], changes: _Changes, state: VersionedState,
                  items: list[list[Any]]) -> tuple[list[str | None], int]:
-    """Append to ``ops`` the settlements ``items`` of ``owner`` (see :class:`Settle`); return the
-    answers and the bytes they add to the record (by :func:`settled_cost`, and the answers' text).
-    Raises StoreProtocolError if several would pass RECORD_BYTES (a consumer cuts its settlements by
-    :func:`settled_cost`: only a peer that does not gets this)."""
+    """Append to ``ops`` (and ``changes``) the settlements ``items`` of ``changes.owner`` (see
+    :class:`Settle`); return the answers and the bytes they add to the record (by
+    :func:`settled_cost`, and the answers' text). Raises StoreProtocolError if several would pass
+    RECORD_BYTES (a consumer cuts its settlements by :func:`settled_cost`: only a peer that does not
+    gets this)."""
+    owner = changes.owner
     answers: list[str | None] = []
     done: set[int] = set()
     taken = 0
     low = index_for(state).low_water()  # the readers' pointers do not move within a settle
     for msg_id, action, reason, *delivery in items:
-        rec = _record(state, msg_id)
-        if (rec is None or rec.state is not MessageState.ACQUIRED or rec.owner != owner or msg_id in done
-                or (delivery and delivery[0] != rec.count)):
-            why = "gone (accepted, or never published)" if rec is None else (
-                f"{rec.state.value}" + (" by another" if rec.owner and rec.owner != owner else "")
-                + (f", delivery {rec.count} (not {delivery[0]})" if delivery and delivery[0] != rec.count else ""))
+        wire = state.value(msg_id)
+        peek = None if wire is None else record_state(wire)  # (a record exactly when from_wire gives one)
+        count = 0 if peek is None else int(wire["count"])
+        if (peek is None or peek[0] is not MessageState.ACQUIRED or peek[1] != owner or msg_id in done
+                or (delivery and delivery[0] != count)):
+            held_by = None if peek is None else peek[1]
+            why = "gone (accepted, or never published)" if peek is None else (
+                f"{peek[0].value}" + (" by another" if held_by and held_by != owner else "")
+                + (f", delivery {count} (not {delivery[0]})" if delivery and delivery[0] != count else ""))
             answer = (f"message {msg_id} not held: {why} (released: lease expired or consumer presumed gone; "
                       f"or settled already)")
             answers.append(answer)
@@ -360,20 +401,25 @@ def _settle_into(ops: list[tuple[Any, ...]], state: VersionedState, owner: str,
             taken += ERASED_COST  # (no data in the record: the usual settlement is not sized)
             _check_room(taken, items)
             ops.append(("erase", msg_id))
+            changes.erased.append(msg_id)
             continue
+        rec = MessageRecord.from_wire(wire)
+        assert rec is not None  # (peek is not None)
         taken += settled_cost(rec.data, reason)
         _check_room(taken, items)
         if action == "accept":
-            ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.DONE, None, rec.count,
-                                                     rec.max, None, rec.published).to_wire(), None))
+            after = MessageRecord(rec.data, MessageState.DONE, None, rec.count, rec.max, None, rec.published)
         elif action == "release":
-            ops.append(("put", msg_id, _back(rec, reason or "released").to_wire(), None))
+            after = _back(rec, reason or "released")
         elif action == "return":
-            ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.READY, None, max(0, rec.count - 1),
-                                                     rec.max, None, rec.published).to_wire(), None))
+            after = MessageRecord(rec.data, MessageState.READY, None, max(0, rec.count - 1), rec.max, None,
+                                  rec.published)
         else:
-            ops.append(("put", msg_id, MessageRecord(rec.data, MessageState.DEAD, None, rec.count, rec.max,
-                                                     reason or "rejected", rec.published).to_wire(), None))
+            after = MessageRecord(rec.data, MessageState.DEAD, None, rec.count, rec.max, reason or "rejected",
+                                  rec.published)
+        value = after.to_wire()
+        ops.append(("put", msg_id, value, None))
+        changes.other.append((msg_id, value))
     return answers, taken
 
 
@@ -403,9 +449,10 @@ class SettleAndAcquire(ComputedCommand):
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
         ops: list[tuple[Any, ...]] = []
-        answers, taken = _settle_into(ops, state, self.owner, self.items)
-        got = _acquire_into(ops, state, wall, self.owner, self.n, self.lease, before=taken)
-        return _finish(state, ops, [answers, got])
+        changes = _Changes(self.owner)
+        answers, taken = _settle_into(ops, changes, state, self.items)
+        got = _acquire_into(ops, changes, state, wall, self.n, self.lease, before=taken)
+        return changes.finish(state, ops, [answers, got])
 
 
 @register_command(CommandKind.QUEUE_RELEASE_OWNER, _owner, _reason, _flag)

@@ -257,6 +257,32 @@ class QueueIndex:
         elif key == NEXT_ID and isinstance(value, int):
             self.next_id = value
 
+    def acquired(self, owner: str, ids: list[int]) -> None:
+        """Ready messages ``ids`` are now acquired by ``owner``: what :meth:`note` does with their
+        acquired records, without reading them (the master's acquires: :mod:`.commands`)."""
+        if not ids:
+            return
+        held = self.owned.get(owner)
+        if held is None:
+            held = self.owned[owner] = set()
+        ready, owner_of = self.ready, self.owner_of
+        for key in ids:
+            ready.discard(key)
+            held.add(key)
+            owner_of[key] = owner
+
+    def erased(self, ids: list[int]) -> None:
+        """Acquired messages ``ids`` are erased (accepted): what :meth:`note` does with their erases."""
+        owner_of, owned = self.owner_of, self.owned
+        for key in ids:
+            owner = owner_of.pop(key, None)
+            if owner is not None:
+                held = owned.get(owner)
+                if held is not None:
+                    held.discard(key)
+                    if not held:
+                        del owned[owner]
+
     def observe(self, op: tuple[Any, ...]) -> None:
         """Keep up with an op about to be applied (``put``/``erase``/``many`` of them)."""
         for one in (op[1] if op[0] == "many" else (op,)):

@@ -143,3 +143,50 @@ def test_a_message_too_large_for_any_acquire_is_dead_lettered_also_behind_settle
     assert got == []  # 4: dead, alone in its acquire (one a record, as an Acquire does)
     assert records(state)[4].state is MessageState.DEAD and "too large to deliver" in (records(state)[4].reason or "")
     assert [m[0] for m in run(state, Acquire(OWNER, 10, 30.0))] == [5]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_index_the_commands_keep_equals_one_rebuilt_from_the_state(seed: int) -> None:
+    """The settle and acquire commands keep the master's index from what they computed (not by
+    reading their ops again): after every write of random traffic (every action, a log reader
+    behind or not, max_deliveries, two owners, combined writes or not), it equals one rebuilt from
+    the state, and a replica applying the same log holds the same state."""
+    from broker_mqtt.queue.commands import CommitReader, ReleaseOwner
+    from broker_mqtt.store.log_ops import compute_op
+    from broker_mqtt.store.versioned import Record
+
+    rng = random.Random(seed)
+    state, follower = VersionedState(), VersionedState()
+    if seed % 2:
+        run(state, RegisterReader("r", "oldest"))
+        follower = VersionedState()
+        for key, value in state.items():  # (the follower starts from the same state)
+            follower.apply(Record(follower.last_seq + 1, (1, "m"), 1, "o", "w", 1, ("put", key, value, None), None))
+    for step in range(500):
+        owner = rng.choice(["x.1", "y.2"])
+        held = sorted(index_for(state).owned.get(owner, ()))
+        settle = [[i, rng.choice(["accept", "accept", "release", "reject", "return"]), "r"]
+                  for i in rng.sample(held, min(len(held), rng.randint(0, 4)))]
+        roll = rng.random()
+        if roll < 0.3:
+            cmd: Any = Publish([step] * rng.randint(1, 4), rng.choice([None, 2]))
+        elif roll < 0.45:
+            cmd = Acquire(owner, rng.randint(1, 5), 5.0)
+        elif roll < 0.6 and settle:
+            cmd = Settle(owner, settle)
+        elif roll < 0.9 and settle:
+            cmd = SettleAndAcquire(owner, settle, rng.randint(1, 5), 5.0)
+        elif roll < 0.95:
+            cmd = ReleaseOwner(owner, "gone", False)
+        else:
+            cmd = CommitReader("r", max(0, index_for(state).next_id - 1 - rng.randint(0, 5))) if seed % 2 else \
+                Acquire(owner, 1, 5.0)
+        op, answer = compute_op(state, cmd, 1000.0 + step)
+        rec = Record(state.last_seq + 1, (1, "m"), step + 1, "o", "w", step + 1, op, answer)
+        state.apply(rec)
+        follower.apply(Record.from_wire(rec.to_wire()))
+        idx, fresh = index_for(state), QueueIndex.build(state)
+        assert (idx.ready, idx.owned, idx.owner_of, idx.leases, idx.done, idx.readers, idx.next_id) == (
+            fresh.ready, fresh.owned, fresh.owner_of, fresh.leases, fresh.done, fresh.readers, fresh.next_id), step
+        assert idx.first_ready(3) == sorted(fresh.ready)[:3]
+    assert dict(follower.items()) == dict(state.items())
