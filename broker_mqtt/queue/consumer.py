@@ -41,7 +41,7 @@ import anyio.abc
 import anyio.lowlevel
 
 from ..errors import peer_repr
-from ..store.errors import StoreDecodeError, StoreError, StoreProtocolError
+from ..store.errors import StoreError, StoreProtocolError
 from .batching import GroupCommit
 from .commands import (
     MAX_REASON,
@@ -484,7 +484,11 @@ class Consumer:
         try:
             try:
                 answer = await self.queue.write(SettleAndAcquire(owner, part, n, self.lease))
-            except StoreDecodeError as exc:  # a master of an earlier version: refused, nothing applied
+            except StoreProtocolError as exc:
+                # refused, nothing applied (a master answers an error only with a noop record); a
+                # master of an earlier version refuses the unknown kind so: its StoreDecodeError
+                # reaches the writer as StoreProtocolError (the wire carries the code, and
+                # StoreDecodeError has none of its own)
                 self._combine = False
                 log.info("queue %s: the master does not know settle-and-acquire writes (%s); settling and "
                          "acquiring in writes of their own", self.queue.name, exc)

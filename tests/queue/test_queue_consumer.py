@@ -18,7 +18,7 @@ from broker_mqtt.queue.commands import Acquire, Publish, ReleaseOwner, Settle, S
 from broker_mqtt.queue.consumer import Consumer
 from broker_mqtt.queue.model import MessageRecord, index_for, new_marker
 from broker_mqtt.store import NoMaster
-from broker_mqtt.store.errors import AnswerForgotten, StoreDecodeError
+from broker_mqtt.store.errors import AnswerForgotten, StoreDecodeError, error_from_wire
 from broker_mqtt.store.versioned import VersionedState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -351,3 +351,30 @@ async def test_a_settle_write_whose_outcome_is_unknown_fails_its_settlements_and
     assert consumer.owner != queue.lost_owner  # retired: what that write took comes back once its lease ends
     assert not _records(queue.state)  # ... and was delivered again, and accepted
     assert queue.kinds["SettleAndAcquire"] > 1  # (and the consumer went on settling with acquires)
+
+
+class EarlierMasterOverTheWireQueue(CountingQueue):
+    """A master of a version before SettleAndAcquire, as its writer's answer reaches the consumer:
+    the master's StoreDecodeError travels as an error answer (``StoreError.to_wire``: code and text)
+    and the writer rebuilds it with ``error_from_wire`` (``store/writer_core.py``), by its code."""
+
+    async def write(self, command: Any) -> Any:
+        if isinstance(command, SettleAndAcquire):
+            self.kinds["refused"] = self.kinds.get("refused", 0) + 1
+            await anyio.lowlevel.checkpoint()
+            refused = StoreDecodeError("unexpected store message kind 'queue_settle_acquire'")
+            raise error_from_wire(refused.to_wire())
+        return await super().write(command)
+
+
+@pytest.mark.anyio
+async def test_an_earlier_masters_refusal_as_the_writer_raises_it_settles_apart(caplog: Any) -> None:
+    """Before: the refusal arrived as StoreProtocolError (StoreDecodeError has no code of its own),
+    not the StoreDecodeError the consumer waited for: each combined write failed its settlements
+    (NotHeld never, but StoreProtocolError for every one) and retired the owner, again and again."""
+    queue = EarlierMasterOverTheWireQueue(300)
+    with caplog.at_level(logging.INFO, logger="broker_mqtt.queue"):
+        consumer, failures = await _accept_all(queue, 300, prefetch=20)
+    assert not failures and not _records(queue.state)
+    assert queue.kinds["refused"] == 1  # asked once, then never again
+    assert not consumer._retired  # nothing of unknown outcome: the master applied nothing
