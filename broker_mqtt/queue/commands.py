@@ -321,9 +321,11 @@ def _acquire_into(ops: list[tuple[Any, ...]], changes: _Changes, state: Versione
             if taken or cost <= limit:
                 break  # first in the next acquire (one with less before it, if that is what it needs)
             # no acquire can ever carry it (a peer published it unchecked): dead, not a poison record
-            dead = MessageRecord(data, MessageState.DEAD, None, int(wire["count"]), wire["max"],
-                                 f"too large to deliver: an acquire's record of {cost} bytes, the broker carries "
-                                 f"{limit}", marker(wire.get("p"))).to_wire()
+            why = f"too large to deliver: an acquire's record of {cost} bytes, the broker carries {limit}"
+            if before and before + settled_cost(data, why) > limit:
+                break  # its data behind the settlements would pass the limit: an acquire alone moves it
+            dead = MessageRecord(data, MessageState.DEAD, None, int(wire["count"]), wire["max"], why,
+                                 marker(wire.get("p"))).to_wire()
             ops.append(("put", msg_id, dead, None))
             changes.other.append((msg_id, dead))
             break  # (one a record: each carries its data)
@@ -436,8 +438,9 @@ class SettleAndAcquire(ComputedCommand):
     by it (lease ``lease``), in one write and one record: a consumer's settlements carry the acquire
     that refills its window. The acquire adds messages while the record (the settlements' part
     too) is under ``RECORD_BYTES // 2``: none if the settlements fill that. Answer ``[settle's
-    answer, acquire's answer]``. A master of an earlier version refuses it (StoreDecodeError,
-    nothing applied): the consumer then settles and acquires in writes of their own."""
+    answer, acquire's answer]``. A master of an earlier version refuses it (as any unknown kind:
+    an error answer, nothing applied; the writer raises StoreProtocolError): the consumer then settles
+    and acquires in writes of their own."""
 
     owner: str
     items: list[list[Any]]

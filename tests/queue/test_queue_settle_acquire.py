@@ -126,8 +126,9 @@ def test_settlements_that_fill_half_a_record_leave_no_room_for_the_acquire() -> 
 
 def test_a_message_too_large_for_any_acquire_is_dead_lettered_also_behind_settlements() -> None:
     """The broker's limit (``record_limit``): a message that fits no acquire's record, even alone, is
-    dead-lettered as by an Acquire; one that fits alone but not behind the settlements waits for
-    the next acquire (it is not dead)."""
+    dead-lettered as by an Acquire, behind the settlements if its data fits there (else by the next
+    acquire); one that fits alone but not behind the settlements waits for the next acquire (it is
+    not dead)."""
     state = VersionedState()
     state.record_limit = 30_000
     run(state, Publish(["a", "b"]))
@@ -140,9 +141,38 @@ def test_a_message_too_large_for_any_acquire_is_dead_lettered_also_behind_settle
     assert records(state)[3].state is MessageState.READY
     assert [m[0] for m in run(state, SettleAndAcquire(OWNER, [[10_000, "accept", None]], 10, 30.0))[1]] == [3]
     got = run(state, SettleAndAcquire(OWNER, [[3, "accept", None, 1]], 10, 30.0))[1]
-    assert got == []  # 4: dead, alone in its acquire (one a record, as an Acquire does)
+    assert got == []  # 4: its data (20 kB) behind the settlement's (12 kB) would pass the limit
+    assert records(state)[4].state is MessageState.READY
+    assert run(state, Acquire(OWNER, 10, 30.0)) == []  # 4: dead, alone in its acquire (one a record)
     assert records(state)[4].state is MessageState.DEAD and "too large to deliver" in (records(state)[4].reason or "")
-    assert [m[0] for m in run(state, Acquire(OWNER, 10, 30.0))] == [5]
+    assert [m[0] for m in run(state, SettleAndAcquire(OWNER, [[10_000, "accept", None]], 10, 30.0))[1]] == [5]
+    small = [[i, "reject", None, 1] for i in (5,)]  # a small settlement: the dead letter fits behind it
+    run(state, Publish(["z" * 15_000, "d"]))  # 6: never (30 kB), 15 kB with its data
+    assert run(state, SettleAndAcquire(OWNER, small, 10, 30.0)) == [[None], []]
+    assert records(state)[6].state is MessageState.DEAD
+
+
+def test_a_dead_letter_behind_settlements_keeps_the_record_under_the_brokers_limit() -> None:
+    """A message no acquire can carry is dead-lettered in a record that carries its data once: alone,
+    that fits (its publish's record did); behind settlements it may not. Before, a SettleAndAcquire
+    dead-lettered it behind them, in a record past ``record_limit`` (what the broker carries: every
+    master's send loop would meet it)."""
+    from broker_mqtt.store.writer_core import RECORD_SLACK
+
+    state = VersionedState()
+    state.record_limit = 30_000
+    run(state, Publish(["a" * 1_000, "b" * 1_000]))
+    run(state, Acquire(OWNER, 2, 30.0))
+    run(state, Publish(["y" * 29_000, "c"]))  # 3: a peer's unchecked publish, its record under the limit
+    settle = [[1, "reject", "r" * 900, 1], [2, "reject", "r" * 900, 1]]
+    answer, size = _record_size(state, SettleAndAcquire(OWNER, settle, 10, 30.0))
+    assert answer[0] == [None, None]
+    assert size <= state.record_limit + RECORD_SLACK, size
+    # it is dead-lettered by an acquire with nothing before it, as an Acquire does
+    while records(state)[3].state is MessageState.READY:
+        answer, size = _record_size(state, Acquire(OWNER, 10, 30.0))
+        assert size <= state.record_limit + RECORD_SLACK, size
+    assert records(state)[3].state is MessageState.DEAD
 
 
 @pytest.mark.parametrize("seed", range(4))
