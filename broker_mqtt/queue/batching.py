@@ -100,6 +100,10 @@ class GroupCommit:
             batch.results = results
         except Exception as exc:  # handed to every submitter of the batch
             batch.error = exc
+        except BaseException:  # cancelled on its way: no answers, and the outcome is unknown
+            batch.error = RuntimeError(f"a write of {len(batch.items)} items was cancelled on its way: "
+                                       f"outcome unknown")
+            raise
         finally:
             for i, report in batch.reports:
                 report(batch.error if batch.error is not None else batch.results[i])

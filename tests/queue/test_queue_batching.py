@@ -110,3 +110,23 @@ async def test_a_batch_holds_items_up_to_max_cost_and_one_item_always() -> None:
         tg.cancel_scope.cancel()
     assert batches == [[0, 1], [2], [3], [4, 5]]
     assert results == {i: i for i in range(6)}
+
+
+async def test_a_batch_cancelled_on_its_way_reports_an_error_to_its_nowait_items() -> None:
+    """Cancelled while its write is on its way (a consumer's block cancelled from outside), a batch
+    has neither answers nor an error: its items submitted without waiting are told the outcome is
+    unknown. Before, the report indexed the missing answers (IndexError out of the task group)."""
+    reports: list[Any] = []
+
+    async def send(items: list[Any]) -> list[Any]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    gc = GroupCommit(send, in_flight=1)
+    with anyio.move_on_after(0.05):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(gc.run)
+            gc.submit_nowait("a", reports.append)
+            await anyio.sleep_forever()
+    assert len(reports) == 1 and isinstance(reports[0], Exception)
+    await gc.wait_idle()  # (nothing left gathered or in flight)
