@@ -4,11 +4,11 @@ Theory of operation:
 
 * A :class:`Consumer` (``async with queue.consume(prefetch=10) as deliveries``) has its own owner id
   ``<endpoint uuid hex>.<random>`` and task group: it acquires the free part of its ``prefetch``
-  window in one write once half of it is free (two acquires in flight at most), renews its
+  window in one write once a quarter of it is free (two acquires in flight at most), renews its
   lease every ``lease/3`` s while it holds messages, and gathers settlements (accept, release,
   reject, with or without waiting) into group-committed writes, one in flight at a time (what is
   settled during a round trip goes in the next write). While settlements are on their way, the
-  acquire rides on them: the settle write that frees half the window acquires the difference in
+  acquire rides on them: the settle write that finds a quarter of the window free acquires the difference in
   the same write and record (:class:`~.commands.SettleAndAcquire`; a master of an earlier version
   refuses it, and the consumer then writes them apart). Leaving the block gives back everything it
   still holds.
@@ -155,7 +155,7 @@ class Consumer:
     """``async with queue.consume(prefetch=10) as deliveries: async for d in deliveries: ...``.
 
     Iterating blocks until a message is delivered. At most ``prefetch`` messages are held (delivered
-    and not settled) at a time; once half of them are settled, one write acquires the difference (the
+    and not settled) at a time; once a quarter of them are settled, one write acquires the difference (the
     write that carries those settlements, if they are still on their way).
     ``await d.accept()`` (and release, reject) waits for the master (one round trip, shared with
     concurrent settlements): settle in concurrent tasks for throughput, or use ``d.accept_nowait()``
@@ -172,7 +172,8 @@ class Consumer:
             raise ValueError(f"lease must be > 0 s, not {lease}")
         self.queue = queue
         self.prefetch = prefetch
-        self._refill = max(1, prefetch // 2)  # free places that make an acquire worth placing
+        self._refill = max(1, prefetch // 4)  # free places that make an acquire worth placing
+        self._per_record: int | None = None  # messages the last acquire cut by its record's size carried
         self.lease = lease
         self.owner = self._new_owner()  # acquires go as this owner (a new one after an unknown outcome)
         self._retired: deque[str] = deque(maxlen=RETIRED_KEPT)  # released on leaving (the rest: by their lease)
@@ -297,22 +298,24 @@ class Consumer:
 
     async def _acquire_loop(self) -> None:
         """Keep up to ``prefetch`` messages held or asked for: an acquire goes out (two at most in
-        flight) once half the window is free, so the window refills while it drains; while
-        settlements are on their way, in their write (:meth:`_settle_batch`), not in one of its own."""
+        flight) once a quarter of the window is free, so the window refills while it drains; while
+        settlements are on their way, in their write (:meth:`_settle_batch`), not in one of its own
+        (but while acquires are cut by their size: :meth:`_worth`)."""
         with anyio.CancelScope() as scope:
             self._acquiring = scope
             async with anyio.create_task_group() as tg:
                 self._acquirers = tg
                 while True:
                     free = self._free()
-                    if self._in_flight >= 2 or free < self._refill or self._idle_wait or (
-                            self._combine and self._settler.busy):
+                    if self._in_flight >= 2 or free < self._worth() or self._idle_wait or (
+                            self._combine and self._settler.busy and self._per_record is None):
                         await self._room.wait()
                         self._room = anyio.Event()
                         continue
-                    self._asked += free
+                    n = self._asking(free)
+                    self._asked += n
                     self._in_flight += 1
-                    tg.start_soon(self._acquire, free)
+                    tg.start_soon(self._acquire, n)
 
     async def _acquire(self, n: int) -> None:
         seen = self.queue._arrivals
@@ -346,14 +349,24 @@ class Consumer:
     def _take(self, owner: str, got: list[Any], n: int, before: int) -> bool:
         """Hand out ``got``, what an acquire of ``n`` as ``owner`` answered; whether the queue ran
         dry (fewer than ``n``, and the record, ``before`` bytes of it a settle's at most, was not
-        full: an answer cut at RECORD_BYTES // 2 has at least that)."""
+        full: an answer cut at RECORD_BYTES // 2 has at least that). An answer its messages' size
+        cut sets how many a record carries (:meth:`_worth`)."""
         for msg_id, data, count in got:
             d = Delivery(self, msg_id, data, count, owner)
             self._held[msg_id] = d
             self._ready.append(d)
         if got:
             self._delivered.set()
-        return len(got) < n and before + sum(acquired_cost(data, owner) for _, data, _ in got) < RECORD_BYTES // 2
+        cost = sum(acquired_cost(data, owner) for _, data, _ in got)
+        if len(got) >= n:
+            if cost < RECORD_BYTES // 4:
+                self._per_record = None  # small messages (again): ask for the free places
+            return False
+        if before + cost < RECORD_BYTES // 2:
+            return True  # dry
+        if cost >= RECORD_BYTES // 4:  # cut by the size of its messages (not only by settlements before them)
+            self._per_record = len(got)
+        return False
 
     async def _wait_for_arrival(self, seen: int) -> None:
         """The queue ran dry: no acquire until a message arrives (after ``seen`` arrivals), and a few
@@ -406,8 +419,20 @@ class Consumer:
     def _made_room(self) -> None:
         """A settlement freed a place in the window: wake the acquire loop once it would place an
         acquire (not once a message: a task switch each would cost more than settling it)."""
-        if self._free() >= self._refill:
+        if self._free() >= self._worth():
             self._room.set()
+
+    def _asking(self, free: int) -> int:
+        """How many an acquire asks for: the free places, or what one record carries while acquires
+        are cut by their size (asking for more would hold places a second acquire could ask for)."""
+        return free if self._per_record is None else min(free, self._per_record)
+
+    def _worth(self) -> int:
+        """Free places that make an acquire worth placing: a quarter of the window, or fewer while acquires
+        are cut by their record's size (large messages: one carries only that many, so waiting for
+        the window's quarter would leave the application waiting for messages)."""
+        per_record = self._per_record
+        return self._refill if per_record is None else max(1, min(self._refill, per_record))
 
     def _free(self) -> int:
         """Places of the window neither held nor asked for by an acquire in flight."""
@@ -467,12 +492,12 @@ class Consumer:
         return answers
 
     def _acquire_due(self) -> int:
-        """How many to acquire with a settle write now: the free part of the window once half of it
+        """How many to acquire with a settle write now: the free part of the window once a quarter of it
         is free (0: none due, or the acquire loop's to place)."""
         if not self._combine or self._leaving or self._idle_wait or self._in_flight >= 2:
             return 0
         free = self._free()
-        return free if free >= self._refill else 0
+        return self._asking(free) if free >= self._worth() else 0
 
     async def _settle_and_acquire(self, owner: str, part: list[list[Any]], n: int, cost: int) -> list[Any]:
         """Settle ``part`` (``cost`` bytes by :func:`settled_cost` at most) and acquire ``n`` as
