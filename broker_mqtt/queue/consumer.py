@@ -365,7 +365,11 @@ class Consumer:
         if before + cost < RECORD_BYTES // 2:
             return True  # dry
         if cost >= RECORD_BYTES // 4:  # cut by the size of its messages (not only by settlements before them)
-            self._per_record = len(got)
+            # what a record of its own carries: behind settlements (``before``), the answer had less
+            # room, so its count alone says too few (and asks of that many are never cut again to
+            # correct it); the master adds messages while under RECORD_BYTES // 2, so at their
+            # average cost a record carries ceil(RECORD_BYTES // 2 / average)
+            self._per_record = len(got) if not before else max(len(got), -(-(RECORD_BYTES // 2) * len(got) // cost))
         return False
 
     async def _wait_for_arrival(self, seen: int) -> None:

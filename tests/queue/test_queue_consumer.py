@@ -427,3 +427,38 @@ async def test_while_acquires_are_cut_by_their_size_the_next_goes_once_a_records
             await queue.overlapped.wait()  # 2 places free: an acquire goes beside the waiting one
             queue.go.set()
     assert queue.placed >= 3
+
+
+class MixedQueue(CountingQueue):
+    """A MasterQueue holding ``small`` messages of 1 byte, then ``large`` of ``size`` bytes, each write
+    taking 2 ms; notes each acquire as ``(kind, asked, got)``."""
+
+    def __init__(self, small: int, large: int, size: int) -> None:
+        super().__init__(0)
+        run(self.state, Publish(["s"] * small, None, new_marker()), 0.0)
+        run(self.state, Publish(["x" * size] * large, None, new_marker()), 0.0)
+        self.acquired: list[tuple[str, int, int]] = []
+
+    async def write(self, command: Any) -> Any:
+        await anyio.sleep(0.002)
+        answer = await super().write(command)
+        if isinstance(command, Acquire):
+            self.acquired.append(("Acquire", command.n, len(answer)))
+        elif isinstance(command, SettleAndAcquire):
+            self.acquired.append(("SettleAndAcquire", command.n, len(answer[1])))
+        return answer
+
+
+@pytest.mark.anyio
+async def test_an_acquire_cut_behind_settlements_does_not_make_a_record_carry_fewer() -> None:
+    # Small messages, then 5 kB ones (a record of its own carries 4). The first acquire the large
+    # ones cut rode on a settle write of 100 settlements, which left it room for 3: the consumer
+    # took 3 for what a record carries, asked for 3 from then on, and never saw an acquire cut
+    # again to correct it (a third more acquire writes; 12 kB messages behind enough settlements:
+    # 1 a write, not 2).
+    queue = MixedQueue(300, 40, 5000)
+    consumer, failures = await _accept_all(queue, 340, prefetch=100)
+    assert not failures and not _records(queue.state)
+    assert consumer._per_record == 4, queue.acquired
+    plain = [got for kind, _, got in queue.acquired if kind == "Acquire" and got]
+    assert plain.count(4) >= 7, queue.acquired
