@@ -21,7 +21,7 @@ from broker_mqtt.queue.commands import (
 )
 from broker_mqtt.queue.model import QueueIndex, index_for
 from broker_mqtt.store.commands import decode_command
-from broker_mqtt.store.errors import StoreDecodeError
+from broker_mqtt.store.errors import StoreDecodeError, StoreError
 from broker_mqtt.store.versioned import VersionedState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -220,3 +220,57 @@ def test_the_index_the_commands_keep_equals_one_rebuilt_from_the_state(seed: int
             fresh.ready, fresh.owned, fresh.owner_of, fresh.leases, fresh.done, fresh.readers, fresh.next_id), step
         assert idx.first_ready(3) == sorted(fresh.ready)[:3]
     assert dict(follower.items()) == dict(state.items())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kept_index_equals_a_rebuilt_one_under_adversarial_settlements(seed: int) -> None:
+    """As above, with what a peer may send: settlements naming an id twice, ids of no record, of
+    ready messages, of another owner's, wrong delivery counts; foreign values written into the store;
+    the index dropped mid-way; every other command (readers, sweeps, renewals, releases, forgets)."""
+    from broker_mqtt.queue.commands import CommitReader, Forget, ReleaseOwner, RemoveReader, Renew, Sweep
+    from broker_mqtt.queue.model import forget_index
+    from broker_mqtt.store.log_ops import compute_op
+    from broker_mqtt.store.versioned import Record
+
+    def view(idx: QueueIndex) -> tuple[Any, ...]:
+        return idx.ready, idx.owned, idx.owner_of, idx.leases, idx.done, idx.readers, idx.next_id
+
+    rng = random.Random(seed)
+    state = VersionedState()
+    foreign: list[Any] = [{"data": "f", "state": "acquired", "owner": "x.1", "count": 1, "max": None, "reason": None},
+                          {"data": "f", "state": "acquired", "owner": 5, "count": 1, "max": None, "reason": None},
+                          {"data": "f", "state": "ready", "owner": None, "count": "2", "max": None, "reason": None},
+                          {"data": "f", "state": "bogus"}, "junk"]
+    for step in range(300):
+        owner = rng.choice(["x.1", "y.2"])
+        keys = [k for k, _ in state.items() if isinstance(k, int)]
+        ids = [*keys, 0, 10**6, max(keys, default=1) + 1]
+        items: list[list[Any]] = []
+        for _ in range(rng.randint(1, 5)):
+            item = [rng.choice(ids), rng.choice(["accept", "release", "reject", "return"]), rng.choice([None, "r"])]
+            if rng.random() < 0.3:
+                item.append(rng.randint(1, 3))
+            items += [item, list(item)] if rng.random() < 0.3 else [item]
+        roll = rng.random()
+        if roll < 0.95:
+            cmd: Any = rng.choice([
+                Publish([rng.choice(["s", "x" * 5000]) for _ in range(rng.randint(1, 4))], rng.choice([None, 2])),
+                Acquire(owner, rng.randint(1, 8), 5.0), Settle(owner, items),
+                SettleAndAcquire(owner, items, rng.randint(1, 8), 5.0), SettleAndAcquire(owner, items, 3, 0.5),
+                ReleaseOwner(owner, "gone", rng.random() < 0.5), RegisterReader(rng.choice("rq"), "oldest"),
+                CommitReader(rng.choice("rq"), max(0, index_for(state).next_id - 1 - rng.randint(0, 5))),
+                RemoveReader(rng.choice("rq")), Sweep(5), Renew(owner, 5.0), Forget(0.0)])
+            if rng.random() < 0.05:
+                forget_index(state)
+            try:
+                op, answer = compute_op(state, cmd, 1000.0 + step * 0.3)
+            except StoreError:  # (a settle too large for a record: nothing applied)
+                assert view(index_for(state)) == view(QueueIndex.build(state))
+                continue
+        else:  # a peer's value: the index is rebuilt (the state moved as it did not predict)
+            op, answer = ("put", rng.choice(ids), rng.choice(foreign), None), None
+            cmd = op
+        state.apply(Record(state.last_seq + 1, (1, "m"), step + 1, "o", "w", step + 1, op, answer))
+        idx, fresh = index_for(state), QueueIndex.build(state)
+        assert view(idx) == view(fresh), (step, cmd)
+        assert idx.first_ready(5) == sorted(fresh.ready)[:5] and idx.done_upto(None) == sorted(fresh.done)
