@@ -359,8 +359,8 @@ class Consumer:
             self._delivered.set()
         cost = sum(acquired_cost(data, owner) for _, data, _ in got)
         if len(got) >= n:
-            if cost < RECORD_BYTES // 4:
-                self._per_record = None  # small messages (again): ask for the free places
+            if cost < RECORD_BYTES // 4 and (self._per_record is None or n >= self._per_record):
+                self._per_record = None  # a record's worth of small messages (again): ask for the free places
             return False
         if before + cost < RECORD_BYTES // 2:
             return True  # dry
