@@ -95,7 +95,7 @@ SANS_IO = sorted({
         "master", "clone", "commands", "replication", "replica_base", "replica_claim", "replica_events",
         "replica_follower", "replica_master", "replica_messages", "versioned", "history", "writer_core",
         "record_log", "packing", "backend")),
-    "broker_mqtt.queue.model", "broker_mqtt.queue.commands",
+    "broker_mqtt.queue.model", "broker_mqtt.queue.commands", "broker_mqtt.queue.record_sizes",
     "broker_mqtt.endpoint.dispatch", "broker_mqtt.endpoint.presence", "broker_mqtt.endpoint.outbox",
     "broker_mqtt.endpoint.backoff",
     "broker_mqtt.endpoint.sequence", "broker_mqtt.spark.topic_pattern", "broker_mqtt.spark.json_rows",

@@ -2,6 +2,7 @@
 
 - :mod:`.model`: how messages live in the replicated state; the master's index (sans-io);
 - :mod:`.commands`: publish, acquire, settle, release-owner and renew, computed by the master (sans-io);
+- :mod:`.record_sizes`: the bytes each of the queue's log records may take, and their bounds (sans-io);
 - :mod:`.batching`: group commit of concurrent operations (anyio);
 - :mod:`.publishing`: a handle's publishes, checked and written in records the broker carries (anyio);
 - :mod:`.attached`: the anyio layer: the handle and its service (``attach_queue(ep, name)``);

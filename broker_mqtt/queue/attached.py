@@ -44,7 +44,6 @@ from ..store.packing import detached
 from ..store.writer import StoreWriter
 from ..wire.message import Kind
 from .commands import (
-    MAX_ERASES,
     START_NEXT,
     START_OLDEST,
     Forget,
@@ -59,6 +58,7 @@ from .errors import QueueError
 from .log import POLL, LogReader
 from .model import READER_PREFIX, MessageRecord, MessageState, index_for, is_message_key, is_pointer
 from .publishing import Publisher
+from .record_sizes import MAX_ERASES
 from .split_merge import QueueResolver
 
 if TYPE_CHECKING:

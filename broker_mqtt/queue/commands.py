@@ -45,25 +45,25 @@ from .model import (
     reader_key,
     record_state,
 )
+from .record_sizes import (
+    ACQUIRED_OVERHEAD,
+    ERASED_COST,
+    MAX_ERASES,
+    MAX_OWNER,
+    RECORD_BYTES,
+    acquired_cost,
+    settled_cost,
+)
 
 __all__ = ["Publish", "Acquire", "Settle", "SettleAndAcquire", "ReleaseOwner", "Renew", "RegisterReader", "CommitReader", "RemoveReader",
            "Forget", "Sweep", "Action", "RECORD_BYTES", "acquired_cost", "settled_cost", "MAX_BATCH", "MAX_READER_NAME", "START_OLDEST", "START_NEXT", "check_reader_name"]
 
 MAX_BATCH = 10_000  # messages per publish or acquire command
-#: bytes of messages one record of the queue carries at most, one message always: a record larger
-#: than the broker's maximum packet could not travel. An acquire hands over what fits (by
-#: :func:`acquired_cost`: its record carries each message twice, as its new state and in the answer),
-#: a release of an owner's messages takes back what fits, and a consumer's settlements go in writes
-#: that fit (:func:`settled_cost`). Publishing refuses a message that would not fit alone
-#: (:class:`~.errors.MessageTooLarge`). 64 KiB fits every broker this project knows of.
-RECORD_BYTES = 64 * 1024
-MAX_ERASES = RECORD_BYTES // 16  #: erases of a record that erases messages (16 bytes each at most)
 MAX_READER_NAME = 200  # characters
 START_OLDEST, START_NEXT = "oldest", "next"
 Action = str  # "accept" | "release" | "reject" | "return"
 _ACTIONS = ("accept", "release", "reject", "return")
 _FOREVER = 1e15  # seconds: durations and ages beyond any wall clock are refused (an overflow, not a time)
-MAX_OWNER = 200  #: ASCII characters of a consumer's owner id (theirs are 41): a record carries it per message
 MAX_REASON = 1000  #: characters of a settlement's or release's reason (a consumer cuts a longer one)
 
 
@@ -160,38 +160,6 @@ def _many(ops: list[tuple[Any, ...]]) -> tuple[Any, ...]:
     if not ops:
         return ("noop",)
     return ops[0] if len(ops) == 1 else ("many", ops)
-
-
-#: bytes a message adds to records beyond its data (keys, state, owner, counts, ids; the answer's
-#: text for a settlement refused, or a dead message's reason, less MAX_REASON): upper bounds
-PUBLISHED_OVERHEAD = 84
-ACQUIRED_OVERHEAD = 122
-SETTLED_OVERHEAD = 212
-ERASED_COST = 24  # an accepted message's erase, and its answer
-
-
-def published_cost(size: int) -> int:
-    """A bound of the bytes that publishing a message whose encoding is at most ``size`` bytes adds
-    to the publish's record."""
-    return size + PUBLISHED_OVERHEAD
-
-
-def acquired_cost(data: Any, owner: str) -> int:
-    """A bound of the bytes that acquiring a message of ``data`` adds to an acquire's record (and
-    takes from its RECORD_BYTES // 2)."""
-    return 2 * size_bound(data) + len(owner) + ACQUIRED_OVERHEAD
-
-
-def largest_acquire(size: int) -> int:
-    """A bound of the bytes of an acquire's record whose last message's encoding is at most ``size``
-    bytes (those before it take less than RECORD_BYTES // 2): what the broker must carry for that
-    message to be delivered."""
-    return RECORD_BYTES // 2 + 2 * size + MAX_OWNER + ACQUIRED_OVERHEAD
-
-
-def settled_cost(data: Any, reason: str | None) -> int:
-    """A bound of the bytes that settling or releasing a message of ``data`` adds to a record."""
-    return size_bound(data) + (0 if reason is None else 4 * len(reason)) + SETTLED_OVERHEAD
 
 
 def _finish(state: VersionedState, ops: list[tuple[Any, ...]], answer: Any) -> tuple[tuple[Any, ...], Any]:

@@ -19,9 +19,10 @@ from ..store.errors import BackendError
 from ..store.packing import checked_size
 from ..store.writer_core import RECORD_SLACK
 from .batching import GroupCommit
-from .commands import PUBLISHED_OVERHEAD, Publish, largest_acquire
+from .commands import Publish
 from .errors import MessageTooLarge
 from .model import new_marker
+from .record_sizes import PUBLISHED_OVERHEAD, largest_acquire
 
 __all__ = ["Publisher"]
 

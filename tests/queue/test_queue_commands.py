@@ -666,8 +666,8 @@ def test_every_change_of_a_record_keeps_its_publish_marker() -> None:
 def test_the_size_bounds_of_a_message_in_records_hold(data: Any, owner_len: int, reason: str, wall: float) -> None:
     """What the records' size checks count for a message (published_cost, acquired_cost,
     settled_cost) bounds what its ops encode to, with the largest ids, counts and markers."""
-    from broker_mqtt.queue.commands import published_cost
     from broker_mqtt.queue.model import ID_LIMIT, published_wire
+    from broker_mqtt.queue.record_sizes import published_cost
     from broker_mqtt.wire import codec
     from broker_mqtt.wire.codec import size_bound
 
