@@ -65,6 +65,9 @@ log = logging.getLogger("broker_mqtt.queue")
 _YIELD_EVERY = 64  # deliveries a consumer hands out between two full checkpoints
 LINGER = 0.02  # s a consumer that found the queue empty waits after an arrival (fewer, fuller acquires)
 RETIRED_KEPT = 16  # retired owners a consumer releases when it leaves (older ones: their lease runs out)
+#: messages an acquire's record carries, below which (large messages) acquires ask for a record's
+#: worth and go beside settle writes, two in flight, instead of riding on them (:meth:`Consumer._worth`)
+FEW_A_RECORD = 32
 
 __all__ = ["Consumer", "ConsumerSource", "Delivery", "LINGER"]
 
@@ -369,7 +372,9 @@ class Consumer:
             # room, so its count alone says too few (and asks of that many are never cut again to
             # correct it); the master adds messages while under RECORD_BYTES // 2, so at their
             # average cost a record carries ceil(RECORD_BYTES // 2 / average)
-            self._per_record = len(got) if not before else max(len(got), -(-(RECORD_BYTES // 2) * len(got) // cost))
+            per_record = len(got) if not before else max(len(got), -(-(RECORD_BYTES // 2) * len(got) // cost))
+            if per_record < FEW_A_RECORD:  # (small messages: a record's worth keeps the window fed)
+                self._per_record = per_record
         return False
 
     async def _wait_for_arrival(self, seen: int) -> None:
@@ -433,8 +438,9 @@ class Consumer:
 
     def _worth(self) -> int:
         """Free places that make an acquire worth placing: a quarter of the window, or fewer while acquires
-        are cut by their record's size (large messages: one carries only that many, so waiting for
-        the window's quarter would leave the application waiting for messages)."""
+        are cut by their record's size to fewer than FEW_A_RECORD messages (large messages: one
+        carries only that many, so waiting for the window's quarter, or for a settle write to carry
+        it, would leave the application waiting for messages)."""
         per_record = self._per_record
         return self._refill if per_record is None else max(1, min(self._refill, per_record))
 

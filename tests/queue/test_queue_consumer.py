@@ -462,3 +462,20 @@ async def test_an_acquire_cut_behind_settlements_does_not_make_a_record_carry_fe
     assert consumer._per_record == 4, queue.acquired
     plain = [got for kind, _, got in queue.acquired if kind == "Acquire" and got]
     assert plain.count(4) >= 7, queue.acquired
+
+
+def test_only_answers_cut_to_a_few_large_messages_switch_to_acquiring_a_records_worth() -> None:
+    # 190 small messages fill half a record: a window larger than that (prefetch 1000) keeps
+    # acquiring in its settle writes; 2 of 12 kB (a record's worth) switch it to asking for 2 at a
+    # time, two in flight; a record's worth of small ones again switches it back.
+    consumer = Consumer(ScriptedQueue([]), prefetch=1000, lease=30.0)  # type: ignore[arg-type]  # (a stand-in queue)
+    owner = consumer.owner
+    assert consumer._take(owner, [[i, ["job", i], 1] for i in range(190)], 400, 0) is False  # cut, not dry
+    assert consumer._per_record is None and consumer._worth() == 250
+    assert consumer._take(owner, [[i, "x" * 12_000, 1] for i in (1000, 1001)], 250, 0) is False
+    assert consumer._per_record == 2 and consumer._worth() == 2 and consumer._asking(250) == 2
+    assert consumer._take(owner, [[i, "y", 1] for i in (1002,)], 1, 0) is False  # asked fewer: says nothing
+    assert consumer._per_record == 2
+    assert consumer._take(owner, [[i, "y", 1] for i in (1003, 1004)], 2, 0) is False
+    assert consumer._per_record is None and consumer._asking(250) == 250
+    assert consumer._take(owner, [], 250, 0) is True  # dry
