@@ -169,23 +169,24 @@ def _finish(state: VersionedState, ops: list[tuple[Any, ...]], answer: Any) -> t
 
 
 class _Changes:
-    """What a settle's and an acquire's ops do to the master's index (:mod:`.model`), collected as
-    they are computed and applied once the ops are (cheaper than :func:`.model.advance`, which
-    reads every op again): ready messages ``owner`` acquired and its lease, held messages erased,
-    and every other key changed, noted as ``advance`` notes it. The keys are disjoint: a settle
-    changes messages its owner holds, an acquire ready ones and the lease."""
+    """A settle's and an acquire's ops (``ops``), and what they do to the master's index
+    (:mod:`.model`), collected as they are computed and applied to it once (cheaper than
+    :func:`.model.advance`, which reads every op again): ready messages ``owner`` acquired and its
+    lease, held messages erased, and every other key changed, noted as ``advance`` notes it. The
+    keys are disjoint: a settle changes messages its owner holds, an acquire ready ones and the lease."""
 
-    __slots__ = ("owner", "acquired", "lease", "erased", "other")
+    __slots__ = ("owner", "ops", "acquired", "lease", "erased", "other")
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
+        self.ops: list[tuple[Any, ...]] = []
         self.acquired: list[int] = []
         self.lease: float | None = None
         self.erased: list[int] = []
         self.other: list[tuple[Any, Any]] = []  # (key, value) as note() takes them
 
-    def finish(self, state: VersionedState, ops: list[tuple[Any, ...]], answer: Any) -> tuple[tuple[Any, ...], Any]:
-        """:func:`_finish`, with the index kept from what was collected."""
+    def finish(self, state: VersionedState, answer: Any) -> tuple[tuple[Any, ...], Any]:
+        """:func:`_finish` of ``ops``, with the index kept from what was collected."""
         idx = index_for(state)
         idx.acquired(self.owner, self.acquired)
         if self.lease is not None:
@@ -194,7 +195,7 @@ class _Changes:
         for key, value in self.other:
             idx.note(key, value)
         idx.seq = state.last_seq + 1
-        return _many(ops), answer
+        return _many(self.ops), answer
 
 
 def _record(state: VersionedState, msg_id: int) -> MessageRecord | None:
@@ -257,20 +258,18 @@ class Acquire(ComputedCommand):
         return self.owner
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
-        ops: list[tuple[Any, ...]] = []
         changes = _Changes(self.owner)
-        got = _acquire_into(ops, changes, state, wall, self.n, self.lease)
-        return changes.finish(state, ops, got)
+        return changes.finish(state, _acquire_into(changes, state, wall, self.n, self.lease))
 
 
-def _acquire_into(ops: list[tuple[Any, ...]], changes: _Changes, state: VersionedState, wall: float, n: int,
-                  lease: float, before: int = 0) -> list[list[Any]]:
-    """Append to ``ops`` (and ``changes``) the acquire of up to ``n`` ready messages by
+def _acquire_into(changes: _Changes, state: VersionedState, wall: float, n: int, lease: float,
+                  before: int = 0) -> list[list[Any]]:
+    """Add to ``changes`` the acquire of up to ``n`` ready messages by
     ``changes.owner`` (see :class:`Acquire`) and return them as answered, ``[[id, data, delivery
     count], ...]``. ``before``: bytes the record holds already (a settle's,
     :class:`SettleAndAcquire`): messages are added while the record is under ``RECORD_BYTES // 2``
     in all, none if it is there already."""
-    owner = changes.owner
+    owner, ops = changes.owner, changes.ops
     got: list[list[Any]] = []
     taken = 0
     owner_cost = len(owner) + ACQUIRED_OVERHEAD
@@ -331,20 +330,19 @@ class Settle(ComputedCommand):
         return self.owner
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
-        ops: list[tuple[Any, ...]] = []
         changes = _Changes(self.owner)
-        answers, _ = _settle_into(ops, changes, state, self.items)
-        return changes.finish(state, ops, answers)
+        answers, _ = _settle_into(changes, state, self.items)
+        return changes.finish(state, answers)
 
 
-def _settle_into(ops: list[tuple[Any, ...]], changes: _Changes, state: VersionedState,
+def _settle_into(changes: _Changes, state: VersionedState,
                  items: list[list[Any]]) -> tuple[list[str | None], int]:
-    """Append to ``ops`` (and ``changes``) the settlements ``items`` of ``changes.owner`` (see
+    """Add to ``changes`` the settlements ``items`` of ``changes.owner`` (see
     :class:`Settle`); return the answers and the bytes they add to the record (by
     :func:`settled_cost`, and the answers' text). Raises StoreProtocolError if several would pass
     RECORD_BYTES (a consumer cuts its settlements by :func:`settled_cost`: only a peer that does not
     gets this)."""
-    owner = changes.owner
+    owner, ops = changes.owner, changes.ops
     answers: list[str | None] = []
     done: set[int] = set()
     taken = 0
@@ -419,11 +417,10 @@ class SettleAndAcquire(ComputedCommand):
         return self.owner
 
     def compute(self, state: VersionedState, wall: float) -> tuple[tuple[Any, ...], Any]:
-        ops: list[tuple[Any, ...]] = []
         changes = _Changes(self.owner)
-        answers, taken = _settle_into(ops, changes, state, self.items)
-        got = _acquire_into(ops, changes, state, wall, self.n, self.lease, before=taken)
-        return changes.finish(state, ops, [answers, got])
+        answers, taken = _settle_into(changes, state, self.items)
+        got = _acquire_into(changes, state, wall, self.n, self.lease, before=taken)
+        return changes.finish(state, [answers, got])
 
 
 @register_command(CommandKind.QUEUE_RELEASE_OWNER, _owner, _reason, _flag)
