@@ -309,13 +309,11 @@ class Consumer:
             async with anyio.create_task_group() as tg:
                 self._acquirers = tg
                 while True:
-                    free = self._free()
-                    if self._in_flight >= 2 or free < self._worth() or self._idle_wait or (
-                            self._combine and self._settler.busy and self._per_record is None):
+                    n = self._acquirable()
+                    if not n or (self._combine and self._settler.busy and self._per_record is None):
                         await self._room.wait()
                         self._room = anyio.Event()
                         continue
-                    n = self._asking(free)
                     self._asked += n
                     self._in_flight += 1
                     tg.start_soon(self._acquire, n)
@@ -504,7 +502,14 @@ class Consumer:
     def _acquire_due(self) -> int:
         """How many to acquire with a settle write now: the free part of the window once a quarter of it
         is free (0: none due, or the acquire loop's to place)."""
-        if not self._combine or self._leaving or self._idle_wait or self._in_flight >= 2:
+        if not self._combine or self._leaving:
+            return 0
+        return self._acquirable()
+
+    def _acquirable(self) -> int:
+        """How many an acquire placed now would ask for: 0 while two are in flight, the queue ran dry,
+        or fewer places are free than make one worth placing (:meth:`_worth`)."""
+        if self._in_flight >= 2 or self._idle_wait:
             return 0
         free = self._free()
         return self._asking(free) if free >= self._worth() else 0
