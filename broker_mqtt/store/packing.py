@@ -9,7 +9,7 @@ encoded earlier. Pure functions: no I/O, no clock.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Final
 
 import cbor2
 
@@ -17,7 +17,7 @@ from ..errors import EncodeError, peer_repr
 from ..wire import codec
 from .errors import BackendError
 
-__all__ = ["Packed", "pack", "pack_array", "unpack", "unpack_key", "canonical", "checked_size", "detached",
+__all__ = ["Packed", "pack", "pack_array", "unpack", "unpack_key", "canonical", "checked_size", "checked_copy", "detached",
            "detached_key", "is_plain", "plain_size", "is_small_int"]
 
 
@@ -157,6 +157,28 @@ def checked_size(value: Any) -> int:
         return codec.size_bound(value)
     except (EncodeError, ValueError) as exc:
         raise BackendError(f"cannot encode {peer_repr(value, 80)}: {exc}") from exc
+
+
+#: array heads (of one item) put in front of an encoding so that decoding it refuses a value nested
+#: past VALUE_DEPTH, as :func:`checked_size` does: the decoder then sees it DECODE_DEPTH deep
+_DEPTH_ROOM: Final = b"\x81" * (codec.DECODE_DEPTH - codec.VALUE_DEPTH)
+
+
+def checked_copy(value: Any) -> tuple[int, Any]:
+    """``(size, copy)``: the size of ``value``'s encoding and :func:`detached`'s copy of it, from one
+    encoding and one decoding (what :func:`checked_size` and then :func:`detached` find, without the
+    walk): BackendError for what :func:`checked_size` refuses; the size is exact rather than a bound
+    (but for a plain scalar: :func:`plain_size`, and the scalar itself)."""
+    if is_plain(value):
+        return plain_size(value), value
+    try:
+        encoded = codec.encode(value)
+        copy = codec.decode(_DEPTH_ROOM + encoded)
+    except (EncodeError, codec.DecodeError, ValueError) as exc:  # (ValueError: a lone surrogate's UnicodeError)
+        raise BackendError(f"cannot encode {peer_repr(value, 80)}: {exc}") from exc
+    for _ in range(len(_DEPTH_ROOM)):
+        copy = copy[0]
+    return len(encoded), copy
 
 
 def detached(value: Any) -> Any:

@@ -29,7 +29,7 @@ from ..errors import ForgedMessage
 from .commands import Put, WriteCommand, answers_none
 from .errors import AnswerForgotten, StoreError, Timeout, error_from_wire
 from .history import Epoch
-from .packing import checked_size, detached, is_plain, is_small_int, plain_size
+from .packing import checked_copy, checked_size, is_plain, is_small_int, plain_size
 from .replica_events import Role
 from .replica_messages import Active, Heartbeat, Write, WriteAck, decode, encode, group_writes, sender_of
 
@@ -107,18 +107,19 @@ class WriterCore:
         nothing, if it holds a key or value outside the data model (it would fail later, in the
         loop that sends it or logs it at the master, and stop that loop); ``check_size`` (the
         endpoint's ``check_payload_size``) is called with the size of the record that would carry it
-        (its encoding, a bound for plain puts, and RECORD_SLACK) and may raise too (PayloadTooLarge:
+        (its encoding's, a bound for plain puts, and RECORD_SLACK) and may raise too (PayloadTooLarge:
         the broker would refuse the message that carries it). The write holds a copy of the
-        command's lists and dicts (:func:`~.packing.detached`): the caller may change its own
+        command's lists and dicts (:func:`~.packing.checked_copy`): the caller may change its own
         afterwards, and the master's state is what the followers decode."""
         if not isinstance(command, WriteCommand):
             raise TypeError(f"not a store write command: {command!r}")
         wire = command.to_wire()
         size = _plain_put_size(command) if type(command) is Put else None
         if size is None:
-            size = checked_size(wire)
-            if not all(map(is_plain, wire)):  # (scalars only, an acquire's: nothing to copy)
-                wire = detached(wire)  # the caller's lists and dicts (and subclasses) stay the caller's
+            if all(map(is_plain, wire)):  # (scalars only, an acquire's: nothing to copy)
+                size = checked_size(wire)
+            else:  # the caller's lists and dicts (and subclasses) stay the caller's
+                size, wire = checked_copy(wire)
         if check_size is not None and size > SMALL_WRITE:
             check_size(size + RECORD_SLACK)
         n = self._next_n

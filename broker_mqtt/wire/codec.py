@@ -55,7 +55,7 @@ from ..errors import DecodeError, EncodeError
 from .data import Count, EnumValue, Port, PortProtocol
 
 __all__ = ["PROJECT_TAGS", "TAG_COUNT", "TAG_ENUM", "TAG_PORT", "TAG_TIMESPAN", "DecodeError",
-           "EncodeError", "decode", "decode_many", "decode_sequence", "encode", "size_bound", "VALUE_DEPTH"]
+           "EncodeError", "decode", "decode_many", "decode_sequence", "encode", "size_bound", "VALUE_DEPTH", "DECODE_DEPTH"]
 
 TAG_COUNT: Final = 55810
 TAG_PORT: Final = 55811
@@ -125,9 +125,11 @@ def _head(n: int) -> int:
     return 1 if n < 24 else 2 if n < 0x100 else 3 if n < 0x10000 else 5 if n < 0x100000000 else 9
 
 
-#: containers a value may nest (the decoders' limit is 400: the rest is room for the messages that
-#: carry a value, a store's log record in a log message, say)
+#: containers a value may nest (the decoders' limit is 400, :data:`DECODE_DEPTH`: the rest is room for
+#: the messages that carry a value, a store's log record in a log message, say)
 VALUE_DEPTH: Final = 384
+#: containers cbor2's decoder takes nested (one more: "maximum container nesting depth")
+DECODE_DEPTH: Final = 400
 
 
 def size_bound(value: Any) -> int:
