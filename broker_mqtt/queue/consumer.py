@@ -42,6 +42,7 @@ import anyio.lowlevel
 
 from ..errors import peer_repr
 from ..store.errors import StoreError, StoreProtocolError
+from ..wire.codec import size_bound
 from .batching import GroupCommit
 from .commands import (
     MAX_REASON,
@@ -112,11 +113,13 @@ class Delivery:
     or :meth:`reject`; each returns once the master's decision is durable and raises
     :class:`~.errors.NotHeld` if the message had been taken back (then another consumer gets it)."""
 
-    __slots__ = ("_consumer", "_owner", "id", "data", "delivery_count", "settled", "seen")
+    __slots__ = ("_consumer", "_owner", "_size", "id", "data", "delivery_count", "settled", "seen")
 
-    def __init__(self, consumer: Consumer, msg_id: int, data: Any, delivery_count: int, owner: str) -> None:
+    def __init__(self, consumer: Consumer, msg_id: int, data: Any, delivery_count: int, owner: str,
+                 size: int) -> None:
         self._consumer = consumer
         self._owner = owner  # the owner id it was acquired as (settled as it)
+        self._size = size  # size_bound(data): what its acquire and its settlement cost (record_sizes)
         self.id = msg_id
         self.data = data
         self.delivery_count = delivery_count
@@ -238,7 +241,7 @@ class Consumer:
             for d in self._held.values():
                 if not d.seen:
                     unseen.setdefault(d._owner, []).append(([d.id, "return", None, d.delivery_count],
-                                                            settled_cost(d.data, None)))
+                                                            settled_cost(d.data, None, size=d._size)))
             for d, error in self._failures:
                 log.warning("queue %s: settling message %d failed: %s", self.queue.name, d.id, error)
             try:
@@ -352,13 +355,15 @@ class Consumer:
         dry (fewer than ``n``, and the record, ``before`` bytes of it a settle's at most, was not
         full: an answer cut at RECORD_BYTES // 2 has at least that). An answer its messages' size
         cut sets how many a record carries (:meth:`_worth`)."""
+        cost = 0
         for msg_id, data, count in got:
-            d = Delivery(self, msg_id, data, count, owner)
+            size = size_bound(data)
+            cost += acquired_cost(data, owner, size=size)
+            d = Delivery(self, msg_id, data, count, owner, size)
             self._held[msg_id] = d
             self._ready.append(d)
         if got:
             self._delivered.set()
-        cost = sum(acquired_cost(data, owner) for _, data, _ in got)
         if len(got) >= n:
             if cost < RECORD_BYTES // 4 and (self._per_record is None or n >= self._per_record):
                 self._per_record = None  # a record's worth of small messages (again): ask for the free places
@@ -405,7 +410,7 @@ class Consumer:
         d.settled = True
         self._held.pop(d.id, None)
         self._made_room()
-        cost = settled_cost(d.data, reason)
+        cost = settled_cost(d.data, reason, size=d._size)
         answer = await self._settler.submit((d._owner, [d.id, action, reason, d.delivery_count], cost), cost)
         if isinstance(answer, StoreError):  # (its owner's settle write failed, another's went through)
             raise answer
@@ -419,7 +424,7 @@ class Consumer:
         self._held.pop(d.id, None)
         self._made_room()
         self._nowait_made += 1
-        cost = settled_cost(d.data, reason)
+        cost = settled_cost(d.data, reason, size=d._size)
         self._settler.submit_nowait((d._owner, [d.id, action, reason, d.delivery_count], cost),
                                     functools.partial(self._settled, d), cost)
 

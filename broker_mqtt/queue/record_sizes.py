@@ -41,10 +41,10 @@ def published_cost(size: int) -> int:
     return size + PUBLISHED_OVERHEAD
 
 
-def acquired_cost(data: Any, owner: str) -> int:
+def acquired_cost(data: Any, owner: str, *, size: int | None = None) -> int:
     """A bound of the bytes that acquiring a message of ``data`` adds to an acquire's record (and
-    takes from its RECORD_BYTES // 2)."""
-    return 2 * size_bound(data) + len(owner) + ACQUIRED_OVERHEAD
+    takes from its RECORD_BYTES // 2); ``size``: ``size_bound(data)``, if known already."""
+    return 2 * (size_bound(data) if size is None else size) + len(owner) + ACQUIRED_OVERHEAD
 
 
 def largest_acquire(size: int) -> int:
@@ -54,6 +54,8 @@ def largest_acquire(size: int) -> int:
     return RECORD_BYTES // 2 + 2 * size + MAX_OWNER + ACQUIRED_OVERHEAD
 
 
-def settled_cost(data: Any, reason: str | None) -> int:
-    """A bound of the bytes that settling or releasing a message of ``data`` adds to a record."""
-    return size_bound(data) + (0 if reason is None else 4 * len(reason)) + SETTLED_OVERHEAD
+def settled_cost(data: Any, reason: str | None, *, size: int | None = None) -> int:
+    """A bound of the bytes that settling or releasing a message of ``data`` adds to a record;
+    ``size``: ``size_bound(data)``, if known already."""
+    return (size_bound(data) if size is None else size) + (0 if reason is None else 4 * len(reason)) \
+        + SETTLED_OVERHEAD
