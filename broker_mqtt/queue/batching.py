@@ -45,21 +45,26 @@ class GroupCommit:
         self._max_cost = max_cost
         self._open: deque[_Batch] = deque()
         self._wake = anyio.Event()
+        self._waking = False  # _wake is set: items were placed since run() last waited for it
         self._busy = 0
         self._idle = anyio.Event()
         self._idle.set()
 
     def _place(self, item: Any, cost: int) -> tuple[_Batch, int]:
         open_ = self._open
-        if not open_ or len(open_[-1].items) >= self._max_batch or (
+        if not open_:
+            if not self._busy and self._idle.is_set():  # (else it is not: see _one)
+                self._idle = anyio.Event()
+            open_.append(_Batch())
+        elif len(open_[-1].items) >= self._max_batch or (
                 self._max_cost is not None and open_[-1].cost + cost > self._max_cost):
             open_.append(_Batch())
         batch = open_[-1]
         batch.items.append(item)
         batch.cost += cost
-        if self._idle.is_set():
-            self._idle = anyio.Event()
-        self._wake.set()
+        if not self._waking:  # (an Event's set() is two calls: once, not for every item)
+            self._waking = True
+            self._wake.set()
         return batch, len(batch.items) - 1
 
     def submit_nowait(self, item: Any, report: Callable[[Any], None], cost: int = 0) -> None:
@@ -89,6 +94,7 @@ class GroupCommit:
                 while not self._open:
                     await self._wake.wait()
                     self._wake = anyio.Event()
+                    self._waking = False
                 self._busy += 1
                 tg.start_soon(self._one, self._open.popleft())
 

@@ -130,3 +130,45 @@ async def test_a_batch_cancelled_on_its_way_reports_an_error_to_its_nowait_items
             await anyio.sleep_forever()
     assert len(reports) == 1 and isinstance(reports[0], Exception)
     await gc.wait_idle()  # (nothing left gathered or in flight)
+
+
+
+async def test_wait_idle_waits_for_an_item_placed_as_soon_as_the_previous_batch_is_answered() -> None:
+    """``busy`` and ``wait_idle`` follow every item. Placing wakes the sending task once, not once an
+    item, and a batch gathered while another was on its way goes out without that wake-up; the
+    submitter of that batch, answered, places the next item before the sending task runs again:
+    that item still makes the group busy, and ``wait_idle`` waits for it (a consumer's leaving waits
+    for its settlements so)."""
+    gates: list[anyio.Event] = []
+    reports: list[Any] = []
+    idle_before_c: list[bool] = []
+
+    async def send(items: list[Any]) -> list[Any]:
+        gate = anyio.Event()
+        gates.append(gate)
+        await gate.wait()
+        return [item.upper() for item in items]
+
+    gc = GroupCommit(send, in_flight=1)
+
+    async def submit_b_then_c() -> None:
+        reports.append(await gc.submit("b"))  # gathered while "a" is on its way
+        gc.submit_nowait("c", reports.append)
+        assert gc.busy
+        await gc.wait_idle()
+        idle_before_c.append("C" not in reports)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gc.run)
+        gc.submit_nowait("a", reports.append)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(submit_b_then_c)
+        await anyio.wait_all_tasks_blocked()
+        with anyio.fail_after(30):
+            for k in range(3):
+                while len(gates) <= k:
+                    await anyio.lowlevel.checkpoint()
+                gates[k].set()
+                await anyio.wait_all_tasks_blocked()
+        assert reports == ["A", "B", "C"] and idle_before_c == [False]
+        tg.cancel_scope.cancel()
