@@ -98,6 +98,9 @@ class ConsumerSource(Protocol):
     @property
     def stopped(self) -> bool: ...
 
+    @property
+    def master(self) -> str | None: ...
+
     async def wait_stopped(self) -> None: ...
 
     async def write(self, command: WriteCommand) -> Any: ...
@@ -195,6 +198,7 @@ class Consumer:
         self._acquiring: anyio.CancelScope | None = None
         self._asked = 0  # messages asked for by acquires in flight
         self._combine = True  # settle writes carry the acquire (False: a master refused SettleAndAcquire)
+        self._refused_by: str | None = None  # that master: another one is asked again
         self._acquirers: anyio.abc.TaskGroup | None = None  # the acquire loop's (its waits for an arrival)
         self._in_flight = 0
         self._idle_wait = False  # an acquire found nothing: the next waits for an arrival
@@ -506,9 +510,16 @@ class Consumer:
 
     def _acquire_due(self) -> int:
         """How many to acquire with a settle write now: the free part of the window once a quarter of it
-        is free (0: none due, or the acquire loop's to place)."""
-        if not self._combine or self._leaving:
+        is free (0: none due, or the acquire loop's to place). After a master refused to (an earlier
+        version), its successor is asked again: the replicas are upgraded after the consumers, say."""
+        if self._leaving:
             return 0
+        if not self._combine:
+            master = self.queue.master
+            if master is None or master == self._refused_by:
+                return 0
+            self._combine = True
+            log.info("queue %s: a new master (%s): settle writes carry the acquire again", self.queue.name, master)
         return self._acquirable()
 
     def _acquirable(self) -> int:
@@ -535,8 +546,9 @@ class Consumer:
                 # reaches the writer as StoreProtocolError (the wire carries the code, and
                 # StoreDecodeError has none of its own)
                 self._combine = False
-                log.info("queue %s: the master does not know settle-and-acquire writes (%s); settling and "
-                         "acquiring in writes of their own", self.queue.name, exc)
+                self._refused_by = self.queue.master
+                log.info("queue %s: the master (%s) does not know settle-and-acquire writes (%s); settling and "
+                         "acquiring in writes of their own while it is master", self.queue.name, self._refused_by, exc)
                 result: list[Any] = await self.queue.write(Settle(owner, part))
                 return result
             except StoreError as exc:

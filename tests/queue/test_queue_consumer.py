@@ -39,6 +39,7 @@ class ScriptedQueue:
         self.name = "jobs"
         self.poll_interval = 0.05
         self._arrivals = 0
+        self.master = "m"
         self.acquires = acquires
         self.asked = 0
 
@@ -88,6 +89,7 @@ class MasterQueue:
         self.name = "jobs"
         self.poll_interval = 0.05
         self._arrivals = 0
+        self.master = "m"  # (a replica id: another one after a failover or a handover)
         self.state = VersionedState()
         self.forget = forget
         self.acquires = 0
@@ -317,6 +319,37 @@ async def test_against_a_master_of_an_earlier_version_it_settles_and_acquires_ap
     assert queue.kinds["refused"] == 1  # asked once, then never again
     assert queue.kinds["Settle"] > 1 and queue.kinds["Acquire"] > 1
     assert "does not know settle-and-acquire writes" in caplog.text
+
+
+class UpgradedMasterQueue(EarlierMasterQueue):
+    """An earlier version's master that, after ``switch_after`` writes, hands over to a master that
+    knows SettleAndAcquire (the replicas upgraded after the consumers)."""
+
+    def __init__(self, n: int, switch_after: int) -> None:
+        super().__init__(n)
+        self.switch_after = switch_after
+        self.writes = 0
+        self.after: dict[str, int] = {}  # the writes the next master got, by kind
+
+    async def write(self, command: Any) -> Any:
+        self.writes += 1
+        if self.writes > self.switch_after:
+            self.master = "m2"
+        if self.master == "m2":
+            self.after[type(command).__name__] = self.after.get(type(command).__name__, 0) + 1
+            return await CountingQueue.write(self, command)
+        return await super().write(command)
+
+
+@pytest.mark.anyio
+async def test_after_a_refusal_it_asks_the_next_master_again(caplog: Any) -> None:
+    queue = UpgradedMasterQueue(600, switch_after=20)
+    with caplog.at_level(logging.INFO, logger="broker_mqtt.queue"):
+        _, failures = await _accept_all(queue, 600, prefetch=20)
+    assert not failures and not _records(queue.state)
+    assert queue.kinds["refused"] == 1  # the earlier master was asked once
+    assert queue.after["SettleAndAcquire"] > 2 * queue.after.get("Acquire", 0), queue.after  # the next: carried again
+    assert "settle writes carry the acquire again" in caplog.text
 
 
 class LostAnswerQueue(CountingQueue):
