@@ -7,7 +7,8 @@ durability "one". One run measures:
   candidate) publishes N messages (100,000; ``-n``; 5,000 with ``--quick``) from 256 concurrent tasks (group-committed); a standby replica
   confirms writes (durability "one"); consumers without a replica (``replica=False``, prefetch 100;
   a second 4-consumer run with prefetch 1000, which makes every acquire and settle write carry more
-  messages) accept them with ``accept_nowait()`` (no task, no wait per message; ``drain()`` every 0.05 s
+  messages; a third with the consumers' processes at nice 5, the replicas first, as an operator
+  would run them on a host they share) accept them with ``accept_nowait()`` (no task, no wait per message; ``drain()`` every 0.05 s
   counts what the master confirmed). From the publisher's start to the last confirmed accept.
 - redelivery after a consumer dies: consumer A holds 50 messages, consumer B waits; A is killed
   with SIGKILL; the time until B receives the first and the last of them again (master sees A's
@@ -52,6 +53,10 @@ from broker_mqtt import EmbeddedBroker  # noqa: E402
 
 PREFETCH = 100  # each consumer's window (``consume(prefetch=...)``) in the main runs
 LARGE_PREFETCH = 1000  # and in a second 4-consumer run: fuller acquires and settle writes
+#: a third 4-consumer run starts its consumers at this niceness: on a host they share with the
+#: replicas, the replicas' round trip paces the publishes, and consumers that keep up take less of
+#: the CPU from it (an operator's ``nice -n 5``; docs/queues.md § 5)
+CONSUMER_NICE = 5
 
 
 def _cpu_s(proc: QueueProc) -> float | None:
@@ -99,13 +104,19 @@ def _published(nodes: list[QueueProc]) -> int:
     return sum(n.progress[-1][0] for n in nodes if n.progress)
 
 
-def throughput(url: str, n: int, consumers: int, prefetch: int, consume: str = "accept-nowait") -> dict[str, Any]:
+def throughput(url: str, n: int, consumers: int, prefetch: int, consume: str = "accept-nowait",
+               consumer_nice: int = 0) -> dict[str, Any]:
+    """``consumer_nice``: the consumers' processes run at that niceness (``nice -n``), the replicas at
+    the default: the replicas first on a shared host."""
     ns = "bq" + uuid.uuid4().hex[:8]
     procs: list[QueueProc] = []
     try:
         cons = [QueueProc(url, ns, "jobs", "--no-replica", "--consume", consume, "--prefetch", str(prefetch),
                           "--quiet")
                 for _ in range(consumers)]
+        for c in cons:
+            if consumer_nice:
+                os.setpriority(os.PRIO_PROCESS, c.proc.pid, consumer_nice)
         standby = QueueProc(url, ns, "jobs", "--no-candidate", "--quiet")  # a second replica: durability "one"
         procs += [*cons, standby]
         for c in [*cons, standby]:
@@ -229,6 +240,7 @@ def main() -> None:
         one = throughput(broker.url, n, 1, args.prefetch)
         four = throughput(broker.url, n, 4, args.prefetch)
         four_large = throughput(broker.url, n, 4, args.large_prefetch)
+        four_nice = throughput(broker.url, n, 4, args.prefetch, consumer_nice=CONSUMER_NICE)
         alone = publish_only(broker.url, n)
         redo = [redelivery(broker.url, 50) for _ in range(trials)]
     put = base["put_per_s"]
@@ -240,6 +252,8 @@ def main() -> None:
          "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
         {"case": f"publish->accept msg/s, 4 consumers, {large}", "value": four_large["accepted_per_s"],
          "target": 30_000, "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
+        {"case": f"  the same, {pf}, the consumers at nice {CONSUMER_NICE}", "value": four_nice["accepted_per_s"],
+         "target": None, "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
         {"case": f"publish msg/s (1 publisher, 4 consumers, {pf})", "value": four["published_per_s"],
          "target": None, "baseline": put, "baseline_case": "elected-store put/s (1 writer)"},
         {"case": "publish msg/s, no consumer (publisher and standby)", "value": alone["published_per_s"],
@@ -260,11 +274,13 @@ def main() -> None:
         print(f"{row['case']:52} {fmt(row['value']):>10} {fmt(row['target']):>8} {fmt(row['baseline']):>10} "
               f"{fmt(row['ratio']):>6}  {row['baseline_case']}")
     print_cpu({f"4 consumers, {pf}": four["cpu_us_per_msg"], f"4 consumers, {large}": four_large["cpu_us_per_msg"],
+               f"4 consumers, {pf}, nice {CONSUMER_NICE}": four_nice["cpu_us_per_msg"],
                "publish only": alone["cpu_us_per_msg"]})
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"cases": rows, "runs": {"baseline": base, "one_consumer": one, "four_consumers": four,
                                                        "four_consumers_large_prefetch": four_large,
+                                                       "four_consumers_nice": four_nice,
                                                        "publish_only": alone,
                                                        "redelivery": redo},
                                "quick": args.quick, "collector": collector, "cores": os.cpu_count(),
