@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import PayloadTooLarge
 from ..store.commands import WriteCommand
 from ..store.errors import BackendError
-from ..store.packing import checked_size
+from ..store.packing import checked_copy, checked_size
 from ..store.writer_core import RECORD_SLACK
 from .batching import GroupCommit
 from .commands import Publish
@@ -126,8 +126,8 @@ class Publisher:
                 raise
             bad: dict[int, Exception] = {}
             for i, item in enumerate(items):
-                try:
-                    checked_size(item)
+                try:  # (as the write's placing checks it: in a Publish's wire, two lists deep)
+                    checked_copy(Publish([item], self.max_deliveries).to_wire())
                 except BackendError as exc:
                     bad[i] = exc
             if not bad:
