@@ -535,6 +535,7 @@ class Consumer:
         ``owner`` in one write; the settlements' answers. The acquire's outcome follows the
         settlements': unknown if the write failed (the owner is retired, as after a failed acquire)."""
         seen = self.queue._arrivals
+        master = self.queue.master  # (the one it goes to: another may be master by its answer)
         self._asked += n
         self._in_flight += 1
         try:
@@ -546,7 +547,7 @@ class Consumer:
                 # reaches the writer as StoreProtocolError (the wire carries the code, and
                 # StoreDecodeError has none of its own)
                 self._combine = False
-                self._refused_by = self.queue.master
+                self._refused_by = master
                 log.info("queue %s: the master (%s) does not know settle-and-acquire writes (%s); settling and "
                          "acquiring in writes of their own while it is master", self.queue.name, self._refused_by, exc)
                 result: list[Any] = await self.queue.write(Settle(owner, part))

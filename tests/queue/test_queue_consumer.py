@@ -352,6 +352,30 @@ async def test_after_a_refusal_it_asks_the_next_master_again(caplog: Any) -> Non
     assert "settle writes carry the acquire again" in caplog.text
 
 
+class HandedOverWhileRefusingQueue(CountingQueue):
+    """An earlier version's master that refuses the first SettleAndAcquire and, before its refusal
+    reaches the consumer, hands over to a master that knows the command."""
+
+    async def write(self, command: Any) -> Any:
+        if isinstance(command, SettleAndAcquire) and self.master == "m":
+            self.kinds["refused"] = self.kinds.get("refused", 0) + 1
+            await anyio.lowlevel.checkpoint()
+            self.master = "m2"
+            raise StoreDecodeError("unexpected store message kind 'queue_settle_acquire'")
+        return await super().write(command)
+
+
+@pytest.mark.anyio
+async def test_a_refusal_that_arrives_after_a_handover_is_held_against_the_master_that_refused() -> None:
+    """The consumer notes the master its write went to, not the one in place when the refusal came
+    back (the next one then settled and acquired apart for as long as it was master)."""
+    queue = HandedOverWhileRefusingQueue(400)
+    _, failures = await _accept_all(queue, 400, prefetch=20)
+    assert not failures and not _records(queue.state)
+    assert queue.kinds["refused"] == 1
+    assert queue.kinds["SettleAndAcquire"] > 2 * queue.kinds.get("Acquire", 0), queue.kinds
+
+
 class LostAnswerQueue(CountingQueue):
     """Applies its first SettleAndAcquire and then fails it (NoMaster: the outcome is unknown to the
     consumer), with the master's lease chore running."""
