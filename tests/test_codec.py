@@ -16,7 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_mqtt.wire.codec import (
+    DECODE_DEPTH,
     PROJECT_TAGS,
+    VALUE_DEPTH,
     DecodeError,
     EncodeError,
     decode,
@@ -421,3 +423,50 @@ def test_size_bound_counts_nesting_inside_sets() -> None:
         size_bound(frozenset({deep}))
     for value in ({1, 2}, frozenset(), frozenset({(1, "a"), (2, "b")}), [{frozenset({3})}]):
         assert size_bound(value) == len(encode(value))
+
+
+class _Items(list[Any]):
+    """A list subclass: encoded as an array, walked by encoding it (not by the fast path)."""
+
+
+def _wrapped(kind: str, depth: int, leaf: Any) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = {"list": lambda v: [v], "tuple": lambda v: (v,), "set": lambda v: frozenset({v}) if _hashable(v)
+                 else [v], "dict": lambda v: {"k": v}, "subclass": lambda v: _Items([v])}[kind](value)
+    return value
+
+
+def _hashable(v: Any) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("kind", ["list", "tuple", "set", "dict", "subclass"])
+@pytest.mark.parametrize("leaf", [0, "x", 2**70, Count(5), Port(80, PortProtocol.TCP), timedelta(seconds=1),
+                                  EnumValue("a::b"), (1, 2), frozenset({1})], ids=repr)
+def test_size_bound_refuses_exactly_what_decoders_refuse_inside_a_message(kind: str, leaf: Any) -> None:
+    """Near the limit, a value passes the size bound exactly when the decoders take it back behind
+    the levels a message adds (DECODE_DEPTH - VALUE_DEPTH of them): tags count as levels for the
+    decoders (a set's, a Count's, a bignum's); before, the walk counted containers only, and passed
+    values (a set of sets 200 deep, 384 lists around a Count) that no receiver could decode."""
+    if kind == "set" and not _hashable(leaf):
+        pytest.skip("a set holds hashable items only")
+    room = b"\x81" * (DECODE_DEPTH - VALUE_DEPTH)
+    lo, hi = (185, 200) if kind == "set" else (376, 390)
+    for depth in range(lo, hi):
+        value = _wrapped(kind, depth, leaf)
+        try:
+            decode(room + encode(value))
+            taken = True
+        except DecodeError:
+            taken = False
+        try:
+            size_bound(value)
+            bounded = True
+        except EncodeError:
+            bounded = False
+        assert bounded == taken, (kind, depth, leaf)

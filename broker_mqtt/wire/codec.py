@@ -159,12 +159,15 @@ def _bound(value: Any, room: int) -> int:
         m: int = value if value >= 0 else -1 - value
         if m < 0x10000000000000000:
             return _head(m)
+        if room <= 0:  # (a tag is a level for the decoders)
+            raise EncodeError(f"cannot encode containers nested more than {VALUE_DEPTH} deep")
         n = (m.bit_length() + 7) // 8
         return 1 + _head(n) + n  # a bignum: a tag and a byte string
     if t is list or t is tuple or t is dict or t is frozenset or t is set:
-        if room <= 0:
+        levels = 2 if t is frozenset or t is set else 1  # (a set: tag 258 around an array)
+        if room < levels:
             raise EncodeError(f"cannot encode containers nested more than {VALUE_DEPTH} deep")
-        room -= 1
+        room -= levels
         total = _head(len(value)) + (3 if t is frozenset or t is set else 0)  # (a set: tag 258, an array)
         for v in (value if t is not dict else chain.from_iterable(value.items())):
             tv = type(v)  # (short text and ints inline: no call for the usual items)
@@ -181,8 +184,8 @@ def _bound(value: Any, room: int) -> int:
     if bound is not None:
         return bound
     encoded = encode(value)
-    try:
-        decode(encoded)
+    try:  # (behind as many levels as the decoders allow less what is left here: its tags count too)
+        decode(b"\x81" * (DECODE_DEPTH - room) + encoded)
     except DecodeError as exc:
         raise EncodeError(f"cannot encode {type(value).__name__} value: no decoder takes it back ({exc})") from exc
     return len(encoded)
