@@ -406,7 +406,7 @@ def test_size_bound_of_values_it_walks(value: Any) -> None:
 
 @pytest.mark.parametrize("value", [
     datetime(2020, 1, 1).date(), uuid.UUID(int=5), decimal.Decimal("1.5"), fractions.Fraction(1, 3), "\ud800",
-    ["ok", {"k": decimal.Decimal(1)}], object(),
+    ["ok", {"k": decimal.Decimal(1)}], object(), 1 + 2j, [{"k": complex(0, 1)}],
 ])
 def test_size_bound_refuses_what_no_decoder_takes_back(value: Any) -> None:
     with pytest.raises(EncodeError):
@@ -460,3 +460,11 @@ def test_size_bound_refuses_exactly_what_decoders_refuse_inside_a_message(kind: 
         except EncodeError:
             bounded = False
         assert bounded == taken, (kind, depth, leaf)
+
+
+@pytest.mark.parametrize("value", [1 + 2j, ["x", {"k": complex(0, 1)}]], ids=repr)
+def test_a_complex_number_is_outside_the_model_and_decoders_refuse_it(value: Any) -> None:
+    """cbor2 encodes and decodes ``complex`` natively (tag 43000); it is not a Broker data-model type,
+    so a peer's complex value is a decode error, as a peer's Decimal or UUID is."""
+    with pytest.raises(DecodeError, match="43000"):
+        decode(encode(value))

@@ -76,7 +76,7 @@ _FOREIGN_TAGS: Final = {4: "decimal fraction", 5: "bigfloat", 25: "string refere
                         28: "shareable value", 29: "shared reference", 30: "rational",
                         35: "regular expression", 36: "MIME message", 37: "UUID", 100: "date",
                         256: "string reference namespace", 260: "network address (old)",
-                        261: "network prefix (old)", 1004: "date string",
+                        261: "network prefix (old)", 1004: "date string", 43000: "complex number",
                         55799: "self-described CBOR"}
 
 
