@@ -116,13 +116,14 @@ class Delivery:
     or :meth:`reject`; each returns once the master's decision is durable and raises
     :class:`~.errors.NotHeld` if the message had been taken back (then another consumer gets it)."""
 
-    __slots__ = ("_consumer", "_owner", "_size", "id", "data", "delivery_count", "settled", "seen")
+    __slots__ = ("_consumer", "_owner", "_size", "_made", "id", "data", "delivery_count", "settled", "seen")
 
     def __init__(self, consumer: Consumer, msg_id: int, data: Any, delivery_count: int, owner: str,
                  size: int) -> None:
         self._consumer = consumer
         self._owner = owner  # the owner id it was acquired as (settled as it)
         self._size = size  # size_bound(data): what its acquire and its settlement cost (record_sizes)
+        self._made = 0  # the number of its settlement made without waiting (Consumer.drain)
         self.id = msg_id
         self.data = data
         self.delivery_count = delivery_count
@@ -428,6 +429,7 @@ class Consumer:
         self._held.pop(d.id, None)
         self._made_room()
         self._nowait_made += 1
+        d._made = self._nowait_made
         cost = settled_cost(d.data, reason, size=d._size)
         self._settler.submit_nowait((d._owner, [d.id, action, reason, d.delivery_count], cost),
                                     functools.partial(self._settled, d), cost)
@@ -468,16 +470,21 @@ class Consumer:
 
     async def drain(self) -> list[tuple[Delivery, StoreError]]:
         """Wait until every settlement made without waiting (``*_nowait``) so far is decided; return
-        the failures since the last drain, as ``(delivery, error)`` pairs (and forget them):
-        :class:`~.errors.NotHeld` (the message had been taken back: another consumer gets it) or
-        :class:`~broker_mqtt.store.errors.StoreError` (the write failed: its outcome is unknown, and
-        a message not accepted comes back when the lease runs out)."""
+        the failures among them that no earlier drain returned, as ``(delivery, error)`` pairs (and
+        forget them): :class:`~.errors.NotHeld` (the message had been taken back: another consumer
+        gets it) or :class:`~broker_mqtt.store.errors.StoreError` (the write failed: its outcome is
+        unknown, and a message not accepted comes back when the lease runs out). A failure of a
+        settlement made after this call is left for a later drain, also one decided meanwhile."""
         target = self._nowait_made
         while self._nowait_decided < target:
             if self._decided.is_set():  # (as in __anext__: concurrent drains share the event)
                 self._decided = anyio.Event()
             await self._decided.wait()
-        failures, self._failures = self._failures, []
+        failures = self._failures
+        if any(d._made > target for d, _ in failures):
+            self._failures = [f for f in failures if f[0]._made > target]
+            return [f for f in failures if f[0]._made <= target]
+        self._failures = []
         return failures
 
     async def _settle_batch(self, items: list[tuple[str, list[Any], int]]) -> list[Any]:

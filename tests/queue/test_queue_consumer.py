@@ -254,6 +254,36 @@ async def test_concurrent_drains_all_return() -> None:
     assert results == [[], []]
 
 
+@pytest.mark.anyio
+async def test_each_of_two_concurrent_drains_returns_the_failures_of_the_settlements_made_before_it() -> None:
+    """Drain A is called after two settlements, drain B after two more; all four fail, decided
+    together (one settle write carries them all). Before, the first drain to return took all four
+    failures and the other got none."""
+    queue = SettlingQueue([[[i, f"m{i}", 1] for i in range(1, 5)]])
+    queue.gate = anyio.Event()  # the settle write is never answered here: the test decides them
+    results: dict[str, list[int]] = {}
+    with anyio.fail_after(10):
+        async with Consumer(queue, prefetch=4, lease=30.0) as consumer:  # type: ignore[arg-type]  # (a stand-in queue)
+            ds = [await consumer.__anext__() for _ in range(4)]
+
+            async def drain(name: str) -> None:
+                results[name] = [d.id for d, _ in await consumer.drain()]
+
+            async with anyio.create_task_group() as tg:
+                for d in ds[:2]:
+                    d.accept_nowait()
+                tg.start_soon(drain, "A")
+                await anyio.wait_all_tasks_blocked()
+                for d in ds[2:]:
+                    d.accept_nowait()
+                tg.start_soon(drain, "B")
+                await anyio.wait_all_tasks_blocked()
+                for d in ds:  # (what the settle write's answers do: NotHeld for each)
+                    consumer._settled(d, "taken back")
+            queue.gate.set()
+    assert results == {"A": [1, 2], "B": [3, 4]}
+
+
 # -- settlements that carry the acquire (SettleAndAcquire) ----------------------------------------------
 
 
