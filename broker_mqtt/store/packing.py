@@ -9,7 +9,7 @@ encoded earlier. Pure functions: no I/O, no clock.
 from __future__ import annotations
 
 import functools
-from typing import Any, Final
+from typing import Any
 
 import cbor2
 
@@ -159,11 +159,6 @@ def checked_size(value: Any) -> int:
         raise BackendError(f"cannot encode {peer_repr(value, 80)}: {exc}") from exc
 
 
-#: array heads (of one item) put in front of an encoding so that decoding it refuses a value nested
-#: past VALUE_DEPTH, as :func:`checked_size` does: the decoder then sees it DECODE_DEPTH deep
-_DEPTH_ROOM: Final = b"\x81" * (codec.DECODE_DEPTH - codec.VALUE_DEPTH)
-
-
 def checked_copy(value: Any) -> tuple[int, Any]:
     """``(size, copy)``: the size of ``value``'s encoding and :func:`detached`'s copy of it, from one
     encoding and one decoding (what :func:`checked_size` and then :func:`detached` find, without the
@@ -173,11 +168,9 @@ def checked_copy(value: Any) -> tuple[int, Any]:
         return plain_size(value), value
     try:
         encoded = codec.encode(value)
-        copy = codec.decode(_DEPTH_ROOM + encoded)
+        copy = codec.decode_within(encoded, codec.VALUE_DEPTH)
     except (EncodeError, codec.DecodeError, ValueError) as exc:  # (ValueError: a lone surrogate's UnicodeError)
         raise BackendError(f"cannot encode {peer_repr(value, 80)}: {exc}") from exc
-    for _ in range(len(_DEPTH_ROOM)):
-        copy = copy[0]
     return len(encoded), copy
 
 

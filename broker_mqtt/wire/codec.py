@@ -55,7 +55,7 @@ from ..errors import DecodeError, EncodeError
 from .data import Count, EnumValue, Port, PortProtocol
 
 __all__ = ["PROJECT_TAGS", "TAG_COUNT", "TAG_ENUM", "TAG_PORT", "TAG_TIMESPAN", "DecodeError",
-           "EncodeError", "decode", "decode_many", "decode_sequence", "encode", "size_bound", "VALUE_DEPTH", "DECODE_DEPTH"]
+           "EncodeError", "decode", "decode_many", "decode_sequence", "encode", "size_bound", "decode_within", "VALUE_DEPTH", "DECODE_DEPTH"]
 
 TAG_COUNT: Final = 55810
 TAG_PORT: Final = 55811
@@ -125,10 +125,10 @@ def _head(n: int) -> int:
     return 1 if n < 24 else 2 if n < 0x100 else 3 if n < 0x10000 else 5 if n < 0x100000000 else 9
 
 
-#: containers a value may nest (the decoders' limit is 400, :data:`DECODE_DEPTH`: the rest is room for
-#: the messages that carry a value, a store's log record in a log message, say)
+#: levels a value may nest, a container or a tag each (the decoders' limit is 400, :data:`DECODE_DEPTH`:
+#: the rest is room for the messages that carry a value, a store's log record in a log message, say)
 VALUE_DEPTH: Final = 384
-#: containers cbor2's decoder takes nested (one more: "maximum container nesting depth")
+#: levels cbor2's decoder takes nested, a container or a tag each (one more: "maximum container nesting depth")
 DECODE_DEPTH: Final = 400
 
 
@@ -164,11 +164,11 @@ def _bound(value: Any, room: int) -> int:
         n = (m.bit_length() + 7) // 8
         return 1 + _head(n) + n  # a bignum: a tag and a byte string
     if t is list or t is tuple or t is dict or t is frozenset or t is set:
-        levels = 2 if t is frozenset or t is set else 1  # (a set: tag 258 around an array)
-        if room < levels:
+        tagged = t is frozenset or t is set  # (a set: tag 258 around an array, two levels)
+        if room < 1 + tagged:
             raise EncodeError(f"cannot encode containers nested more than {VALUE_DEPTH} deep")
-        room -= levels
-        total = _head(len(value)) + (3 if t is frozenset or t is set else 0)  # (a set: tag 258, an array)
+        room -= 1 + tagged
+        total = _head(len(value)) + (3 if tagged else 0)
         for v in (value if t is not dict else chain.from_iterable(value.items())):
             tv = type(v)  # (short text and ints inline: no call for the usual items)
             if tv is str and v.isascii():
@@ -184,11 +184,23 @@ def _bound(value: Any, room: int) -> int:
     if bound is not None:
         return bound
     encoded = encode(value)
-    try:  # (behind as many levels as the decoders allow less what is left here: its tags count too)
-        decode(b"\x81" * (DECODE_DEPTH - room) + encoded)
+    try:
+        decode_within(encoded, room)
     except DecodeError as exc:
         raise EncodeError(f"cannot encode {type(value).__name__} value: no decoder takes it back ({exc})") from exc
     return len(encoded)
+
+
+def decode_within(data: bytes, levels: int) -> Any:
+    """:func:`decode` of an item that may nest ``levels`` levels (containers and tags, as the decoders
+    count them: ``VALUE_DEPTH`` for a value that messages carry), no more: it is decoded behind
+    ``DECODE_DEPTH - levels`` one-item array heads, as deep as a receiver's decoder would see it.
+
+    :raises DecodeError: as :func:`decode`, and for an item nested past ``levels``."""
+    value = decode(b"\x81" * (DECODE_DEPTH - levels) + data)
+    for _ in range(DECODE_DEPTH - levels):
+        value = value[0]
+    return value
 
 
 # --- decoding -------------------------------------------------------------------------------
