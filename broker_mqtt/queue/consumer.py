@@ -409,30 +409,30 @@ class Consumer:
 
     # -- settling ---------------------------------------------------------------------------------------
 
-    async def _settle(self, d: Delivery, action: str, reason: str | None) -> None:
+    def _settlement(self, d: Delivery, action: str, reason: str | None) -> tuple[tuple[str, list[Any], int], int]:
+        """Take ``d`` out of the window for settling it (AlreadySettled if it was); the item the settler
+        takes, ``(owner, settlement, cost)``, and its cost."""
         if d.settled:
             raise AlreadySettled(f"message {d.id} was settled already")
         d.settled = True
         self._held.pop(d.id, None)
         self._made_room()
         cost = settled_cost(d.data, reason, size=d._size)
-        answer = await self._settler.submit((d._owner, [d.id, action, reason, d.delivery_count], cost), cost)
+        return (d._owner, [d.id, action, reason, d.delivery_count], cost), cost
+
+    async def _settle(self, d: Delivery, action: str, reason: str | None) -> None:
+        item, cost = self._settlement(d, action, reason)
+        answer = await self._settler.submit(item, cost)
         if isinstance(answer, StoreError):  # (its owner's settle write failed, another's went through)
             raise answer
         if answer is not None:
             raise NotHeld(answer)
 
     def _settle_nowait(self, d: Delivery, action: str, reason: str | None) -> None:
-        if d.settled:
-            raise AlreadySettled(f"message {d.id} was settled already")
-        d.settled = True
-        self._held.pop(d.id, None)
-        self._made_room()
+        item, cost = self._settlement(d, action, reason)
         self._nowait_made += 1
         d._made = self._nowait_made
-        cost = settled_cost(d.data, reason, size=d._size)
-        self._settler.submit_nowait((d._owner, [d.id, action, reason, d.delivery_count], cost),
-                                    functools.partial(self._settled, d), cost)
+        self._settler.submit_nowait(item, functools.partial(self._settled, d), cost)
 
     def _made_room(self) -> None:
         """A settlement freed a place in the window: wake the acquire loop once it would place an
